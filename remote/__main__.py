@@ -1,0 +1,43 @@
+"""Entry point of the agent: `python agent.pyz COMMAND ...` (or `python -m remote COMMAND`).
+
+  relay            what SSH runs: a thin pipe between stdin/stdout and the daemon
+  daemon           start the per-user daemon (detached; `--foreground` to stay)
+  supervise DIR    internal: lead one job's process group and record its exit
+  download SPEC, download-plan SPEC, verify SPEC   the download job's steps
+"""
+
+import sys
+
+if sys.version_info < (3, 9):
+    sys.stderr.write("specdeck agent needs Python 3.9 or newer; %s is %d.%d\n" % ((sys.executable,) + sys.version_info[:2]))
+    sys.exit(3)
+
+
+def main(argv):
+    if not argv:
+        sys.stderr.write(__doc__)
+        return 2
+    command, rest = argv[0], argv[1:]
+    if command == "relay":
+        from .relay import run_relay
+
+        return run_relay()
+    if command == "daemon":
+        from .daemon import run_daemon
+
+        return run_daemon(foreground="--foreground" in rest)
+    if command == "supervise":
+        from .jobs import supervise
+
+        supervise(rest[0])
+        return 0
+    if command in ("download", "download-plan", "verify"):
+        from . import download
+
+        return download.main(argv)
+    sys.stderr.write("unknown agent command %r\n%s" % (command, __doc__))
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

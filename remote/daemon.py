@@ -1,0 +1,238 @@
+"""The host daemon: one per user, detached, reached over a Unix socket only its user can open.
+
+It answers requests from any number of relays (one per console connection), runs each
+request in its own thread so that a slow one (hashing a checkpoint) never holds up a
+ping, and streams job logs. It keeps no state of its own that matters: jobs live on
+disk (see jobs.py), so killing and restarting the daemon loses nothing.
+"""
+
+import errno
+import fcntl
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+
+from . import AGENT_VERSION, PROTOCOL_VERSION, buildinfo, capabilities, paths
+from .handlers import Handlers
+from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
+
+log = logging.getLogger("specdeck.daemon")
+
+
+class Connection:
+    """One client (a relay) of the daemon: frames in, replies and stream frames out."""
+
+    def __init__(self, sock, handlers, hello):
+        self.sock = sock
+        self.handlers = handlers
+        self.hello = hello
+        self._write_lock = threading.Lock()
+        self.streams = {}
+        self._stream_ids = 0
+        self.closed = threading.Event()
+
+    def send(self, frame):
+        data = encode(frame)
+        with self._write_lock:
+            if self.closed.is_set():
+                return False
+            try:
+                self.sock.sendall(data)
+                return True
+            except OSError:
+                self.closed.set()
+                return False
+
+    def new_stream_id(self):
+        with self._write_lock:
+            self._stream_ids += 1
+            return "s%d" % self._stream_ids
+
+    def serve(self):
+        self.send(self.hello)
+        reader = FrameReader(self.sock.recv)
+        try:
+            for frame in reader:
+                if isinstance(frame, ProtocolError):
+                    log.warning("skipped a bad frame: %s", frame)
+                    self.send({"type": "notice", "level": "warning", "message": str(frame)})
+                    continue
+                if "method" not in frame:
+                    continue  # replies from a client are not expected; unknown frames are ignored
+                threading.Thread(target=self._answer, args=(frame,), daemon=True).start()
+        except OSError:
+            pass
+        finally:
+            self.closed.set()
+            for stop in list(self.streams.values()):
+                stop.set()
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+
+    def _answer(self, frame):
+        request_id = frame.get("id")
+        try:
+            method = frame.get("method")
+            params = frame.get("params") or {}
+            if not isinstance(method, str) or not isinstance(params, dict):
+                raise BadRequest("a request needs a method name and an object of params")
+            result = self.handlers.dispatch(method, params, self)
+            reply = {"id": request_id, "ok": True, "result": result}
+        except RemoteError as exc:
+            reply = {"id": request_id, "ok": False, "error": exc.to_wire()}
+        except Exception as exc:  # the answer is always produced, even for a crash
+            log.exception("request %r failed", frame.get("method"))
+            reply = {"id": request_id, "ok": False, "error": {"type": "InternalError", "message": "%s: %s" % (type(exc).__name__, exc)}}
+        try:
+            self.send(reply)
+        except ProtocolError as exc:
+            self.send({"id": request_id, "ok": False, "error": {"type": "TooLarge", "message": str(exc)}})
+
+
+class Daemon:
+    def __init__(self, build):
+        self.build = build
+        self.started_at = time.time()
+        self.handlers = Handlers(self)
+        self.stopping = threading.Event()
+        self.hello = {
+            "type": "hello",
+            "protocol": PROTOCOL_VERSION,
+            "agent_version": AGENT_VERSION,
+            "build": build,
+            "capabilities": capabilities.probe(),
+            "hostname": socket.gethostname(),
+            "user": _user_name(),
+            "daemon_pid": os.getpid(),
+            "daemon_started_at": self.started_at,
+        }
+
+    def serve_forever(self, listener):
+        listener.settimeout(0.5)
+        while not self.stopping.is_set():
+            try:
+                sock, _ = listener.accept()
+            except socket.timeout:
+                continue
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            sock.settimeout(None)
+            connection = Connection(sock, self.handlers, self.hello)
+            threading.Thread(target=connection.serve, daemon=True).start()
+
+
+def _user_name():
+    try:
+        import pwd
+
+        return pwd.getpwuid(os.getuid()).pw_name
+    except (ImportError, KeyError):
+        return str(os.getuid())
+
+
+def bind_private_socket(path):
+    """Listen on a Unix socket that only this user can open (0600 socket in a 0700 directory)."""
+    directory = os.path.dirname(path)
+    if os.stat(directory).st_mode & 0o077:
+        os.chmod(directory, 0o700)
+    try:
+        os.unlink(path)  # stale: we hold the daemon lock, so nobody listens on it
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old_umask = os.umask(0o177)
+    try:
+        listener.bind(path)
+    finally:
+        os.umask(old_umask)
+    os.chmod(path, 0o600)
+    listener.listen(64)
+    return listener
+
+
+def lock_path():
+    return os.path.join(paths.state_dir(), "daemon.lock")
+
+
+def run_daemon(foreground=False):
+    """Start the daemon. Unless `foreground`, detach first and return once it listens (0) or failed (1)."""
+    if not foreground:
+        read_end, write_end = os.pipe()
+        if os.fork() > 0:
+            os.close(write_end)
+            with os.fdopen(read_end, "rb") as ready:
+                answer = ready.read()
+            if answer.startswith(b"ok"):
+                return 0
+            sys.stderr.write(answer.decode("utf-8", "replace") or "specdeck daemon failed to start\n")
+            return 1
+        os.close(read_end)
+        os.setsid()
+        if os.fork() > 0:
+            os._exit(0)
+        notify = os.fdopen(write_end, "wb", buffering=0)
+    else:
+        notify = None
+
+    lock = open(lock_path(), "a+")
+    try:
+        fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        # Another daemon holds the lock: it is the one to use. Not an error for the starter.
+        if notify:
+            notify.write(b"ok already running\n")
+            os._exit(0)
+        sys.stderr.write("specdeck daemon already running\n")
+        return 0
+
+    log_file = os.path.join(paths.state_dir(), "daemon.log")
+    _redirect_stdio(log_file)
+    logging.basicConfig(
+        filename=log_file, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        listener = bind_private_socket(paths.socket_path())
+        daemon = Daemon(buildinfo.build_id())
+    except Exception as exc:
+        log.exception("daemon failed to start")
+        if notify:
+            notify.write(("specdeck daemon failed to start: %s\n" % exc).encode())
+            os._exit(1)
+        raise
+    signal.signal(signal.SIGTERM, lambda *_: daemon.stopping.set())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    log.info("daemon %s (build %s) listening on %s", AGENT_VERSION, daemon.build, paths.socket_path())
+    if notify:
+        notify.write(b"ok\n")
+        notify.close()
+    try:
+        daemon.serve_forever(listener)
+    finally:
+        log.info("daemon stopping")
+        try:
+            os.unlink(paths.socket_path())
+        except OSError:
+            pass
+        listener.close()
+    if not foreground:
+        os._exit(0)
+    return 0
+
+
+def _redirect_stdio(log_file):
+    """stdout/stderr to the log: a stray print must never reach a socket or a dead terminal."""
+    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    os.close(devnull)

@@ -1,0 +1,110 @@
+"""What SSH runs on the host: a thin pipe between the session's stdin/stdout and the daemon.
+
+It starts the daemon when none listens, and replaces a daemon of another build (an older
+agent) so that a console always talks to the code it shipped. Jobs survive the swap: they
+are not the daemon's children.
+"""
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+from . import buildinfo, paths
+from .protocol import decode, encode
+
+CONNECT_TRIES_S = 15.0
+
+
+def _connect():
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(paths.socket_path())
+        return sock
+    except OSError:
+        sock.close()
+        return None
+
+
+def _read_line(sock):
+    """The first line from the socket and whatever came after it."""
+    buffer = b""
+    while b"\n" not in buffer:
+        chunk = sock.recv(65536)
+        if not chunk:
+            raise ConnectionError("daemon closed the connection before its hello")
+        buffer += chunk
+    line, _, rest = buffer.partition(b"\n")
+    return line, rest
+
+
+def _start_daemon():
+    subprocess.run(
+        paths.agent_argv() + ["daemon"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, env=paths.agent_env(), timeout=30
+    )
+
+
+def connect_daemon():
+    """A socket to a daemon of our own build, its hello line and any bytes read past it."""
+    own_build = buildinfo.build_id()
+    deadline = time.monotonic() + CONNECT_TRIES_S
+    asked_to_stop = False
+    while True:
+        sock = _connect()
+        if sock is None:
+            _start_daemon()
+            sock = _connect()
+        if sock is not None:
+            line, rest = _read_line(sock)
+            hello = decode(line)
+            if hello.get("build") == own_build:
+                return sock, line, rest
+            if not asked_to_stop:
+                sock.sendall(encode({"id": 0, "method": "daemon.shutdown", "params": {"reason": "replaced by build " + own_build}}))
+                asked_to_stop = True
+            sock.close()
+        if time.monotonic() > deadline:
+            raise ConnectionError("could not reach a specdeck daemon of build %s at %s" % (own_build, paths.socket_path()))
+        time.sleep(0.1)
+
+
+def run_relay():
+    protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
+    # Anything else written to stdout would corrupt the protocol: send it to a log instead.
+    log_fd = os.open(os.path.join(paths.state_dir(), "relay.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log_fd, 1)
+    try:
+        sock, hello_line, rest = connect_daemon()
+    except (ConnectionError, OSError, ValueError) as exc:
+        sys.stderr.write("specdeck relay: %s\n" % exc)
+        return 1
+    protocol_out.write(hello_line + b"\n" + rest)
+
+    def daemon_to_stdout():
+        try:
+            while True:
+                chunk = sock.recv(262144)
+                if not chunk:
+                    break
+                protocol_out.write(chunk)
+        except OSError:
+            pass
+        os._exit(0)
+
+    threading.Thread(target=daemon_to_stdout, daemon=True).start()
+    stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
+    try:
+        while True:
+            chunk = stdin.read(262144)
+            if not chunk:
+                break
+            sock.sendall(chunk)
+    except OSError:
+        pass
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    os._exit(0)
