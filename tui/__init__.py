@@ -1,0 +1,1 @@
+"""specdeck on the laptop: the Textual console, the CLI and the connection to a host."""

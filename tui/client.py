@@ -1,0 +1,289 @@
+"""The console's side of the wire: requests, replies, streams, and a link that heals.
+
+`AgentClient` is thread-safe and blocking: the CLI calls it directly and the console
+calls it from worker threads. With `reconnect=True` a dead link (no byte for
+`dead_after_s`, although a ping goes out every `heartbeat_s`) is dropped, a new one is
+made with backoff, and every open stream is asked again from the last sequence number
+it delivered, so nothing is lost or shown twice.
+"""
+
+import itertools
+import threading
+import time
+
+from remote import PROTOCOL_VERSION
+from remote.protocol import FrameReader, ProtocolError, RemoteError, encode
+
+HELLO_TIMEOUT_S = 30.0
+RETRY_DELAYS_S = (0.0, 0.25, 0.5, 1.0)  # then every second: a link that returns is used within 1 s
+
+
+class ConnectError(Exception):
+    """The host could not be reached or the agent could not be started: one human line."""
+
+
+class Disconnected(ConnectError):
+    """The link dropped before the reply came."""
+
+
+class Subscription:
+    def __init__(self, client, stream_id, method, params, on_data, on_end):
+        self.client = client
+        self.id = stream_id
+        self.method = method
+        self.params = params
+        self.on_data = on_data
+        self.on_end = on_end
+        self.last_seq = params.get("after")
+        self.ended = threading.Event()
+
+    def deliver(self, frame):
+        seq = frame.get("seq")
+        if frame.get("end"):
+            self.ended.set()
+            if self.on_end:
+                self.on_end(frame.get("data") or {})
+            return
+        if seq is not None and self.last_seq is not None and seq <= self.last_seq:
+            return  # already delivered before a reconnect
+        self.last_seq = seq
+        self.on_data(frame.get("data") or {}, seq)
+
+    def resume_params(self):
+        params = dict(self.params, stream=self.id)
+        if self.last_seq is not None:
+            params["after"] = self.last_seq
+        return params
+
+    def cancel(self):
+        self.client._subscriptions.pop(self.id, None)
+        self.ended.set()
+        try:
+            self.client.call("stream.cancel", {"stream": self.id}, timeout=5)
+        except (RemoteError, ConnectError):
+            pass
+
+
+class AgentClient:
+    def __init__(self, connect, reconnect=False, on_state=None, heartbeat_s=1.0, dead_after_s=4.0):
+        """`connect()` returns a new link (see tui/connection.py) or raises ConnectError."""
+        self._connect = connect
+        self.reconnect = reconnect
+        self.on_state = on_state
+        self.heartbeat_s = heartbeat_s
+        self.dead_after_s = dead_after_s
+        self.hello = None
+        self.state = "connecting"
+        self.state_detail = {}
+        self.rtt_s = None
+        self.link = None
+        self._ids = itertools.count(1)
+        self._stream_ids = itertools.count(1)
+        self._pending = {}
+        self._subscriptions = {}
+        self._write_lock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._last_rx = time.monotonic()
+        self._connected = threading.Event()
+        self._closed = threading.Event()
+        self._pings = {}
+
+    # -- lifecycle
+
+    def start(self):
+        """Connect once; raise ConnectError with a clear line if that fails."""
+        self._attach(self._connect())
+        threading.Thread(target=self._heartbeat, name="specdeck-heartbeat", daemon=True).start()
+        return self
+
+    def close(self):
+        self._closed.set()
+        self._set_state("closed")
+        if self.link:
+            self.link.close()
+
+    def _attach(self, link):
+        hello, reader = self._read_hello(link)
+        if hello.get("protocol") != PROTOCOL_VERSION:
+            link.close()
+            raise ConnectError(
+                "the host agent speaks protocol %s, this console speaks %s (agent %s): reinstall one side to match"
+                % (hello.get("protocol"), PROTOCOL_VERSION, hello.get("agent_version"))
+            )
+        self.hello = hello
+        self.link = link
+        self._last_rx = time.monotonic()
+        link.settimeout(None)
+        threading.Thread(target=self._read_loop, args=(link, reader), name="specdeck-reader", daemon=True).start()
+        for subscription in list(self._subscriptions.values()):
+            self._send_subscribe(subscription)
+        self._connected.set()
+        self._set_state("connected")
+
+    def _read_hello(self, link):
+        link.settimeout(HELLO_TIMEOUT_S)
+        reader = FrameReader(link.read)
+        try:
+            for frame in reader:
+                if isinstance(frame, ProtocolError):
+                    continue  # e.g. a login banner printed by the shell: not ours
+                if frame.get("type") == "hello":
+                    return frame, reader
+        except (OSError, EOFError) as exc:
+            link.close()
+            raise ConnectError(link.failure() or "the agent did not answer: %s" % exc)
+        link.close()
+        raise ConnectError(link.failure() or "the agent exited before its handshake")
+
+    def _set_state(self, state, **detail):
+        with self._state_lock:
+            self.state = state
+            self.state_detail = detail
+        if self.on_state:
+            self.on_state(state, detail)
+
+    # -- reading
+
+    def _read_loop(self, link, reader):
+        reason = "the link closed"
+        try:
+            for frame in reader:
+                self._last_rx = time.monotonic()
+                if isinstance(frame, ProtocolError):
+                    continue
+                self._dispatch(frame)
+        except Exception as exc:  # a dying link raises all kinds of errors
+            reason = str(exc) or type(exc).__name__
+        self._lost(link, reason)
+
+    def _dispatch(self, frame):
+        if "stream" in frame:
+            subscription = self._subscriptions.get(frame["stream"])
+            if subscription is not None:
+                subscription.deliver(frame)
+                if frame.get("end"):
+                    self._subscriptions.pop(frame["stream"], None)
+            return
+        request_id = frame.get("id")
+        if request_id in self._pings:
+            self.rtt_s = time.monotonic() - self._pings.pop(request_id)
+            return
+        waiter = self._pending.pop(request_id, None)
+        if waiter is not None:
+            waiter["frame"] = frame
+            waiter["event"].set()
+
+    # -- losing and healing the link
+
+    def _lost(self, link, reason):
+        with self._state_lock:
+            if link is not self.link or self._closed.is_set():
+                return
+            self.link = None
+            self._connected.clear()
+        link.close()
+        for waiter in list(self._pending.values()):
+            waiter["lost"] = reason
+            waiter["event"].set()
+        self._pending.clear()
+        if not self.reconnect:
+            self._set_state("failed", error=reason)
+            return
+        threading.Thread(target=self._reconnect_loop, args=(reason,), name="specdeck-reconnect", daemon=True).start()
+
+    def _reconnect_loop(self, reason):
+        for attempt in itertools.count():
+            if self._closed.is_set():
+                return
+            delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
+            self._set_state("reconnecting", error=reason, attempt=attempt + 1, next_try_at=time.time() + delay)
+            if self._closed.wait(delay):
+                return
+            try:
+                self._attach(self._connect())
+                return
+            except ConnectError as exc:
+                reason = str(exc)
+            except Exception as exc:
+                reason = "%s: %s" % (type(exc).__name__, exc)
+
+    def _heartbeat(self):
+        while not self._closed.wait(self.heartbeat_s / 2):
+            link = self.link
+            if link is None:
+                continue
+            silent_s = time.monotonic() - self._last_rx
+            if silent_s > self.dead_after_s:
+                self._lost(link, "no answer from the host for %.0f s" % silent_s)
+                continue
+            if silent_s >= self.heartbeat_s / 2:
+                request_id = next(self._ids)
+                self._pings[request_id] = time.monotonic()
+                if len(self._pings) > 100:
+                    self._pings.clear()
+                try:
+                    self._write(link, {"id": request_id, "method": "ping"})
+                except Exception as exc:
+                    self._lost(link, str(exc))
+
+    # -- writing
+
+    def _write(self, link, frame):
+        data = encode(frame)
+        with self._write_lock:
+            link.write(data)
+
+    def call(self, method, params=None, timeout=60.0):
+        """Send a request and wait for its reply; raise RemoteError for an `error` reply."""
+        link = self.link
+        if link is None:
+            if not self.reconnect or not self._connected.wait(timeout):
+                raise Disconnected("not connected to the host (%s)" % self.state_detail.get("error", self.state))
+            link = self.link
+        request_id = next(self._ids)
+        waiter = {"event": threading.Event(), "frame": None}
+        self._pending[request_id] = waiter
+        try:
+            self._write(link, {"id": request_id, "method": method, "params": params or {}})
+        except Exception as exc:
+            self._pending.pop(request_id, None)
+            self._lost(link, str(exc))
+            raise Disconnected("the link to the host dropped: %s" % exc)
+        if not waiter["event"].wait(timeout):
+            self._pending.pop(request_id, None)
+            raise ConnectError("the host did not answer %s within %.0f s" % (method, timeout))
+        if waiter.get("lost"):
+            raise Disconnected("the link to the host dropped: %s" % waiter["lost"])
+        frame = waiter["frame"]
+        if frame.get("ok"):
+            return frame.get("result")
+        error = frame.get("error") or {}
+        raise RemoteError(error.get("type", "Error"), error.get("message", "the host agent refused the request"))
+
+    def subscribe(self, method, params, on_data, on_end=None):
+        """Open a stream; `on_data(data, seq)` runs on the reader thread for each frame."""
+        stream_id = "c%d" % next(self._stream_ids)
+        subscription = Subscription(self, stream_id, method, dict(params), on_data, on_end)
+        self._subscriptions[stream_id] = subscription
+        try:
+            self.call(method, subscription.resume_params())
+        except Exception:
+            self._subscriptions.pop(stream_id, None)
+            raise
+        return subscription
+
+    def _send_subscribe(self, subscription):
+        # On a new link: ask again from where the stream stopped. The reply is not awaited here
+        # (we are on the thread that attaches the link); an error ends the stream.
+        def resubscribe():
+            try:
+                self.call(subscription.method, subscription.resume_params(), timeout=30)
+            except RemoteError as exc:
+                self._subscriptions.pop(subscription.id, None)
+                subscription.ended.set()
+                if subscription.on_end:
+                    subscription.on_end({"error": str(exc)})
+            except ConnectError:
+                pass  # the next link will try again
+
+        threading.Thread(target=resubscribe, daemon=True).start()

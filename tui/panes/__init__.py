@@ -1,0 +1,1 @@
+"""The console panes, one per module."""

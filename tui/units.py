@@ -1,0 +1,57 @@
+"""Numbers for people: sizes in both decimal and binary units, durations, times."""
+
+import time
+
+
+def format_bytes(n, exact=False):
+    """`2.38 GB (2.22 GiB)`; with exact, `2,382,319,104 bytes (2.38 GB, 2.22 GiB)`.
+
+    Both units are shown because GB and GiB differ by 7% at this size, and notes that
+    used one or the other have disagreed over the same file.
+    """
+    if n is None:
+        return "-"
+    decimal = _scaled(n, 1000, ("bytes", "kB", "MB", "GB", "TB", "PB"))
+    binary = _scaled(n, 1024, ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"))
+    if exact:
+        return "{:,} bytes".format(n) if n < 1000 else "{:,} bytes ({}, {})".format(n, decimal, binary)
+    return decimal if n < 1000 else "%s (%s)" % (decimal, binary)
+
+
+def _scaled(n, base, units):
+    value = float(n)
+    for unit in units:
+        if abs(value) < base or unit == units[-1]:
+            return "%d %s" % (n, unit) if unit == units[0] else "%.2f %s" % (value, unit)
+        value /= base
+    return str(n)
+
+
+def format_rate(bytes_per_s):
+    if not bytes_per_s:
+        return "-"
+    return "%s/s" % _scaled(bytes_per_s, 1000, ("B", "kB", "MB", "GB", "TB"))
+
+
+def format_duration(seconds):
+    if seconds is None:
+        return "-"
+    seconds = int(max(0, seconds))
+    hours, rest = divmod(seconds, 3600)
+    return "%d:%02d:%02d" % (hours, rest // 60, rest % 60)
+
+
+def format_time(epoch):
+    if not epoch:
+        return "-"
+    local = time.localtime(epoch)
+    if time.strftime("%Y-%m-%d", local) == time.strftime("%Y-%m-%d"):
+        return time.strftime("%H:%M:%S", local)
+    return time.strftime("%Y-%m-%d %H:%M", local)
+
+
+def job_runtime(job, now=None):
+    start = job.get("started_at")
+    if not start:
+        return None
+    return (job.get("ended_at") or now or time.time()) - start
