@@ -1,0 +1,67 @@
+"""Fixtures shared by the whole suite: real sshd servers, a network namespace host, a fake
+hub over real HTTP, and a private agent state directory per test."""
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from remote.protocol import FrameReader
+
+from tests.hub_fixtures import hub  # noqa: F401
+from tests.sshd_fixtures import *  # noqa: F401,F403
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def agent_home(tmp_path, monkeypatch):
+    """SPECDECK_HOME for agents started on this machine (`local`); their daemon is stopped after."""
+    home = tmp_path / "specdeck-home"
+    home.mkdir()
+    monkeypatch.setenv("SPECDECK_HOME", str(home))
+    yield home
+    stop_daemon(home)
+
+
+def daemon_pid(home):
+    """The pid of the daemon listening in HOME, from its hello; None when none listens."""
+    path = Path(home) / "daemon.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(5)
+    try:
+        sock.connect(str(path))
+        hello = next(FrameReader(sock.recv))
+        return hello.get("daemon_pid")
+    except (OSError, StopIteration):
+        return None
+    finally:
+        sock.close()
+
+
+def stop_daemon(home):
+    pid = daemon_pid(home)
+    if pid:
+        try:
+            os.kill(pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+
+def run_cli(*args, home=None, timeout=120, env=None, check=None):
+    """Run `specdeck ARGS` as a separate process, the way a user does."""
+    run_env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    if home is not None:
+        run_env["HOME"] = str(home)
+    run_env["PYTHONPATH"] = str(REPO_ROOT)
+    run_env.update(env or {})
+    result = subprocess.run(
+        [sys.executable, "-m", "tui.cli", *map(str, args)], capture_output=True, text=True, timeout=timeout, env=run_env, cwd=str(REPO_ROOT)
+    )
+    if check is not None:
+        assert result.returncode == check, "exit %d, stderr: %s\nstdout: %s" % (result.returncode, result.stderr, result.stdout)
+    return result

@@ -1,0 +1,166 @@
+"""The agent on this machine (`local`): jobs, the daemon's death and return, the wire's limits."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from remote.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
+from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.sshd_fixtures import wait_for
+from tui.connection import open_client
+
+
+@pytest.fixture
+def client(agent_home):
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def job_state(client, job_id):
+    return client.call("jobs.get", {"id": job_id})
+
+
+def test_job_runs_detached_and_reports_exit_code(client, agent_home, tmp_path):
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "echo out; echo err >&2; exit 3"], "cwd": str(tmp_path)})
+    assert job["argv"][0] == "/usr/bin/bash" or os.path.isabs(job["argv"][0])
+    done = wait_for(lambda: job_state(client, job["id"])["exit_code"] is not None and job_state(client, job["id"]), 30)
+    assert done["state"] == "failed" and done["exit_code"] == 3
+    assert done["ended_at"] >= done["started_at"]
+    tail = client.call("jobs.tail", {"id": job["id"], "offset": 0})
+    assert tail["text"] == "out\nerr\n"
+    # The process was alone in its session: stdin is /dev/null.
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "readlink /proc/self/fd/0; ps -o sid= -p $$; echo $$"]})
+    wait_for(lambda: job_state(client, job["id"])["exit_code"] == 0, 30)
+    stdin, sid, pid = client.call("jobs.tail", {"id": job["id"]})["text"].split()
+    assert stdin == "/dev/null"
+    assert int(sid) != os.getsid(0)
+
+
+def test_unknown_command_is_refused_at_submit_with_nothing_left_behind(client, agent_home):
+    with pytest.raises(RemoteError) as error:
+        client.call("jobs.submit", {"argv": ["huggingface-cli-not-on-path", "download", "x"]})
+    assert "command not found" in error.value.message and "huggingface-cli-not-on-path" in error.value.message
+    assert client.call("jobs.list") == []
+
+
+def test_executable_resolved_with_the_login_path(client, agent_home, tmp_path, monkeypatch):
+    # A tool that only the login shell's PATH knows (as a venv activated in ~/.profile would be).
+    bin_dir = tmp_path / "venv-bin"
+    bin_dir.mkdir()
+    tool = bin_dir / "my-tool"
+    tool.write_text("#!/bin/sh\necho tool ran\n")
+    tool.chmod(0o755)
+    job = client.call("jobs.submit", {"argv": ["my-tool"], "env": {"PATH": "%s:/usr/bin:/bin" % bin_dir}})
+    assert job["argv"] == [str(tool)]
+    wait_for(lambda: job_state(client, job["id"])["exit_code"] == 0, 30)
+
+
+def test_tail_from_the_end_never_reads_the_whole_log(client, agent_home):
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "for i in $(seq 1 20000); do echo line $i; done"]})
+    wait_for(lambda: job_state(client, job["id"])["exit_code"] == 0, 30)
+    tail = client.call("jobs.tail", {"id": job["id"], "offset": -100, "max_bytes": 1000})
+    lines = tail["text"].splitlines()
+    assert lines[-1] == "line 20000"
+    assert lines[0].startswith("line ") and len(tail["text"]) <= 100  # starts on a whole line
+    window = client.call("jobs.tail", {"id": job["id"], "offset": 0, "max_bytes": 50})
+    assert len(window["text"]) == 50 and window["next_offset"] == 50 and window["size"] > 100000
+
+
+def test_stop_terms_the_group_then_kills_after_grace(client, agent_home):
+    # A job that ignores TERM, with a child in the same group.
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "trap '' TERM; sleep 300 & echo started; wait"]})
+    wait_for(lambda: "started" in client.call("jobs.tail", {"id": job["id"]})["text"], 30)
+    pid = job_state(client, job["id"])["pid"]
+    stopped = client.call("jobs.stop", {"id": job["id"], "grace_s": 1})
+    assert stopped["process_state"] in ("running", "stopped")
+    final = wait_for(lambda: job_state(client, job["id"])["state"] == "stopped" and job_state(client, job["id"]), 30)
+    assert final["signal"] == signal.SIGKILL
+    assert not os.path.exists("/proc/%d" % pid)
+
+
+def test_unknown_job_id_is_a_clear_error(client, agent_home):
+    with pytest.raises(RemoteError) as error:
+        client.call("jobs.get", {"id": "j404"})
+    assert error.value.type == "NotFound" and "j404" in error.value.message
+    result = run_cli("logs", "local", "j404")
+    assert result.returncode == 1 and result.stderr.strip() == "specdeck: no job j404 on this host"
+
+
+def test_daemon_killed_job_survives_and_is_readopted(agent_home):
+    client = open_client("local")
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "for i in $(seq 1 400); do echo tick $i; sleep 0.05; done"]})
+    ender = client.call("jobs.submit", {"argv": ["bash", "-c", "sleep 1.5; exit 7"]})
+    wait_for(lambda: job_state(client, job["id"])["state"] == "running", 30)
+    pid = job_state(client, job["id"])["pid"]
+    first_daemon = daemon_pid(agent_home)
+    os.kill(first_daemon, signal.SIGKILL)
+    wait_for(lambda: not os.path.exists("/proc/%d" % first_daemon) or open("/proc/%d/stat" % first_daemon).read().split()[2] == "Z", 10)
+    client.close()
+    size_before = os.path.getsize(agent_home / "jobs" / job["id"] / "output.log")
+    # While no daemon runs: the job goes on writing, and the other ends with its code.
+    time.sleep(2.0)
+    assert os.path.exists("/proc/%d" % pid)
+    assert os.path.getsize(agent_home / "jobs" / job["id"] / "output.log") > size_before
+
+    client = open_client("local")  # starts a new daemon
+    assert daemon_pid(agent_home) != first_daemon
+    readopted = job_state(client, job["id"])
+    assert readopted["state"] == "running" and readopted["pid"] == pid
+    ended = wait_for(lambda: job_state(client, ender["id"])["exit_code"] is not None and job_state(client, ender["id"]), 30)
+    assert ended["exit_code"] == 7 and ended["state"] == "failed"
+    client.call("jobs.stop", {"id": job["id"], "grace_s": 1})
+    assert wait_for(lambda: job_state(client, job["id"])["state"] == "stopped", 30)
+    client.close()
+
+
+def test_recycled_pid_is_not_taken_for_the_job(agent_home, client):
+    job = client.call("jobs.submit", {"argv": ["sleep", "300"]})
+    wait_for(lambda: job_state(client, job["id"])["state"] == "running", 30)
+    run_path = agent_home / "jobs" / job["id"] / "run.json"
+    run = json.loads(run_path.read_text())
+    # Pretend the supervisor's pid now belongs to another process: same pid, other start time.
+    os.kill(run["pid"], signal.SIGKILL)
+    os.kill(run["supervisor_pid"], signal.SIGKILL)
+    run["supervisor_pid"] = os.getpid()
+    run_path.write_text(json.dumps(run))
+    assert job_state(client, job["id"])["state"] == "lost"
+
+
+def relay(agent_home):
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
+    return subprocess.Popen([sys.executable, "-m", "remote", "relay"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
+
+
+def test_malformed_and_oversized_frames_do_not_kill_a_session(agent_home):
+    process = relay(agent_home)
+    frames = FrameReader(lambda n: os.read(process.stdout.fileno(), n))
+    assert next(frames)["type"] == "hello"
+    process.stdin.write(b"this is not json\n")
+    process.stdin.write(b"[1, 2, 3]\n")
+    process.stdin.write(b'{"id": 1, "method": 12}\n')
+    process.stdin.write(b"x" * (MAX_FRAME_BYTES + 1000) + b"\n")
+    process.stdin.write(encode({"id": 2, "method": "ping"}))
+    process.stdin.write(encode({"id": 3, "method": "no.such.method"}))
+    process.stdin.flush()
+    seen = {}
+    while 2 not in seen or 3 not in seen or 1 not in seen:
+        frame = next(frames)
+        if "id" in frame:
+            seen[frame["id"]] = frame
+    assert seen[1]["ok"] is False and seen[1]["error"]["type"] == "BadRequest"
+    assert seen[2]["ok"] is True
+    assert seen[3]["error"]["type"] == "UnknownMethod"
+    process.stdin.close()
+    process.wait(timeout=10)
+
+
+def test_daemon_socket_is_private(agent_home, client):
+    sock = agent_home / "daemon.sock"
+    assert (sock.stat().st_mode & 0o777) == 0o600
+    assert (agent_home.stat().st_mode & 0o777) == 0o700
