@@ -50,7 +50,7 @@ def build_parser():
 
     p = commands.add_parser("run", help="start a detached job on the host")
     p.add_argument("host")
-    p.add_argument("argv", nargs=argparse.REMAINDER, metavar="-- CMD ARGS")
+    p.add_argument("argv", nargs="*", metavar="-- CMD ARGS", help="the command, after --")
     p.add_argument("--name", help="a name for the job (default: the command line)")
     p.add_argument("--cwd", help="working directory on the host (default: home)")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
@@ -134,7 +134,7 @@ def emit(args, value, human):
 
 
 def cmd_run(args):
-    argv = args.argv[1:] if args.argv[:1] == ["--"] else args.argv
+    argv = args.argv
     if not argv:
         raise CommandError("nothing to run: give the command after --, e.g. specdeck run HOST -- python train.py")
     env = {}
@@ -357,7 +357,14 @@ def main(argv=None):
             build_parser().print_help()
             return 0
         return open_console(argv)
+    command_argv = []
+    if argv[0] == "run" and "--" in argv:
+        # Everything after -- is the job's own command line, options and all.
+        split = argv.index("--")
+        argv, command_argv = argv[:split], argv[split + 1 :]
     args = build_parser().parse_args(argv)
+    if args.command == "run":
+        args.argv = args.argv + command_argv
     handler = globals()["cmd_" + args.command]
     try:
         return handler(args)

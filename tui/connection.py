@@ -139,8 +139,11 @@ def _check_host_key(transport, dest, accept_new):
         f.write("%s %s %s\n" % (dest.known_hosts_name, key.get_name(), key.get_base64()))
 
 
-def _candidate_keys(dest):
-    """ssh-agent keys, then the config's IdentityFiles, then the default key files."""
+def _candidate_keys(dest, skipped):
+    """ssh-agent keys, then the config's IdentityFiles, then the default key files.
+
+    Key files that cannot be used are noted in `skipped` so that a refusal can say why.
+    """
     import paramiko
 
     try:
@@ -148,18 +151,18 @@ def _candidate_keys(dest):
             yield "ssh-agent key %s" % fingerprint(key), key
     except Exception:
         pass
-    paths = dest.identity_files or [
-        os.path.join(ssh_dir(), name) for name in ("id_ed25519", "id_ecdsa", "id_rsa")
-    ]
+    paths = dest.identity_files or [os.path.join(ssh_dir(), name) for name in ("id_ed25519", "id_ecdsa", "id_rsa")]
     for path in paths:
         if not os.path.exists(path):
+            if dest.identity_files:
+                skipped.append("%s: no such file" % path)
             continue
         try:
             yield path, paramiko.PKey.from_path(path)
         except paramiko.PasswordRequiredException:
-            continue  # encrypted and not in the agent: nothing we can do without a prompt
-        except (paramiko.SSHException, ValueError, OSError):
-            continue
+            skipped.append("%s: encrypted (add it to ssh-agent)" % path)
+        except (paramiko.SSHException, ValueError, OSError) as exc:
+            skipped.append("%s: %s" % (path, exc))
 
 
 def open_transport(dest, accept_new, sock=None):
@@ -185,8 +188,8 @@ def open_transport(dest, accept_new, sock=None):
     except ConnectError:
         transport.close()
         raise
-    tried = []
-    for label, key in _candidate_keys(dest):
+    tried, skipped = [], []
+    for label, key in _candidate_keys(dest, skipped):
         tried.append(label)
         try:
             transport.auth_publickey(dest.user, key)
@@ -200,7 +203,8 @@ def open_transport(dest, accept_new, sock=None):
             return transport
     transport.close()
     raise ConnectError(
-        "authentication refused for %s@%s (tried %s)" % (dest.user, dest.hostname, ", ".join(tried) if tried else "no keys: none found")
+        "authentication refused for %s@%s (tried %s)"
+        % (dest.user, dest.hostname, ", ".join(tried + skipped) if tried or skipped else "no keys: none found")
     )
 
 

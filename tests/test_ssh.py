@@ -1,0 +1,148 @@
+"""The spine over a real OpenSSH server: bootstrap, host keys, bad input, cut links."""
+
+import json
+import threading
+import time
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.sshd_fixtures import wait_for
+from tui import bootstrap
+from tui.client import AgentClient
+from tui.connection import link_factory, parse_destination
+
+
+@pytest.fixture
+def laptop(sshd, tmp_path, monkeypatch):
+    """A laptop-side HOME that knows the host as `gpuhost`."""
+    home = sshd.client_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return home
+
+
+def cli(home, host_python, *args, **kw):
+    return run_cli(args[0], "--python", host_python, *args[1:], home=home, **kw)
+
+
+def test_run_jobs_logs_stop_over_ssh(laptop, sshd, host_python):
+    started = cli(laptop, host_python, "run", "gpuhost", "--json", "--", "bash", "-c", "for i in 1 2 3; do echo line $i; done", check=0)
+    job_id = json.loads(started.stdout)["id"]
+    listed = wait_for(
+        lambda: [j for j in json.loads(cli(laptop, host_python, "jobs", "gpuhost", "--json", check=0).stdout) if j["id"] == job_id and j["exit_code"] is not None],
+        60,
+    )
+    job = listed[0]
+    assert {"id", "name", "state", "exit_code", "started_at", "ended_at"} <= set(job)
+    assert job["state"] == "succeeded" and job["exit_code"] == 0
+    assert cli(laptop, host_python, "logs", "gpuhost", job_id, check=0).stdout == "line 1\nline 2\nline 3\n"
+    assert cli(laptop, host_python, "logs", "gpuhost", job_id, "--follow", check=0).stdout == "line 1\nline 2\nline 3\n"
+    # user@host:port works as well as the alias (the key comes from a Host block for the address).
+    with open(laptop / ".ssh" / "config", "a") as config:
+        config.write("Host %s\n    IdentityFile %s\n" % (sshd.host, sshd.client_key))
+    long_job = cli(laptop, host_python, "run", "%s@%s:%d" % (sshd.user, sshd.host, sshd.port), "--", "sleep", "300", check=0).stdout.strip()
+    stopped = cli(laptop, host_python, "stop", "gpuhost", long_job, "--wait", "--grace", "2", "--json", check=0)
+    assert json.loads(stopped.stdout)["state"] == "stopped"
+
+
+def test_agent_uploaded_once_then_reused(laptop, sshd, host_python, host_user):
+    name, data = bootstrap.build_agent()
+    agent = host_user.home / bootstrap.AGENT_DIR / name
+    cli(laptop, host_python, "jobs", "gpuhost", check=0)
+    assert agent.read_bytes() == data
+    first_mtime = agent.stat().st_mtime_ns
+    time.sleep(0.05)
+    cli(laptop, host_python, "jobs", "gpuhost", check=0)
+    assert agent.stat().st_mtime_ns == first_mtime
+
+
+def test_unknown_host_key_refused_with_fingerprint_unless_accepted(sshd, tmp_path, host_python):
+    home = sshd.client_home(tmp_path, known_hosts=False)
+    refused = cli(home, host_python, "jobs", "gpuhost")
+    assert refused.returncode == 2
+    assert sshd.host_fingerprint in refused.stderr and "--accept-new" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert (home / ".ssh" / "known_hosts").read_text() == ""
+    accepted = cli(home, host_python, "jobs", "gpuhost", "--accept-new", check=0)
+    assert accepted.returncode == 0
+    assert sshd.host_key_pub.split()[1] in (home / ".ssh" / "known_hosts").read_text()
+    # Remembered: no flag needed any more.
+    cli(home, host_python, "jobs", "gpuhost", check=0)
+
+
+def test_changed_host_key_always_refused(sshd, tmp_path, host_python):
+    home = sshd.client_home(tmp_path, wrong_host_key=True)
+    before = (home / ".ssh" / "known_hosts").read_text()
+    refused = cli(home, host_python, "jobs", "gpuhost", "--accept-new")
+    assert refused.returncode == 2
+    assert "HOST KEY CHANGED" in refused.stderr and sshd.host_fingerprint in refused.stderr
+    assert (home / ".ssh" / "known_hosts").read_text() == before
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["unresolvable", "refused_auth", "missing_interpreter", "missing_command", "unknown_job"],
+)
+def test_bad_input_is_one_clear_line(case, laptop, sshd, host_python, host_user):
+    jobs_dir = host_user.home / ".cache" / "specdeck" / "jobs"
+    jobs_before = sorted(p.name for p in jobs_dir.iterdir()) if jobs_dir.exists() else []
+    if case == "unresolvable":
+        result = cli(laptop, host_python, "jobs", "no-such-host.invalid")
+        expected, code = "cannot resolve host 'no-such-host.invalid'", 2
+    elif case == "refused_auth":
+        result = cli(laptop, host_python, "jobs", "root@%s:%d" % (sshd.host, sshd.port))
+        expected, code = "authentication refused for root@%s" % sshd.host, 2
+    elif case == "missing_interpreter":
+        result = run_cli("jobs", "gpuhost", "--python", "/opt/no-such/python3", home=laptop)
+        expected, code = "interpreter was not found on the host", 2
+    elif case == "missing_command":
+        result = cli(laptop, host_python, "run", "gpuhost", "--", "huggingface-cli-missing", "download")
+        expected, code = "command not found on the host's login PATH: huggingface-cli-missing", 1
+    else:
+        result = cli(laptop, host_python, "stop", "gpuhost", "j999999")
+        expected, code = "no job j999999 on this host", 1
+    assert result.returncode == code, result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdeck: ") and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    jobs_after = sorted(p.name for p in jobs_dir.iterdir()) if jobs_dir.exists() else []
+    assert jobs_after == jobs_before  # nothing half-started
+
+
+def test_ssh_config_alias_resolves(laptop, sshd):
+    dest = parse_destination("gpuhost")
+    assert (dest.hostname, dest.port, dest.user) == (sshd.host, sshd.port, sshd.user)
+    assert dest.identity_files == [sshd.client_key]
+
+
+def test_cut_link_noticed_and_stream_resumes_without_loss_or_duplicates(netns_host, tmp_path, monkeypatch, host_python, host_user):
+    home = netns_host.client_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    states = []
+    client = AgentClient(link_factory("gpuhost", python=host_python), reconnect=True, on_state=lambda s, d: states.append((time.monotonic(), s)))
+    client.start()
+    count = 120
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "for i in $(seq 1 %d); do echo line $i; sleep 0.1; done" % count]})
+    received = []
+    done = threading.Event()
+    client.subscribe("jobs.follow", {"id": job["id"], "after": 0}, lambda data, seq: received.append(data["text"]), lambda data: done.set())
+    wait_for(lambda: len("".join(received).splitlines()) >= 10, 30)
+    log = host_user.home / ".cache" / "specdeck" / "jobs" / job["id"] / "output.log"
+    netns_host.cut()
+    cut_at = time.monotonic()
+    size_at_cut = log.stat().st_size
+    wait_for(lambda: client.state == "reconnecting", 30, message="the cut was never noticed")
+    noticed_s = next(t for t, s in states if s == "reconnecting") - cut_at
+    time.sleep(3)
+    assert log.stat().st_size > size_at_cut  # the job went on while the link was down
+    netns_host.restore()
+    back_at = time.monotonic()
+    wait_for(lambda: client.state == "connected", 30, message="never reconnected")
+    resumed_s = next(t for t, s in states if s == "connected" and t > back_at) - back_at
+    assert done.wait(60)
+    lines = "".join(received).splitlines()
+    assert lines == ["line %d" % i for i in range(1, count + 1)]
+    client.close()
+    print("cut noticed after %.1f s; resumed %.2f s after the link returned" % (noticed_s, resumed_s))
