@@ -1,0 +1,150 @@
+"""Two checkpoints side by side: can B initialise A's drafter (or the other way round)?
+
+The verdict and its reasons come first, then every tensor with what each side holds,
+differences highlighted, then the config fields that differ. The comparison itself is
+`remote.checkpoint.compare`, the same one `specdeck compare` prints.
+"""
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer, Static
+
+SAME = "same"
+
+
+def describe_side(side):
+    """What one checkpoint holds for a tensor row: `[7168, 21504] bfloat16`, or `-` when absent."""
+    if side is None:
+        return "-"
+    if isinstance(side, dict):
+        parts = []
+        if side.get("shape") is not None:
+            parts.append("[%s]" % ", ".join(str(n) for n in side["shape"]))
+        if side.get("dtype"):
+            parts.append(str(side["dtype"]))
+        return " ".join(parts) or ", ".join("%s=%s" % item for item in sorted(side.items()))
+    if isinstance(side, (list, tuple)):
+        return "[%s]" % ", ".join(str(n) for n in side)
+    return str(side)
+
+
+def status_style(status):
+    if status == SAME:
+        return ""
+    if status and ("only" in status or "missing" in status):
+        return "bold yellow"
+    return "bold red"
+
+
+def _config_rows(config_diff):
+    """config_diff entries as (field, a, b): dicts with field/key/name and a/b, or 3-sequences."""
+    rows = []
+    for entry in config_diff or []:
+        if isinstance(entry, dict):
+            field = entry.get("field") or entry.get("key") or entry.get("name") or "?"
+            rows.append((str(field), entry.get("a"), entry.get("b")))
+        elif isinstance(entry, (list, tuple)) and len(entry) >= 3:
+            rows.append((str(entry[0]), entry[1], entry[2]))
+        else:
+            rows.append((str(entry), None, None))
+    return rows
+
+
+class CompareScreen(Screen):
+    """The result of comparing checkpoint A (the open one) with B; Escape goes back."""
+
+    DEFAULT_CSS = """
+    CompareScreen { layout: vertical; }
+    CompareScreen #compare-verdict { height: auto; padding: 0 1; text-style: bold; }
+    CompareScreen #compare-verdict.compatible { background: $success 30%; color: $text; }
+    CompareScreen #compare-verdict.incompatible { background: $error 30%; color: $text; }
+    CompareScreen #compare-reasons { height: auto; max-height: 10; padding: 0 1; }
+    CompareScreen #compare-rows { height: 2fr; }
+    CompareScreen #compare-config-title { height: auto; padding: 0 1; text-style: bold; }
+    CompareScreen #compare-config { height: 1fr; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "back", "back"),
+        Binding("q", "back", "back", show=False),
+        Binding("d", "toggle_differences", "differences only"),
+    ]
+
+    def __init__(self, result, report_a, report_b):
+        super().__init__()
+        self.result = result
+        self.report_a = report_a or {}
+        self.report_b = report_b or {}
+        self.differences_only = False
+
+    def compose(self):
+        with Vertical():
+            yield Static(id="compare-verdict")
+            yield Static(id="compare-reasons")
+            rows = DataTable(id="compare-rows", cursor_type="row", zebra_stripes=True)
+            rows.add_column("tensor", key="name")
+            rows.add_column("A", key="a")
+            rows.add_column("B", key="b")
+            rows.add_column("status", key="status")
+            yield rows
+            yield Static(id="compare-config-title")
+            config = DataTable(id="compare-config", cursor_type="row")
+            config.add_column("config field", key="field")
+            config.add_column("A", key="a")
+            config.add_column("B", key="b")
+            yield config
+        yield Footer()
+
+    def on_mount(self):
+        compatible = self.result.get("verdict") == "compatible"
+        verdict = self.query_one("#compare-verdict", Static)
+        verdict.set_class(compatible, "compatible")
+        verdict.set_class(not compatible, "incompatible")
+        text = Text()
+        text.append("COMPATIBLE" if compatible else "INCOMPATIBLE", style="bold green" if compatible else "bold red")
+        text.append("\nA  %s (%s)" % (self.report_a.get("path", "?"), self.report_a.get("format", "?")))
+        text.append("\nB  %s (%s)" % (self.report_b.get("path", "?"), self.report_b.get("format", "?")))
+        verdict.update(text)
+        reasons = Text()
+        for reason in self.result.get("reasons") or []:
+            if reasons:
+                reasons.append("\n")
+            reasons.append("- " + (reason if isinstance(reason, str) else str(reason)), style="" if compatible else "red")
+        self.query_one("#compare-reasons", Static).update(reasons)
+        self._fill_rows()
+        config_rows = _config_rows(self.result.get("config_diff"))
+        title = "config fields that differ: %d" % len(config_rows) if config_rows else "config fields: no differences"
+        self.query_one("#compare-config-title", Static).update(title)
+        config = self.query_one("#compare-config", DataTable)
+        for field, a, b in config_rows:
+            config.add_row(field, Text(describe_side(a), style="yellow"), Text(describe_side(b), style="yellow"), key=field)
+        self.query_one("#compare-rows", DataTable).focus()
+
+    def _fill_rows(self):
+        table = self.query_one("#compare-rows", DataTable)
+        table.clear()
+        for row in self.result.get("rows") or []:
+            status = row.get("status") or SAME
+            if self.differences_only and status == SAME:
+                continue
+            style = status_style(status)
+            table.add_row(
+                Text(row.get("name", "?"), style=style),
+                Text(describe_side(row.get("a")), style=style),
+                Text(describe_side(row.get("b")), style=style),
+                Text(status, style=style),
+                key=row.get("name"),
+            )
+
+    def differing_rows(self):
+        """Names of the rows shown highlighted (status other than same)."""
+        return [row.get("name") for row in self.result.get("rows") or [] if (row.get("status") or SAME) != SAME]
+
+    def action_toggle_differences(self):
+        self.differences_only = not self.differences_only
+        self._fill_rows()
+
+    def action_back(self):
+        self.app.pop_screen()

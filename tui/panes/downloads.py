@@ -1,0 +1,452 @@
+"""The Downloads pane: the host's download jobs, per-file and total progress, then the verdict.
+
+It polls `jobs.list` once a second from a thread worker and keeps the download-kind jobs.
+The parameters of each download started from this console are kept here by job id, since
+the agent does not return them, so that `r` can start the same download again and `v` and
+`t` know the repo and directory.
+"""
+
+from rich.text import Text
+from textual import on, work
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.message import Message
+from textual.widgets import DataTable, Label, ProgressBar, Static, TabbedContent
+
+from remote.protocol import RemoteError
+
+from ..client import ConnectError
+from ..screens.download_form import DownloadForm
+from ..units import format_bytes, format_duration, format_rate
+
+POLL_INTERVAL_S = 1.0
+CALL_TIMEOUT_S = 30.0
+START_TIMEOUT_S = 180.0
+VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
+STATE_STYLES = {
+    "verified": "bold green",
+    "mismatch": "bold red",
+    "corrupt": "bold red",
+    "failed": "bold red",
+    "lost": "bold red",
+    "stopped": "yellow",
+    "downloading": "cyan",
+    "verifying": "cyan",
+    "resolving": "cyan",
+    "queued": "dim",
+}
+
+
+def percent(done, total):
+    return "%5.1f%%" % (100.0 * done / total) if total else "    -"
+
+
+def job_progress(job):
+    return job.get("progress") or {}
+
+
+def job_message(job):
+    """The one line a job ended with: its verdict, else its error."""
+    progress = job_progress(job)
+    verdict = progress.get("verdict") or {}
+    return verdict.get("message") or progress.get("error") or job.get("error") or job["state"]
+
+
+def params_from_meta(job):
+    """A download's parameters, if the agent recorded them with the job."""
+    meta = job.get("meta") or {}
+    if isinstance(meta, dict) and meta.get("repo") and meta.get("local_dir"):
+        return {key: meta.get(key) for key in ("repo", "repo_type", "revision", "files", "include", "exclude", "local_dir", "endpoint", "python")}
+    return None
+
+
+class FileProgress(Horizontal):
+    """One file of a download: its path, bytes and a bar."""
+
+    DEFAULT_CSS = """
+    FileProgress { height: 1; }
+    FileProgress > Label { width: 1fr; }
+    FileProgress > ProgressBar { width: 48; }
+    """
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def compose(self):
+        yield Label(self.path)
+        yield ProgressBar(show_eta=False)
+
+    def show(self, entry):
+        total, done = entry.get("bytes_total"), entry.get("bytes_done") or 0
+        label = Text(self.path)
+        label.append("  %s / %s" % (format_bytes(done), format_bytes(total)), style="dim")
+        state = entry.get("state")
+        if state:
+            label.append("  " + state, style=STATE_STYLES.get(state, ""))
+        self.query_one(Label).update(label)
+        self.query_one(ProgressBar).update(total=total, progress=done)
+
+
+class DownloadsPane(Vertical):
+    """Download jobs on the host: n new, x cancel, r retry, v verify again, t open in Tensors."""
+
+    PANE_TITLE = "Downloads"
+
+    DEFAULT_CSS = """
+    DownloadsPane { height: 1fr; }
+    DownloadsPane #downloads-jobs { height: 1fr; min-height: 4; }
+    DownloadsPane #downloads-detail { height: 2fr; border-top: solid $accent; }
+    DownloadsPane #downloads-summary { height: auto; }
+    DownloadsPane #downloads-total-row { height: 1; }
+    DownloadsPane #downloads-total-row > Label { width: 8; }
+    DownloadsPane #downloads-verdict { height: auto; }
+    DownloadsPane #downloads-files { height: 1fr; }
+    DownloadsPane #downloads-status { height: auto; color: $text-muted; }
+    DownloadsPane #downloads-status.error { color: $error; }
+    """
+
+    BINDINGS = [
+        Binding("n", "new", "new download"),
+        Binding("x", "cancel", "cancel"),
+        Binding("r", "retry", "retry"),
+        Binding("v", "verify", "verify again"),
+        Binding("t", "open_tensors", "open in Tensors"),
+    ]
+
+    class JobsListed(Message):
+        """The host's download jobs, freshly polled."""
+
+        def __init__(self, jobs):
+            super().__init__()
+            self.jobs = jobs
+
+        def can_replace(self, message):
+            return isinstance(message, DownloadsPane.JobsListed)
+
+    class PollFailed(Message):
+        """Polling the host failed: one line."""
+
+        def __init__(self, message):
+            super().__init__()
+            self.message = message
+
+    class JobStarted(Message):
+        """The host accepted a download or a verification started here."""
+
+        def __init__(self, job, params, what):
+            super().__init__()
+            self.job = job
+            self.params = params
+            self.what = what
+
+    class Stopped(Message):
+        """The host stopped a download job."""
+
+        def __init__(self, job_id):
+            super().__init__()
+            self.job_id = job_id
+
+    class ActionFailed(Message):
+        """The host refused a cancel, retry or verify: one line."""
+
+        def __init__(self, message):
+            super().__init__()
+            self.message = message
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.jobs = {}  # id -> latest job dict (download kind only)
+        self.params = {}  # id -> download.start parameters, for jobs started from this console
+        self.seen_states = {}  # id -> the state the last poll showed
+        self.notified = set()
+        self.selected_id = None
+        self.shown_files = None  # (job id, file paths) the per-file bars were built for
+        self._poll_worker = None
+
+    def compose(self):
+        table = DataTable(id="downloads-jobs", cursor_type="row", zebra_stripes=True)
+        for label, key in (("id", "id"), ("download", "name"), ("state", "state"), ("done", "percent"),
+                           ("bytes", "bytes"), ("rate", "rate"), ("ETA", "eta")):
+            table.add_column(label, key=key)
+        yield table
+        with Vertical(id="downloads-detail"):
+            yield Static("No download selected: n starts one", id="downloads-summary")
+            with Horizontal(id="downloads-total-row"):
+                yield Label("total")
+                yield ProgressBar(id="downloads-total", show_eta=False)
+            yield Static(id="downloads-verdict")
+            yield VerticalScroll(id="downloads-files")
+        yield Static("n new  x cancel  r retry  v verify again  t open in Tensors", id="downloads-status")
+
+    def on_mount(self):
+        self.poll()
+        self.set_interval(POLL_INTERVAL_S, self.poll)
+
+    # -- polling
+
+    def poll(self):
+        if self._poll_worker is not None and self._poll_worker.is_running:
+            return  # the last call has not come back yet: don't queue another
+        self._poll_worker = self._fetch_jobs()
+
+    def _client(self):
+        return getattr(self.app, "client", None)
+
+    def _connected_client(self):
+        client = self._client()
+        if client is None:
+            raise ConnectError("not connected to a host")
+        return client
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="downloads-poll")
+    def _fetch_jobs(self):
+        client = self._client()
+        if client is None:
+            self.post_message(self.PollFailed("not connected to a host"))
+            return
+        try:
+            jobs = client.call("jobs.list", {}, timeout=CALL_TIMEOUT_S)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(self.PollFailed(getattr(exc, "message", None) or str(exc)))
+            return
+        self.post_message(self.JobsListed([job for job in jobs if job.get("kind") == "download"]))
+
+    def on_downloads_pane_poll_failed(self, message):
+        self._set_status(message.message, error=True)
+
+    def on_downloads_pane_jobs_listed(self, message):
+        if self.query_one("#downloads-status", Static).has_class("error"):
+            self._set_status("n new  x cancel  r retry  v verify again  t open in Tensors")
+        self._merge(message.jobs)
+
+    def _merge(self, jobs):
+        table = self.query_one("#downloads-jobs", DataTable)
+        current = {job["id"]: job for job in jobs}
+        for job_id in [key for key in self.jobs if key not in current]:
+            table.remove_row(job_id)
+            self.jobs.pop(job_id)
+        for job in jobs:
+            self._notify_verdict(job)
+            cells = self._row_cells(job)
+            if job["id"] in self.jobs:
+                for key, value in zip(("id", "name", "state", "percent", "bytes", "rate", "eta"), cells):
+                    table.update_cell(job["id"], key, value)
+            else:
+                table.add_row(*cells, key=job["id"])
+            self.jobs[job["id"]] = job
+        if self.selected_id not in self.jobs and jobs:
+            # Follow the newest download until the user picks another.
+            table.move_cursor(row=table.get_row_index(jobs[-1]["id"]))
+            self.selected_id = jobs[-1]["id"]
+        self._show_detail()
+
+    def _notify_verdict(self, job):
+        state, job_id = job["state"], job["id"]
+        before = self.seen_states.get(job_id)
+        self.seen_states[job_id] = state
+        if state not in VERDICT_STATES or job_id in self.notified:
+            return
+        self.notified.add(job_id)
+        if before is None or before in VERDICT_STATES:
+            return  # it had ended before this console saw it run: nothing turned
+        severity = "information" if state == "verified" else "error"
+        self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity)
+
+    @staticmethod
+    def _row_cells(job):
+        progress = job_progress(job)
+        done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
+        eta = progress.get("eta_s")
+        running = job["state"] in ("queued", "resolving", "downloading", "verifying")
+        return (
+            job["id"],
+            job.get("name") or "",
+            Text(job["state"], style=STATE_STYLES.get(job["state"], "")),
+            percent(done, total),
+            "%s / %s" % (format_bytes(done), format_bytes(total)),
+            format_rate(progress.get("rate_bytes_per_s")) if running else "-",
+            format_duration(eta) if running and eta is not None else "-",
+        )
+
+    # -- the selected job
+
+    @on(DataTable.RowHighlighted, "#downloads-jobs")
+    def _row_highlighted(self, event):
+        event.stop()
+        if event.row_key is not None and event.row_key.value in self.jobs:
+            self.selected_id = event.row_key.value
+            self._show_detail()
+
+    def selected_job(self):
+        return self.jobs.get(self.selected_id)
+
+    def _show_detail(self):
+        job = self.selected_job()
+        summary = self.query_one("#downloads-summary", Static)
+        total_bar = self.query_one("#downloads-total", ProgressBar)
+        verdict = self.query_one("#downloads-verdict", Static)
+        if job is None:
+            summary.update("No download selected: n starts one")
+            verdict.update("")
+            self._rebuild_files(None, [])
+            return
+        progress = job_progress(job)
+        params = self.params.get(job["id"]) or params_from_meta(job)
+        text = Text()
+        text.append("%s  " % job["id"], style="bold")
+        text.append(job.get("name") or "")
+        text.append("\nstate ", style="dim")
+        text.append(job["state"], style=STATE_STYLES.get(job["state"], ""))
+        text.append("  rate ", style="dim")
+        text.append(format_rate(progress.get("rate_bytes_per_s")))
+        text.append("  ETA ", style="dim")
+        text.append(format_duration(progress.get("eta_s")))
+        text.append("  ", style="dim")
+        text.append("%s of %s" % (format_bytes(progress.get("bytes_done") or 0), format_bytes(progress.get("bytes_total"))))
+        if params:
+            text.append("\ninto ", style="dim")
+            text.append(params["local_dir"])
+        summary.update(text)
+        total_bar.update(total=progress.get("bytes_total"), progress=progress.get("bytes_done") or 0)
+        verdict.update(self._verdict_text(job))
+        files = progress.get("files") or []
+        self._rebuild_files(job["id"], files)
+        for widget, entry in zip(self.query(FileProgress), files):
+            widget.show(entry)
+
+    @staticmethod
+    def _verdict_text(job):
+        progress = job_progress(job)
+        verdict = progress.get("verdict")
+        if verdict:
+            good = verdict.get("status") == "verified"
+            text = Text("verdict: ", style="dim")
+            text.append(verdict.get("status", ""), style="bold green" if good else "bold red")
+            text.append("  " + (verdict.get("message") or ""))
+            if verdict.get("file"):
+                text.append("  (%s)" % verdict["file"], style="red")
+            return text
+        error = progress.get("error") or job.get("error")
+        if error:
+            return Text("error: " + error, style="red")
+        return Text("")
+
+    def _rebuild_files(self, job_id, files):
+        key = (job_id, tuple(entry.get("path") for entry in files))
+        if key == self.shown_files:
+            return
+        self.shown_files = key
+        container = self.query_one("#downloads-files", VerticalScroll)
+        container.remove_children()
+        container.mount_all([FileProgress(entry.get("path") or "?") for entry in files])
+
+    # -- keys
+
+    def action_new(self):
+        self.app.push_screen(DownloadForm(), self._form_done)
+
+    def _form_done(self, result):
+        if result:
+            self._track_started(result["job"], result["params"], "download")
+
+    def _track_started(self, job, params, what):
+        self.params[job["id"]] = params
+        self.seen_states.setdefault(job["id"], "queued")  # so that its verdict is announced
+        self.selected_id = job["id"]
+        self._set_status("%s started: %s (%s)" % (what, job["id"], params["repo"]))
+        self.poll()
+
+    def _selected_or_say(self, action):
+        job = self.selected_job()
+        if job is None:
+            self._set_status("no download selected to %s" % action, error=True)
+        return job
+
+    def _params_or_say(self, job, action):
+        params = self.params.get(job["id"]) or params_from_meta(job)
+        if params is None:
+            self._set_status(
+                "%s is not offered for %s: it was started outside this console, which does not know its repo and directory"
+                % (action, job["id"]),
+                error=True,
+            )
+        return params
+
+    def action_cancel(self):
+        job = self._selected_or_say("cancel")
+        if job is None:
+            return
+        if job["process_state"] not in ("running", "starting"):
+            self._set_status("%s has already ended (%s)" % (job["id"], job["state"]), error=True)
+            return
+        self._set_status("stopping %s ..." % job["id"])
+        self._stop(job["id"])
+
+    def action_retry(self):
+        job = self._selected_or_say("retry")
+        params = job and self._params_or_say(job, "retry")
+        if params:
+            self._set_status("starting %s again ..." % params["repo"])
+            self._call_start("download.start", params, "download")
+
+    def action_verify(self):
+        job = self._selected_or_say("verify")
+        params = job and self._params_or_say(job, "verify again")
+        if params:
+            self._set_status("verifying %s against %s ..." % (params["local_dir"], params["repo"]))
+            self._call_start("download.verify", params, "verification")
+
+    def action_open_tensors(self):
+        job = self._selected_or_say("open")
+        params = job and self._params_or_say(job, "opening in Tensors")
+        if not params:
+            return
+        from .tensors import TensorsPane
+
+        try:
+            tensors = self.app.query_one(TensorsPane)
+        except Exception:
+            self._set_status("this console has no Tensors pane", error=True)
+            return
+        tabs = next((node for node in tensors.ancestors if isinstance(node, TabbedContent)), None)
+        if tabs is not None:
+            tabs.active = "tensors"
+        tensors.open_path(params["local_dir"])
+
+    @work(thread=True, exit_on_error=False, group="downloads-actions")
+    def _stop(self, job_id):
+        try:
+            self._connected_client().call("jobs.stop", {"id": job_id}, timeout=CALL_TIMEOUT_S)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(self.ActionFailed("stopping %s failed: %s" % (job_id, getattr(exc, "message", None) or exc)))
+            return
+        self.post_message(self.Stopped(job_id))
+
+    @work(thread=True, exit_on_error=False, group="downloads-actions")
+    def _call_start(self, method, params, what):
+        try:
+            job = self._connected_client().call(method, params, timeout=START_TIMEOUT_S)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(self.ActionFailed("%s refused: %s" % (what, getattr(exc, "message", None) or exc)))
+            return
+        self.post_message(self.JobStarted(job, params, what))
+
+    def on_downloads_pane_job_started(self, message):
+        self._track_started(message.job, message.params, message.what)
+
+    def on_downloads_pane_stopped(self, message):
+        self._set_status("%s stopped" % message.job_id)
+        self.poll()
+
+    def on_downloads_pane_action_failed(self, message):
+        self._set_status(message.message, error=True)
+
+    def on_worker_state_changed(self, event):
+        if event.worker.group.startswith("downloads-") and event.worker.error is not None:
+            self._set_status("%s" % event.worker.error, error=True)
+
+    def _set_status(self, text, error=False):
+        status = self.query_one("#downloads-status", Static)
+        status.update(text)
+        status.set_class(error, "error")

@@ -1,0 +1,190 @@
+"""A modal that walks the host's filesystem through `fs.list` and returns the path picked.
+
+Enter opens a directory or picks a file, `o` picks the highlighted directory itself (a
+checkpoint is usually a directory), Backspace goes up, and the path Input takes a typed
+path: Enter there picks it, or opens it when it ends with "/".
+"""
+
+import posixpath
+
+from rich.text import Text
+from textual import on, work
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Input, Label, OptionList, Static
+from textual.widgets.option_list import Option
+
+from remote.protocol import RemoteError
+
+from ..client import ConnectError
+from ..units import format_bytes, format_time
+
+LIST_TIMEOUT_S = 30.0
+PARENT = ".."
+
+
+class FilePicker(ModalScreen):
+    """Pick a file or directory on the host; dismisses with its path, or None on Escape."""
+
+    DEFAULT_CSS = """
+    FilePicker { align: center middle; }
+    FilePicker > Vertical {
+        width: 90%; height: 85%; border: thick $accent; background: $surface; padding: 0 1;
+    }
+    FilePicker #picker-title { text-style: bold; width: 1fr; }
+    FilePicker #picker-entries { height: 1fr; }
+    FilePicker #picker-status { height: auto; color: $text-muted; }
+    FilePicker #picker-status.error { color: $error; }
+    """
+
+    BINDINGS = [
+        Binding("escape", "cancel", "cancel"),
+        Binding("backspace", "up", "up"),
+        Binding("o", "pick_highlighted", "pick dir"),
+    ]
+
+    class Listed(Message):
+        """A directory listing arrived from the host."""
+
+        def __init__(self, listing):
+            super().__init__()
+            self.listing = listing
+
+    class ListFailed(Message):
+        """The host refused to list a directory."""
+
+        def __init__(self, path, message):
+            super().__init__()
+            self.path = path
+            self.message = message
+
+    def __init__(self, start_path="~", title="Pick a checkpoint on the host"):
+        super().__init__()
+        self.start_path = start_path or "~"
+        self.title_text = title
+        self.directory = None  # the absolute path now listed, as the host names it
+        self.parent_directory = None
+        self.entries = []  # option index -> entry dict (None for the ".." row)
+
+    def compose(self):
+        with Vertical():
+            yield Label(self.title_text, id="picker-title")
+            yield Input(placeholder="a path on the host (Enter picks it, a trailing / opens it)", id="picker-path")
+            yield OptionList(id="picker-entries")
+            yield Static("Enter open/pick  o pick directory  Backspace up  Esc cancel", id="picker-status")
+
+    def on_mount(self):
+        self.query_one("#picker-path", Input).value = self.start_path
+        self.query_one(OptionList).focus()
+        self.list_directory(self.start_path)
+
+    # -- talking to the host
+
+    def list_directory(self, path):
+        self._set_status("listing %s ..." % path)
+        self._fetch(path)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="picker-list")
+    def _fetch(self, path):
+        client = getattr(self.app, "client", None)
+        if client is None:
+            self.post_message(self.ListFailed(path, "not connected to a host"))
+            return
+        try:
+            listing = client.call("fs.list", {"path": path}, timeout=LIST_TIMEOUT_S)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(self.ListFailed(path, getattr(exc, "message", None) or str(exc)))
+            return
+        self.post_message(self.Listed(listing))
+
+    def on_file_picker_listed(self, message):
+        listing = message.listing
+        self.directory = listing["path"]
+        self.parent_directory = listing.get("parent")
+        self.query_one("#picker-path", Input).value = self.directory
+        options, self.entries = [], []
+        if self.parent_directory and self.parent_directory != self.directory:
+            options.append(Option(Text("../", style="bold")))
+            self.entries.append(None)
+        for entry in listing["entries"]:
+            options.append(Option(self._entry_label(entry)))
+            self.entries.append(entry)
+        entries = self.query_one(OptionList)
+        entries.clear_options()
+        entries.add_options(options)
+        if options:
+            entries.highlighted = 1 if self.entries[0] is None and len(options) > 1 else 0
+        count = len(listing["entries"])
+        note = " (only the first %d shown)" % count if listing.get("truncated") else ""
+        self._set_status("%s: %d entries%s   Enter open/pick  o pick directory  Backspace up  Esc cancel" % (self.directory, count, note))
+
+    def on_file_picker_list_failed(self, message):
+        self._set_status("%s: %s" % (message.path, message.message), error=True)
+
+    @staticmethod
+    def _entry_label(entry):
+        if entry["dir"]:
+            return Text(entry["name"] + "/", style="bold")
+        size = format_bytes(entry["bytes"])
+        return Text.assemble(entry["name"], ("  %s  %s" % (size, format_time(entry.get("mtime"))), "dim"))
+
+    def _set_status(self, text, error=False):
+        status = self.query_one("#picker-status", Static)
+        status.update(text)
+        status.set_class(error, "error")
+
+    # -- keys
+
+    def _path_of(self, entry):
+        return posixpath.join(self.directory, entry["name"])
+
+    def _highlighted_entry(self):
+        index = self.query_one(OptionList).highlighted
+        if index is None or index >= len(self.entries):
+            return None, False
+        return self.entries[index], True
+
+    @on(OptionList.OptionSelected, "#picker-entries")
+    def _entry_selected(self, event):
+        event.stop()
+        if event.option_index >= len(self.entries):
+            return
+        entry = self.entries[event.option_index]
+        if entry is None:
+            self.action_up()
+        elif entry["dir"]:
+            self.list_directory(self._path_of(entry))
+        else:
+            self.dismiss(self._path_of(entry))
+
+    @on(Input.Submitted, "#picker-path")
+    def _path_typed(self, event):
+        event.stop()
+        path = event.value.strip()
+        if not path:
+            return
+        if path.endswith("/") and len(path) > 1:
+            self.list_directory(path.rstrip("/"))
+            self.query_one(OptionList).focus()
+        else:
+            self.dismiss(path)
+
+    def action_up(self):
+        if self.parent_directory and self.parent_directory != self.directory:
+            self.list_directory(self.parent_directory)
+
+    def action_pick_highlighted(self):
+        entry, found = self._highlighted_entry()
+        if not found:
+            if self.directory:
+                self.dismiss(self.directory)
+            return
+        if entry is None:
+            self.dismiss(self.parent_directory)
+        else:
+            self.dismiss(self._path_of(entry))
+
+    def action_cancel(self):
+        self.dismiss(None)

@@ -1,0 +1,168 @@
+"""The form behind `n` in the Downloads pane: what to fetch from the hub, and where on the host.
+
+Submitting calls `download.start` in a worker; the agent resolves the file list and checks
+free space first, so a refusal (no such repo, file or revision, a gated repo, no network,
+no space) comes back at once as one line, shown under the form. On success the form
+dismisses with `{"job": job, "params": params}`.
+"""
+
+from textual import on, work
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Static
+
+from remote.protocol import RemoteError
+
+from ..client import ConnectError
+
+START_TIMEOUT_S = 180.0  # the agent may take up to 120 s to resolve the file list
+
+FIELDS = (
+    ("repo", "repo", "org/name on the hub, e.g. AQ-MedAI/Kimi-K2-Instruct-eagle3"),
+    ("files", "files", "space-separated paths in the repo (empty: every file)"),
+    ("include", "include patterns", "space-separated globs, e.g. *.json *.safetensors"),
+    ("local_dir", "local dir", "directory on the host, e.g. ~/models/k2-eagle3"),
+    ("revision", "revision", "branch, tag or commit (empty: main)"),
+    ("endpoint", "endpoint", "a hub mirror URL (empty: the host's HF_ENDPOINT, else the hub)"),
+)
+
+
+def form_params(values):
+    """download.start parameters from the form's text fields."""
+    return {
+        "repo": values.get("repo", "").strip(),
+        "repo_type": "model",
+        "files": values.get("files", "").split(),
+        "include": values.get("include", "").split(),
+        "exclude": [],
+        "local_dir": values.get("local_dir", "").strip(),
+        "revision": values.get("revision", "").strip() or None,
+        "endpoint": values.get("endpoint", "").strip() or None,
+    }
+
+
+class DownloadForm(ModalScreen):
+    """Ask for a repo and a directory, start the download on the host."""
+
+    DEFAULT_CSS = """
+    DownloadForm { align: center middle; }
+    DownloadForm > Vertical {
+        width: 90; max-width: 95%; height: auto; border: thick $accent; background: $surface; padding: 0 1;
+    }
+    DownloadForm .form-row { height: auto; }
+    DownloadForm .form-label { width: 18; padding: 1 1 0 0; }
+    DownloadForm .form-row Input { width: 1fr; }
+    DownloadForm #form-title { text-style: bold; }
+    DownloadForm #form-buttons { height: auto; align-horizontal: right; }
+    DownloadForm #form-error { height: auto; color: $error; }
+    DownloadForm #form-error.busy { color: $text-muted; }
+    """
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    class Started(Message):
+        """download.start accepted the request."""
+
+        def __init__(self, job, params):
+            super().__init__()
+            self.job = job
+            self.params = params
+
+    class Refused(Message):
+        """download.start refused: the agent's one line."""
+
+        def __init__(self, error_type, message):
+            super().__init__()
+            self.error_type = error_type
+            self.message = message
+
+    def __init__(self, values=None):
+        super().__init__()
+        self.initial = values or {}
+        self.busy = False
+
+    def compose(self):
+        with Vertical():
+            yield Label("Download from the hub onto the host", id="form-title")
+            for key, label, placeholder in FIELDS:
+                with Horizontal(classes="form-row"):
+                    yield Label(label, classes="form-label")
+                    yield Input(value=self.initial.get(key, ""), placeholder=placeholder, id="form-%s" % key.replace("_", "-"))
+            yield Static(id="form-error")
+            with Horizontal(id="form-buttons"):
+                yield Button("Cancel", id="form-cancel")
+                yield Button("Download", id="form-submit", variant="primary")
+
+    def on_mount(self):
+        self.query_one("#form-repo", Input).focus()
+
+    def values(self):
+        return {key: self.query_one("#form-%s" % key.replace("_", "-"), Input).value for key, _, _ in FIELDS}
+
+    # -- submitting
+
+    @on(Input.Submitted)
+    def _enter_in_a_field(self, event):
+        event.stop()
+        self.submit()
+
+    @on(Button.Pressed, "#form-submit")
+    def _submit_pressed(self, event):
+        event.stop()
+        self.submit()
+
+    @on(Button.Pressed, "#form-cancel")
+    def _cancel_pressed(self, event):
+        event.stop()
+        self.dismiss(None)
+
+    def submit(self):
+        if self.busy:
+            return
+        params = form_params(self.values())
+        missing = [name for name, key in (("repo", "repo"), ("local dir", "local_dir")) if not params[key]]
+        if missing:
+            self._show_error(" and ".join(missing) + (" is" if len(missing) == 1 else " are") + " required")
+            return
+        self.busy = True
+        self._show_error("asking the host to resolve %s ..." % params["repo"], busy=True)
+        self._start(params)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="download-form")
+    def _start(self, params):
+        client = getattr(self.app, "client", None)
+        if client is None:
+            self.post_message(self.Refused("NotConnected", "not connected to a host"))
+            return
+        try:
+            job = client.call("download.start", params, timeout=START_TIMEOUT_S)
+        except RemoteError as exc:
+            self.post_message(self.Refused(exc.type, exc.message))
+            return
+        except ConnectError as exc:
+            self.post_message(self.Refused("NotConnected", str(exc)))
+            return
+        self.post_message(self.Started(job, params))
+
+    def on_worker_state_changed(self, event):
+        if event.worker.group == "download-form" and event.worker.error is not None:
+            self.busy = False
+            self._show_error("starting the download failed: %s" % event.worker.error)
+
+    def on_download_form_started(self, message):
+        self.busy = False
+        self.dismiss({"job": message.job, "params": message.params})
+
+    def on_download_form_refused(self, message):
+        self.busy = False
+        self._show_error(message.message)
+
+    def _show_error(self, text, busy=False):
+        error = self.query_one("#form-error", Static)
+        error.update(text)
+        error.set_class(busy, "busy")
+
+    def action_cancel(self):
+        self.dismiss(None)
