@@ -86,18 +86,13 @@ def write_json(path, value):
 # ---------------------------------------------------------------- executables
 
 
-_login_path_cache = {"value": None, "at": 0.0}
-
-
 def login_path():
-    """The PATH of the user's login shell, as an interactive login would see it (cached 60 s).
+    """The PATH of the user's login shell merged before the daemon's own.
 
-    The classic failure this prevents: a job started from a shell without the venv on its
-    PATH, noticed hours later.
+    Asked anew at each submit (a login shell costs milliseconds; a submit is rare), so a venv
+    added to ~/.profile counts at once. The classic failure this prevents: a job started from
+    a shell without the venv on its PATH, noticed hours later.
     """
-    now = time.monotonic()
-    if _login_path_cache["value"] is not None and now - _login_path_cache["at"] < 60:
-        return _login_path_cache["value"]
     import pwd
 
     shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
@@ -110,15 +105,15 @@ def login_path():
             stderr=subprocess.DEVNULL,
             timeout=15,
         )
-        value = out.stdout.decode("utf-8", "replace").strip().splitlines()[-1] if out.stdout.strip() else ""
-    except (OSError, subprocess.SubprocessError, IndexError):
+        lines = out.stdout.decode("utf-8", "replace").strip().splitlines()
+        value = lines[-1] if lines else ""
+    except (OSError, subprocess.SubprocessError):
         value = ""
     merged = []
     for entry in (value + os.pathsep + os.environ.get("PATH", "")).split(os.pathsep):
         if entry and entry not in merged:
             merged.append(entry)
-    _login_path_cache.update(value=os.pathsep.join(merged), at=now)
-    return _login_path_cache["value"]
+    return os.pathsep.join(merged)
 
 
 def resolve_executable(name, cwd, search_path):

@@ -110,6 +110,29 @@ def test_bad_input_is_one_clear_line(case, laptop, sshd, host_python, host_user)
     assert jobs_after == jobs_before  # nothing half-started
 
 
+def test_command_found_on_the_login_path_not_the_exec_path(laptop, host_python, host_user):
+    # A venv on the PATH of login shells only (~/.profile), as a non-interactive SSH exec lacks it.
+    venv_bin = host_user.home / ("venv-%d" % time.time_ns()) / "bin"
+    host_user.run(["mkdir", "-p", str(venv_bin)])
+    host_user.run(["sh", "-c", 'printf "#!/bin/sh\\necho trained\\n" > "$1" && chmod +x "$1"', "-", str(venv_bin / "train-drafter")])
+    profile = host_user.home / ".profile"
+    original = profile.read_text() if profile.exists() else None
+    host_user.run(["sh", "-c", 'echo "export PATH=%s:\\$PATH" >> "$HOME/.profile"' % venv_bin])
+    try:
+        job_id = cli(laptop, host_python, "run", "gpuhost", "--", "train-drafter", check=0).stdout.strip()
+        job = wait_for(
+            lambda: [j for j in json.loads(cli(laptop, host_python, "jobs", "gpuhost", "--json", check=0).stdout) if j["id"] == job_id and j["exit_code"] is not None],
+            60,
+        )[0]
+        assert job["argv"] == [str(venv_bin / "train-drafter")] and job["exit_code"] == 0
+        assert cli(laptop, host_python, "logs", "gpuhost", job_id, check=0).stdout == "trained\n"
+    finally:
+        if original is None:
+            profile.unlink()
+        else:
+            profile.write_text(original)
+
+
 def test_ssh_config_alias_resolves(laptop, sshd):
     dest = parse_destination("gpuhost")
     assert (dest.hostname, dest.port, dest.user) == (sshd.host, sshd.port, sshd.user)
