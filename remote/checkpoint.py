@@ -1033,6 +1033,7 @@ def inspect(path, sha256=False, progress=None):
         eagle3["embed_tokens"] = "present" if "embed_tokens.weight" in canon_shapes else "shared from the target at load time"
         eagle3["norm_before_residual"] = effective_norm_before_residual(fmt, config)
     elif fmt == "eagle" and dims["eagle12"]:
+        dims["hidden_size"] = canon_shapes["fc.weight"][0]
         problems.append(_warn("this is an EAGLE-1/2 drafter (fc fuses 2 x hidden: token embedding + the target's "
                               "last hidden state), not EAGLE-3"))
     report_tensors = []
@@ -1218,57 +1219,64 @@ def compare(report_a, report_b):
     Works from two inspect reports, so A and B may come from different hosts. Tensors are matched
     by role across layouts (SpecForge midlayer.X = speculators layers.0.X = vLLM model.layers.N.X).
     """
-    reasons = []
-    pitfalls = []
-    fatal = []
+    broken, dims, missing, shapes, notes = [], [], [], [], []
     fmt_a, fmt_b = report_a.get("format", "unknown"), report_b.get("format", "unknown")
     ea, eb = report_a.get("eagle3"), report_b.get("eagle3")
     for side, report, e in (("A", report_a, ea), ("B", report_b, eb)):
         if e is None:
-            fatal.append("%s is not an EAGLE-3 drafter (format %s: %s)"
-                         % (side, report.get("format"), FORMAT_DESCRIPTIONS.get(report.get("format"), "")))
+            broken.append("%s is not an EAGLE-3 drafter (format %s: %s)"
+                          % (side, report.get("format"), FORMAT_DESCRIPTIONS.get(report.get("format"), "")))
         errors = [p["message"] for p in report.get("problems", []) if p.get("level") == "error"]
         if errors:
-            fatal.append("%s has %d error%s in its files, first: %s" % (side, len(errors), "s" if len(errors) > 1 else "", errors[0]))
+            broken.append("%s has %d error%s in its files, first: %s"
+                          % (side, len(errors), "s" if len(errors) > 1 else "", errors[0]))
     if fmt_a != fmt_b:
-        reasons.append("layouts differ: A is %s (%s), B is %s (%s); tensors are matched by role and must be renamed "
-                       "when loading" % (fmt_a, FORMAT_DESCRIPTIONS.get(fmt_a, ""), fmt_b, FORMAT_DESCRIPTIONS.get(fmt_b, "")))
+        notes.append("layouts differ: A is %s (%s), B is %s (%s); tensors are matched by role and must be "
+                     "renamed when loading" % (fmt_a, _NAMING.get(fmt_a, "?"), fmt_b, _NAMING.get(fmt_b, "?")))
+    if ea and eb:
+        for key, words in _DIM_WORDS.items():
+            if ea.get(key) is not None and eb.get(key) is not None and ea[key] != eb[key]:
+                dims.append("%s differs: A %s, B %s" % (words, _d(ea[key]), _d(eb[key])))
     ca, cb = _canonical_tensors(report_a), _canonical_tensors(report_b)
     rows = []
     for key in sorted(set(ca) | set(cb), key=_row_order):
         a, b = ca.get(key), cb.get(key)
         if a and b:
             status = "shape differs" if a["shape"] != b["shape"] else "dtype differs" if a["dtype"] != b["dtype"] else "same"
+            name = a["name"] if a["name"] == b["name"] else "%s = %s" % (a["name"], b["name"])
         else:
             status = "only in A" if a else "only in B"
-        rows.append({"name": (a or b)["name"] if not (a and b) or a["name"] == b["name"] else "%s = %s" % (a["name"], b["name"]),
-                     "a": _tensor_side(a), "b": _tensor_side(b), "status": status})
+            name = (a or b)["name"]
+        rows.append({"name": name, "a": _tensor_side(a), "b": _tensor_side(b), "status": status})
         if status == "shape differs":
             cause = next((c for k, c in _SHAPE_CAUSE if k in key), "")
-            fatal.append("%s: A %s, B %s%s" % (rows[-1]["name"], _shape_text(a["shape"]), _shape_text(b["shape"]),
+            shapes.append("%s: A %s, B %s%s" % (name, _shape_text(a["shape"]), _shape_text(b["shape"]),
                                                 (" (%s)" % cause) if cause else ""))
         elif status == "only in B":
             if key in _OPTIONAL:
-                reasons.append("%s only in B: A has none (%s)" % (b["name"], _OPTIONAL[key]))
+                notes.append("%s only in B: A has none (%s)" % (b["name"], _OPTIONAL[key]))
             else:
-                fatal.append("B has %s, A has none: B's copy would start from random values" % b["name"])
+                missing.append("B has %s, A has none: B's copy would start from random values" % b["name"])
         elif status == "only in A":
-            reasons.append("%s only in A: not used by B%s" % (a["name"], " (B %s)" % _OPTIONAL[key] if key in _OPTIONAL else ""))
+            notes.append("%s only in A: not used by B%s"
+                         % (a["name"], " (B: %s)" % _OPTIONAL[key] if key in _OPTIONAL else ""))
         elif status == "dtype differs":
-            reasons.append("%s: dtype %s in A, %s in B: cast when loading" % (rows[-1]["name"], a["dtype"], b["dtype"]))
-    if ea and eb:
-        for key, words in _DIM_WORDS.items():
-            if ea.get(key) is not None and eb.get(key) is not None and ea[key] != eb[key]:
-                fatal.append("%s differs: A %s, B %s" % (words, _d(ea[key]), _d(eb[key])))
-        pitfalls.extend(_pitfalls(report_a, report_b, ea, eb))
-    config_diff = _config_diff(report_a.get("config"), report_b.get("config"))
-    verdict = "incompatible" if fatal else "compatible"
+            notes.append("%s: dtype %s in A, %s in B: cast when loading" % (name, a["dtype"], b["dtype"]))
+    if len(shapes) > 5:
+        shapes = shapes[:5] + ["and %d more tensors differ in shape" % (len(shapes) - 5)]
+    fatal = broken + dims + missing + shapes
+    pitfalls = _pitfalls(report_a, report_b, ea, eb) if ea and eb else []
     if fatal:
         summary = "not a drop-in initialisation: " + fatal[0]
     else:
         summary = "drop-in initialisation: every tensor B needs is in A with the same shape"
-    return {"verdict": verdict, "reasons": [summary] + fatal[1:] + reasons + ["pitfall: " + p for p in pitfalls],
-            "rows": rows, "config_diff": config_diff}
+    return {"verdict": "incompatible" if fatal else "compatible",
+            "reasons": [summary] + fatal[1:] + notes + ["pitfall: " + p for p in pitfalls],
+            "rows": rows, "config_diff": _config_diff(report_a.get("config"), report_b.get("config"))}
+
+
+_NAMING = {"specforge": "midlayer.*", "eagle": "midlayer.* or layers.0.*", "speculators": "layers.0.*",
+           "vllm": "model.layers.N.*", "hf": "model.layers.*", "unknown": "?"}
 
 
 def _row_order(canonical):

@@ -1,0 +1,173 @@
+"""Plain-text rendering of checkpoint reports for the CLI: problems first, then the tensors.
+
+Works on the JSON that remote.checkpoint produces (so on reports from any host) and needs
+nothing beyond the standard library.
+"""
+
+import json
+
+GB = 10 ** 9
+GIB = 2 ** 30
+_DECIMAL = ((10 ** 12, "TB"), (10 ** 9, "GB"), (10 ** 6, "MB"), (10 ** 3, "kB"))
+_BINARY = ((2 ** 40, "TiB"), (2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB"))
+# Layout words, so the view needs no import from remote/.
+_FORMATS = {
+    "specforge": "SpecForge / SGLang EAGLE-3 drafter (LlamaForCausalLMEagle3, midlayer.*)",
+    "speculators": "speculators EAGLE-3 drafter (speculators_config, layers.0.*)",
+    "eagle": "original EAGLE drafter (SafeAILab layout)",
+    "vllm": "vLLM-native EAGLE-3 names (model.*, draft_id_to_target_id)",
+    "hf": "plain Hugging Face model (not a drafter)",
+    "unknown": "layout not recognised",
+}
+
+
+def format_size(n):
+    """Exact bytes plus decimal and binary units, because notes disagree only in units:
+    2382319104 -> '2,382,319,104 bytes (2.38 GB, 2.22 GiB)'."""
+    if n is None:
+        return "? bytes"
+    exact = "{:,} bytes".format(n)
+    if n < 1000:
+        return exact
+    decimal = next((value, unit) for value, unit in _DECIMAL if n >= value)
+    binary = next(((value, unit) for value, unit in _BINARY if n >= value), (1, "bytes"))
+    if binary[1] == "bytes":
+        return "%s (%.2f %s)" % (exact, n / float(decimal[0]), decimal[1])
+    return "%s (%.2f %s, %.2f %s)" % (exact, n / float(decimal[0]), decimal[1], n / float(binary[0]), binary[1])
+
+
+def format_shape(shape):
+    if shape is None:
+        return "?"
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _table(headers, rows, right=()):
+    """Columns padded to their widest cell; the last column is not padded."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [headers] + rows:
+        cells = []
+        for i, cell in enumerate(row):
+            if i == len(row) - 1 and i not in right:
+                cells.append(cell)
+            elif i in right:
+                cells.append(cell.rjust(widths[i]))
+            else:
+                cells.append(cell.ljust(widths[i]))
+        lines.append("  " + "  ".join(cells).rstrip())
+    return lines
+
+
+def _problem_lines(problems):
+    errors = [p for p in problems or [] if p.get("level") == "error"]
+    warnings = [p for p in problems or [] if p.get("level") != "error"]
+    if not errors and not warnings:
+        return ["No problems found."]
+    head = []
+    if errors:
+        head.append("%d error%s" % (len(errors), "" if len(errors) == 1 else "s"))
+    if warnings:
+        head.append("%d warning%s" % (len(warnings), "" if len(warnings) == 1 else "s"))
+    lines = ["Problems: " + ", ".join(head)]
+    lines += ["  ERROR    " + p.get("message", "") for p in errors]
+    lines += ["  warning  " + p.get("message", "") for p in warnings]
+    return lines
+
+
+def _eagle3_lines(report):
+    e = report.get("eagle3")
+    if not e:
+        return []
+
+    def show(key):
+        value = e.get(key)
+        return "?" if value is None else str(value)
+
+    target_hidden = e.get("target_hidden_size")
+    fc = ""
+    if target_hidden:
+        fc = " (fc.weight fuses 3 x %d = %d auxiliary features of the target)" % (target_hidden, 3 * target_hidden)
+    aux = e.get("aux_layer_ids")
+    aux_text = str(aux) if aux else "not in config: vLLM uses (2, L//2, L-3) of the target's L layers"
+    heads = "%s heads x %s, %s kv heads" % (show("num_attention_heads"), show("head_dim"), show("num_key_value_heads"))
+    rows = [
+        ("hidden size", show("hidden_size")),
+        ("target hidden size", show("target_hidden_size") + fc),
+        ("draft vocabulary", show("draft_vocab_size") + " (lm_head rows; d2t maps draft id -> target id = id + d2t[id])"),
+        ("target vocabulary", show("target_vocab_size") + " (length of t2d)"),
+        ("intermediate size", show("intermediate_size")),
+        ("attention", heads),
+        ("aux layer ids", aux_text),
+    ]
+    if e.get("embed_tokens"):
+        rows.append(("embed_tokens", e["embed_tokens"]))
+    if e.get("norm_before_residual") is not None:
+        rows.append(("norm_before_residual", str(e["norm_before_residual"]).lower() + " (as the loader will run it)"))
+    width = max(len(k) for k, _ in rows)
+    return ["EAGLE-3:"] + ["  %s  %s" % (k.ljust(width), v) for k, v in rows]
+
+
+def format_inspect(report):
+    """The inspect report as text: problems first, then files, tensors, totals, EAGLE-3 summary."""
+    fmt = report.get("format", "unknown")
+    lines = [str(report.get("path", "")), "Format: %s: %s" % (fmt, _FORMATS.get(fmt, ""))]
+    lines += _problem_lines(report.get("problems"))
+    files = report.get("files") or []
+    if files:
+        lines.append("Files:")
+        for f in files:
+            digest = ("  sha256 " + f["sha256"]) if f.get("sha256") else ""
+            lines.append("  %s  %s%s" % (f.get("path"), format_size(f.get("bytes")), digest))
+    tensors = report.get("tensors") or []
+    rows = [[t.get("name", ""), t.get("role") or "", format_shape(t.get("shape")), t.get("dtype") or "?",
+             "{:,}".format(t["bytes"]) if t.get("bytes") is not None else "?"] for t in tensors]
+    lines.append("Tensors: %d" % len(tensors))
+    if rows:
+        lines += _table(["name", "role", "shape", "dtype", "bytes"], rows, right=(4,))
+    tensor_bytes = sum(t.get("bytes") or 0 for t in tensors)
+    lines.append("Total: %s in %d file%s; tensor data %s"
+                 % (format_size(report.get("total_bytes")), len(files), "" if len(files) == 1 else "s",
+                    format_size(tensor_bytes)))
+    lines += _eagle3_lines(report)
+    return "\n".join(lines) + "\n"
+
+
+def _side(side):
+    if not side:
+        return "-"
+    return "%s %s" % (format_shape(side.get("shape")), side.get("dtype") or "?")
+
+
+def format_compare(result):
+    """The compare result as text: verdict on top, reasons, tensors side by side, config diff."""
+    compatible = result.get("verdict") == "compatible"
+    lines = ["Verdict: %s" % ("COMPATIBLE: drop-in initialisation" if compatible
+                              else "INCOMPATIBLE: not a drop-in initialisation")]
+    for reason in result.get("reasons") or []:
+        lines.append("  - " + reason)
+    rows = []
+    for row in result.get("rows") or []:
+        a, b = row.get("a"), row.get("b")
+        name_a = a.get("name", "") if a else "-"
+        name_b = b.get("name", "") if b else "-"
+        rows.append([row.get("status", ""), name_a, _side(a), name_b, _side(b)])
+    differing = sum(1 for r in rows if r[0] != "same")
+    lines.append("Tensors: %d, %d differ" % (len(rows), differing))
+    if rows:
+        lines += _table(["status", "A", "A shape dtype", "B", "B shape dtype"], rows)
+    diff = result.get("config_diff") or []
+    lines.append("Config fields that differ: %d" % len(diff))
+    if diff:
+        lines += _table(["field", "A", "B"], [[str(d.get("field")), _value(d.get("a")), _value(d.get("b"))] for d in diff])
+    return "\n".join(lines) + "\n"
+
+
+def _value(value):
+    if value is None:
+        return "-"
+    text = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
