@@ -73,6 +73,8 @@ GB = 1000 ** 3
 HASH_BLOCK = 4 * 1024 * 1024  # one reusable buffer for hashing files on disk
 NET_CHUNK = 4 * 1024 * 1024  # one network read
 NET_BUFFERS = 4  # buffers in flight between the receiving and the hashing thread, per file
+READ_SLICE = 256 * 1024  # one socket read, written to disk at once
+STOP_GRACE = 2.0  # seconds a stopped job waits for reads blocked on a stalled link
 PROGRESS_INTERVAL = 0.25
 RATE_WINDOW = 5.0
 DEFAULT_WORKERS = 4
@@ -1009,9 +1011,14 @@ class Downloader:
                    for i in range(min(self.workers, len(files)))]
         for t in threads:
             t.start()
+        stopped_at = None
         for t in threads:
             while t.is_alive():
-                t.join(0.5)
+                t.join(0.2)
+                if self.stop.is_set():
+                    stopped_at = stopped_at or time.monotonic()
+                    if time.monotonic() - stopped_at > STOP_GRACE:
+                        break  # a read blocked on a stalled link; the partial file is consistent
         if errors:
             rf, e = errors[0]
             raise _worker_error(rf, e)
@@ -1105,7 +1112,8 @@ class Downloader:
                     try:
                         hasher = self._get(url, rf, st, f, hasher, part, on_hashed)
                     except _Transient as e:
-                        if st.bytes_done > before:
+                        progressed = st.bytes_done > before
+                        if progressed:  # a link that drops now and then: go on at once
                             left = self.retries
                             delay = 1.0
                         if left <= 0:
@@ -1114,11 +1122,13 @@ class Downloader:
                                                one_line(scrub(str(e)))))
                         left -= 1
                         st.state = "retrying"
+                        wait = 0.0 if progressed else delay
                         log("%s: %s; retrying from byte %s in %.0f s" % (rf.path, one_line(scrub(str(e))),
-                                                                         format(st.bytes_done, ","), delay))
-                        if self.stop.wait(delay):
+                                                                         format(st.bytes_done, ","), wait))
+                        if self.stop.wait(wait):
                             raise _Stopped()
-                        delay = min(delay * 2, 30.0)
+                        if not progressed:
+                            delay = min(delay * 2, 30.0)
                 digest = hasher.finish()
                 hasher = None
             finally:
@@ -1164,25 +1174,40 @@ class Downloader:
                     offset = 0
             else:
                 raise PlanError("HubError", "%s: unexpected HTTP %d" % (rf.path, code))
+            # Read in slices (progress and stop stay responsive on slow links), write each slice
+            # at once (the partial file always holds exactly the bytes counted), and hand whole
+            # buffers to the hashing thread.
             want = rf.size - offset
-            while want > 0:
-                if self.stop.is_set():
-                    raise _Stopped()
-                buf = hasher.buffer()
-                view = memoryview(buf)
-                try:
-                    n = resp.readinto(view[: min(len(buf), want)])
-                except (OSError, http.client.HTTPException, ValueError) as e:
-                    hasher.give_back(buf)
-                    raise _Transient("connection lost: %s" % (str(e) or type(e).__name__))
-                if not n:
-                    hasher.give_back(buf)
-                    raise _Transient("connection closed early")
-                _write_all(f, view[:n])
-                hasher.feed(buf, n)
-                want -= n
-                st.bytes_done += n
-                st.fetched += n
+            buf, view, filled = None, None, 0
+            try:
+                while want > 0:
+                    if self.stop.is_set():
+                        raise _Stopped()
+                    if buf is None:
+                        buf = hasher.buffer()
+                        view = memoryview(buf)
+                        filled = 0
+                    k = min(READ_SLICE, len(buf) - filled, want)
+                    try:
+                        n = resp.readinto(view[filled:filled + k])
+                    except (OSError, http.client.HTTPException, ValueError) as e:
+                        raise _Transient("connection lost: %s" % (str(e) or type(e).__name__))
+                    if not n:
+                        raise _Transient("connection closed early")
+                    _write_all(f, view[filled:filled + n])
+                    filled += n
+                    want -= n
+                    st.bytes_done += n
+                    st.fetched += n
+                    if filled == len(buf):
+                        hasher.feed(buf, filled)
+                        buf = None
+            finally:
+                if buf is not None:
+                    if filled:
+                        hasher.feed(buf, filled)
+                    else:
+                        hasher.give_back(buf)
             return hasher
         finally:
             resp.close()
