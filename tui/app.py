@@ -1,0 +1,219 @@
+"""The console: a connection header, the panes (Jobs, Downloads, Tensors) a key away, a footer.
+
+The app paints at once and connects in a thread worker; the client heals the link on its
+own and reports its state, which the header shows. Panes read `app.client` (None until
+connected) and do their own requests in workers.
+"""
+
+import importlib
+import threading
+
+from textual import work
+from textual.app import App, ComposeResult
+from textual.binding import Binding
+from textual.screen import ModalScreen
+from textual.widgets import Footer, TabbedContent, TabPane
+from textual.worker import Worker, WorkerState
+
+from .client import ConnectError
+from .messages import AgentError, ClientReady, ConnectionChanged
+from .panes.jobs import JobsPane
+from .screens.help import HelpScreen
+from .screens.host_key import HostKeyScreen
+from .widgets.header import ConnectionHeader
+
+# (module, class) of the panes after Jobs, in key order. They are written apart from this
+# file; one that is not there yet is left out rather than replaced.
+OTHER_PANES = (("tui.panes.downloads", "DownloadsPane"), ("tui.panes.tensors", "TensorsPane"))
+PANES_GROUP = Binding.Group("panes", compact=True)
+
+
+def load_panes():
+    """The pane classes, Jobs first; a missing module is skipped, any other error is raised."""
+    classes = [JobsPane]
+    for module_name, class_name in OTHER_PANES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            continue
+        classes.append(getattr(module, class_name))
+    return classes
+
+
+def pane_id(pane_class):
+    return "pane-%s" % pane_class.PANE_TITLE.lower().replace(" ", "-")
+
+
+class SpecdeckApp(App):
+    """specdeck's console for one host."""
+
+    TITLE = "specdeck"
+    CSS_PATH = "app.tcss"
+    ENABLE_COMMAND_PALETTE = False
+    BINDINGS = [
+        Binding("q", "quit", "quit"),
+        Binding("1", "show_pane(0)", "panes", key_display="1-3", group=PANES_GROUP),
+        Binding("2", "show_pane(1)", "panes", show=False, group=PANES_GROUP),
+        Binding("3", "show_pane(2)", "panes", show=False, group=PANES_GROUP),
+        Binding("question_mark", "help", "help", tooltip="this list of keys"),
+        Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
+    ]
+
+    def __init__(self, host="local", python="python3", accept_new=False, **kwargs):
+        super().__init__(**kwargs)
+        self.host = host or "local"
+        self.python = python
+        self.accept_new = accept_new
+        self.client = None
+        self.connection_state = "connecting"
+        self.pane_classes = load_panes()
+        self._quitting = threading.Event()
+
+    # ------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield ConnectionHeader(self.host, id="header")
+        with TabbedContent(id="panes"):
+            for number, pane_class in enumerate(self.pane_classes, 1):
+                with TabPane("%d %s" % (number, pane_class.PANE_TITLE), id=pane_id(pane_class)):
+                    yield pane_class()
+        yield Footer()
+
+    def on_mount(self):
+        self.set_interval(1.0, self._show_rtt)
+        self._focus_pane(self.pane_classes[0])
+        self._connect()
+
+    def action_show_pane(self, index):
+        if index >= len(self.pane_classes):
+            self.notify("no pane %d yet" % (index + 1), severity="warning")
+            return
+        pane_class = self.pane_classes[index]
+        self.query_one(TabbedContent).active = pane_id(pane_class)
+        self._focus_pane(pane_class)
+
+    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated):
+        for pane_class in self.pane_classes:
+            if event.pane.id == pane_id(pane_class):
+                self._focus_pane(pane_class)
+
+    def _focus_pane(self, pane_class):
+        """Focus the pane's first focusable widget, so its keys work at once."""
+        pane = self.query_one("#%s" % pane_id(pane_class))
+        target = next((w for w in pane.query("*") if w.focusable), None)
+        if target is not None:
+            target.focus()
+
+    def check_action(self, action, parameters):
+        # Pane keys belong to the screen below a dialog, not to the dialog.
+        if action in ("show_pane", "reconnect") and isinstance(self.screen, ModalScreen):
+            return False
+        if action == "reconnect":
+            return self.connection_state == "failed"
+        return True
+
+    def action_help(self):
+        if isinstance(self.screen, HelpScreen):
+            return
+        sections = [("Anywhere", self.BINDINGS)]
+        for pane_class in self.pane_classes:
+            bindings = list(getattr(pane_class, "BINDINGS", []))
+            if pane_class is JobsPane:
+                from .panes.jobs import JobLog, JobsTable
+
+                bindings = JobsTable.BINDINGS + bindings + JobLog.BINDINGS
+            sections.append((pane_class.PANE_TITLE, bindings))
+        self.push_screen(HelpScreen(sections))
+
+    # ------------------------------------------------------------------ connection
+
+    @work(thread=True, exclusive=True, group="connect", exit_on_error=False)
+    def _connect(self):
+        from .connection import open_client
+
+        try:
+            client = open_client(self.host, python=self.python, accept_new=self._ask_host_key, reconnect=True, on_state=self._on_state)
+        except ConnectError as exc:
+            self.post_message(ConnectionChanged("failed", {"error": str(exc)}))
+            return
+        if self._quitting.is_set():
+            client.close()
+            return
+        self.client = client
+        hello = client.hello or {}
+        self.post_message(ClientReady(hello.get("hostname", ""), hello.get("user", "")))
+
+    def _on_state(self, state, detail):
+        """The client's state callback; runs on one of its threads."""
+        if state != "closed":
+            self.post_message(ConnectionChanged(state, dict(detail)))
+
+    def _ask_host_key(self, host_key):
+        """Runs on the connecting thread: ask in a dialog and wait for the answer."""
+        if self.accept_new:
+            return True
+        answered = threading.Event()
+        answer = {"accept": False}
+
+        def on_answer(accept):
+            answer["accept"] = bool(accept)
+            answered.set()
+
+        self.call_from_thread(self.push_screen, HostKeyScreen(host_key), on_answer)
+        while not answered.wait(0.2):
+            if self._quitting.is_set():
+                return False
+        return answer["accept"]
+
+    def on_connection_changed(self, message: ConnectionChanged):
+        self.connection_state = message.state
+        header = self.query_one(ConnectionHeader)
+        header.state = message.state
+        header.detail = message.detail
+        self._show_rtt()
+        if message.state == "failed":
+            reason = message.detail.get("error") or "the connection failed"
+            self.notify("%s\npress r to try again" % reason, title="cannot connect to %s" % self.host, severity="error", timeout=15)
+        self.refresh_bindings()
+
+    def on_client_ready(self, message: ClientReady):
+        header = self.query_one(ConnectionHeader)
+        header.hostname = message.hostname
+        if message.user:
+            host = message.hostname if self.host == "local" else self.host.split("@")[-1]
+            header.host_label = "%s@%s" % (message.user, host)
+        for pane_class in self.pane_classes:
+            for pane in self.query(pane_class):
+                pane.post_message(ClientReady(message.hostname, message.user))
+
+    def _show_rtt(self):
+        client = self.client
+        if client is not None:
+            self.query_one(ConnectionHeader).rtt_s = client.rtt_s
+
+    def action_reconnect(self):
+        self.connection_state = "connecting"
+        header = self.query_one(ConnectionHeader)
+        header.state, header.detail = "connecting", {}
+        self.refresh_bindings()
+        self._connect()
+
+    # ------------------------------------------------------------------ errors
+
+    def on_agent_error(self, message: AgentError):
+        self.notify(message.message, title=message.title or "the host refused", severity="error", timeout=10)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged):
+        # The one place a worker's unexpected exception ends up: a notification, not a traceback.
+        if event.state == WorkerState.ERROR:
+            error = event.worker.error
+            self.notify("%s: %s" % (type(error).__name__, error), title="internal error in %s" % event.worker.name, severity="error", timeout=15)
+
+    def on_unmount(self):
+        self._quitting.set()
+        client, self.client = self.client, None
+        if client is not None:
+            # close() may wait up to 2 s for a local agent: not on the event loop.
+            threading.Thread(target=client.close, name="specdeck-close", daemon=True).start()

@@ -1,0 +1,516 @@
+"""The Jobs pane: every job on the host with its state and runtime, and the log of one of them
+(its last 256 KiB, then followed live), with search and save.
+
+All requests run in thread workers that post messages back; log lines are prepared on the
+client's reader thread and written to the view in batches, so keys answer while a job
+prints fast.
+"""
+
+import os
+import re
+import threading
+import time
+
+from rich.highlighter import Highlighter
+from rich.text import Text
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.widget import Widget
+from textual.widgets import DataTable, Input, Log
+
+from remote.protocol import RemoteError
+
+from .. import units
+from ..client import ConnectError
+from ..messages import AgentError, JobsListed, JobStopRequested, JobSubmitted, LogChunk, LogEnded, LogOpened, LogSaved
+from ..screens import ConfirmScreen, PromptScreen
+from ..screens.new_job import NewJobScreen
+
+TAIL_BYTES = 256 * 1024
+SAVE_WINDOW_BYTES = 1024 * 1024
+LOG_MAX_LINES = 200_000
+LOG_FLUSH_S = 0.05
+STOP_GRACE_S = 10.0
+LIVE_STATES = ("running", "starting", "downloading", "resolving", "queued", "verifying")
+STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
+COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+
+
+def job_cells(job, now=None):
+    """The table cells of one job, as the user reads them."""
+    if job.get("signal"):
+        exit_text = "sig %d" % job["signal"]
+    else:
+        exit_text = "-" if job.get("exit_code") is None else str(job["exit_code"])
+    state = Text(job.get("state") or "?", style=STATE_STYLES.get(job.get("state"), ""))
+    return (
+        job["id"], job.get("kind") or "", (job.get("name") or "")[:60], state,
+        units.format_time(job.get("started_at")), units.format_duration(units.job_runtime(job, now)), exit_text,
+    )
+
+
+class LogFeed:
+    """Turns a job's log text into whole display lines, in order, each byte range once.
+
+    Used from one thread at a time: the worker that reads the tail, then the client's reader
+    thread that delivers the follow stream. A partial last line waits for its newline.
+    """
+
+    def __init__(self, next_offset):
+        self.next_offset = next_offset
+        self.partial = ""
+
+    def lines(self, text, next_offset=None):
+        if next_offset is not None:
+            if next_offset <= self.next_offset:
+                return None  # already shown (a resumed stream repeats nothing, but be sure)
+            self.next_offset = next_offset
+        parts = (self.partial + text).split("\n")
+        self.partial = parts.pop()
+        return [self.clean(line) for line in parts]
+
+    def finish(self):
+        rest, self.partial = self.partial, ""
+        return [self.clean(rest)] if rest else []
+
+    @staticmethod
+    def clean(line):
+        # What a terminal would show: colours dropped, a progress bar redrawn with \r at its last state.
+        line = _ANSI.sub("", line)
+        if "\r" in line:
+            line = line.rstrip("\r").rsplit("\r", 1)[-1]
+        return line
+
+
+class SearchHighlighter(Highlighter):
+    """Marks every match of the current search in the log view."""
+
+    pattern = None
+
+    def highlight(self, text):
+        if self.pattern is not None:
+            text.highlight_regex(self.pattern, style="black on yellow")
+
+
+class JobsTable(DataTable):
+    """The job list; enter opens the highlighted job's log."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "open", tooltip="open the job's log")]
+
+
+class JobLog(Log):
+    """The log view of one job: follow (keep the newest line in view), search with n / N."""
+
+    BINDINGS = [
+        Binding("n", "next_match", "next match"),
+        Binding("N", "previous_match", "previous match"),
+        Binding("escape", "clear_search", "clear search", show=False),
+    ]
+
+    def __init__(self, **kwargs):
+        super().__init__(max_lines=LOG_MAX_LINES, auto_scroll=False, highlight=True, **kwargs)
+        self.highlighter = SearchHighlighter()
+        self.job_id = None
+        self.following = True
+        self.note = ""
+        self.match_line = None
+        self.term = ""
+
+    def check_action(self, action, parameters):
+        if action in ("next_match", "previous_match", "clear_search"):
+            return self.highlighter.pattern is not None  # else n means "new job" again
+        return True
+
+    def reset(self, job_id):
+        self.clear()
+        self.job_id = job_id
+        self.following = True
+        self.note = "opening"
+        self.match_line = None
+        self.show_title()
+
+    def append(self, lines):
+        if not lines:
+            return
+        self.write_lines(lines, scroll_end=False)
+        if self.following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def set_following(self, following):
+        self.following = following
+        if following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.show_title()
+
+    def show_title(self):
+        if self.job_id is None:
+            self.border_title = "log"
+            return
+        parts = [self.note] if self.note else []
+        parts.append("following" if self.following else "paused")
+        self.border_title = "log %s (%s)" % (self.job_id, ", ".join(parts))
+
+    # -- search
+
+    def search(self, term):
+        """Highlight every match of `term` and jump to the next one from the top line in view."""
+        if not term:
+            self.action_clear_search()
+            return
+        flags = 0 if any(c.isupper() for c in term) else re.IGNORECASE  # smart case, like less
+        pattern = re.compile(re.escape(term), flags)
+        if self.highlighter.pattern is None or self.highlighter.pattern.pattern != pattern.pattern:
+            self.match_line = None
+        self.highlighter.pattern = pattern
+        self.term = term
+        self._render_line_cache.clear()  # lines already drawn change their highlight
+        self.jump(+1)
+
+    def action_clear_search(self):
+        self.highlighter.pattern = None
+        self.match_line = None
+        self._render_line_cache.clear()
+        self.border_subtitle = ""
+        self.refresh()
+
+    def action_next_match(self):
+        self.jump(+1)
+
+    def action_previous_match(self):
+        self.jump(-1)
+
+    def jump(self, step):
+        pattern = self.highlighter.pattern
+        lines = self.lines
+        if pattern is None or not lines:
+            return
+        term = self.term
+        start = self.match_line if self.match_line is not None else round(self.scroll_y) - (1 if step > 0 else 0)
+        found = None
+        for distance in range(1, len(lines) + 1):
+            index = (start + step * distance) % len(lines)
+            if pattern.search(lines[index]):
+                found = index
+                break
+        if found is None:
+            self.border_subtitle = "/%s: no match" % term
+            self.refresh()
+            return
+        wrapped = found <= start if step > 0 else found >= start
+        self.match_line = found
+        self.following = False  # else the next lines would scroll the match away
+        self.scroll_to(y=max(0, found - self.size.height // 2), animate=False, immediate=True)
+        self.border_subtitle = "/%s: line %d of %d%s" % (term, found + 1, len(lines), " (wrapped)" if wrapped else "")
+        self.refresh()
+        self.show_title()
+
+
+class JobsPane(Widget):
+    """Jobs table above, the selected job's log below."""
+
+    PANE_TITLE = "Jobs"
+    BINDINGS = [
+        Binding("n", "new_job", "new", tooltip="start a new job (command line, name, directory)"),
+        Binding("s", "stop_job", "stop", tooltip="stop the selected job (TERM, KILL after 10 s)"),
+        Binding("slash", "search", "search", tooltip="search the log; n next match, N previous"),
+        Binding("f", "toggle_follow", "follow", tooltip="follow the log (keep the newest line in view) on/off"),
+        Binding("w", "save_log", "save", tooltip="save the whole log to a local file"),
+        Binding("escape", "close_search", "close search", show=False),
+    ]
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.jobs = {}
+        self._generation = 0
+        self._subscription = None
+        self._subscription_lock = threading.Lock()
+        self._pending_lines = []
+        self._flush_timer = None
+        self._list_worker = None
+        self._select_when_listed = None
+
+    def compose(self) -> ComposeResult:
+        table = JobsTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
+        for label, key in COLUMNS:
+            table.add_column(label, key=key)
+        yield table
+        yield JobLog(id="job-log")
+        yield Input(placeholder="search the log (enter: next match, escape: close)", id="log-search")
+
+    def on_mount(self):
+        self.query_one("#log-search", Input).display = False
+        self.query_one(JobLog).show_title()
+        self.query_one(JobLog).write_line("Select a job and press enter to see its log; n starts a new job.")
+        self.set_interval(1.0, self.refresh_jobs)
+
+    # ------------------------------------------------------------------ the job list
+
+    def on_client_ready(self, message):
+        self.refresh_jobs()
+
+    def refresh_jobs(self):
+        if self.app.client is None or (self._list_worker is not None and not self._list_worker.is_finished):
+            return
+        self._list_worker = self._list_jobs(self.app.client)
+
+    @work(thread=True, exclusive=True, group="jobs", exit_on_error=False)
+    def _list_jobs(self, client):
+        try:
+            self.post_message(JobsListed(client.call("jobs.list", timeout=15)))
+        except RemoteError as exc:
+            self.post_message(AgentError(exc.message, "jobs.list"))
+        except ConnectError:
+            pass  # the header says why; the next tick tries again
+
+    def on_jobs_listed(self, message):
+        table = self.query_one(JobsTable)
+        now = time.time()
+        cursor_key = self.selected_job_id()
+        listed = {job["id"]: job for job in message.jobs}
+        shown = {key.value for key in table.rows}
+        for job_id in shown - set(listed):
+            table.remove_row(job_id)
+        for job in message.jobs:
+            cells = job_cells(job, now)
+            if job["id"] not in self.jobs or job["id"] not in shown:
+                table.add_row(*cells, key=job["id"])
+                continue
+            old = job_cells(self.jobs[job["id"]], now)
+            for (_, column), new_cell, old_cell in zip(COLUMNS, cells, old):
+                if new_cell != old_cell or column == "runtime":
+                    table.update_cell(job["id"], column, new_cell)
+        self.jobs = listed
+        target = self._select_when_listed or cursor_key
+        if target in listed and table.row_count and target != self.selected_job_id():
+            table.move_cursor(row=table.get_row_index(target))
+        if self._select_when_listed in listed:
+            self._select_when_listed = None
+            self.open_log(target)
+
+    def selected_job_id(self):
+        table = self.query_one(JobsTable)
+        if not table.row_count:
+            return None
+        try:
+            return table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
+        except Exception:  # the cursor is past the last row while rows change
+            return None
+
+    # ------------------------------------------------------------------ the log
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected):
+        event.stop()
+        self.open_log(event.row_key.value)
+
+    def open_log(self, job_id):
+        """Show the end of `job_id`'s log and follow it; the previous job's stream is cancelled."""
+        client = self._require_client()
+        if client is None:
+            return
+        with self._subscription_lock:
+            self._generation += 1
+            old, self._subscription = self._subscription, None
+        self._pending_lines = []
+        self.query_one(JobLog).reset(job_id)
+        self._start_log(client, job_id, self._generation, old)
+
+    @work(thread=True, exclusive=True, group="log", exit_on_error=False)
+    def _start_log(self, client, job_id, generation, old_subscription):
+        if old_subscription is not None:
+            old_subscription.cancel()
+        try:
+            tail = client.call("jobs.tail", {"id": job_id, "offset": -TAIL_BYTES, "max_bytes": TAIL_BYTES})
+            feed = LogFeed(tail["next_offset"])
+            lines = feed.lines(tail["text"])
+            self.post_message(LogOpened(job_id, generation, lines, tail["offset"], tail["next_offset"]))
+
+            def on_data(data, seq):
+                lines = feed.lines(data.get("text", ""), seq)
+                if lines:
+                    self.post_message(LogChunk(job_id, generation, lines, seq))
+
+            def on_end(data):
+                rest = feed.finish()
+                if rest:
+                    self.post_message(LogChunk(job_id, generation, rest, feed.next_offset))
+                self.post_message(LogEnded(job_id, generation, data.get("job"), data.get("error", "")))
+
+            subscription = client.subscribe("jobs.follow", {"id": job_id, "after": tail["next_offset"]}, on_data, on_end)
+        except RemoteError as exc:
+            self.post_message(AgentError(exc.message, "log of %s" % job_id))
+            self.post_message(LogEnded(job_id, generation, None, exc.message))
+            return
+        except ConnectError as exc:
+            self.post_message(LogEnded(job_id, generation, None, str(exc)))
+            return
+        with self._subscription_lock:
+            if generation == self._generation:
+                self._subscription = subscription
+                return
+        subscription.cancel()  # another job was opened meanwhile
+
+    def on_log_opened(self, message: LogOpened):
+        if message.generation != self._generation:
+            return
+        log = self.query_one(JobLog)
+        log.note = ""
+        if message.offset > 0:
+            log.write_line("… %s earlier in the log (w saves all of it)" % units.format_bytes(message.offset))
+        log.append(message.lines)
+        log.show_title()
+
+    def on_log_chunk(self, message: LogChunk):
+        # Chunks are batched, never merged or dropped: one write per LOG_FLUSH_S at most.
+        if message.generation != self._generation:
+            return
+        self._pending_lines.extend(message.lines)
+        if self._flush_timer is None:
+            self._flush_timer = self.set_timer(LOG_FLUSH_S, self._flush_log)
+
+    def _flush_log(self):
+        self._flush_timer = None
+        lines, self._pending_lines = self._pending_lines, []
+        self.query_one(JobLog).append(lines)
+
+    def on_log_ended(self, message: LogEnded):
+        if message.generation != self._generation:
+            return
+        self._flush_log()
+        log = self.query_one(JobLog)
+        job = message.job or {}
+        if message.error:
+            log.note = "not followed: %s" % message.error
+        else:
+            log.note = "ended, %s" % job.get("state", "done")
+        with self._subscription_lock:
+            self._subscription = None
+        log.show_title()
+        self.refresh_jobs()
+
+    def action_toggle_follow(self):
+        log = self.query_one(JobLog)
+        log.set_following(not log.following)
+
+    def action_search(self):
+        search = self.query_one("#log-search", Input)
+        search.display = True
+        search.focus()
+
+    def on_input_submitted(self, event: Input.Submitted):
+        if event.input.id == "log-search":
+            event.stop()
+            self.action_close_search()
+            self.query_one(JobLog).search(event.value)
+
+    def action_close_search(self):
+        search = self.query_one("#log-search", Input)
+        if search.display:
+            search.display = False
+            self.query_one(JobLog).focus()
+
+    # ------------------------------------------------------------------ new, stop, save
+
+    def _require_client(self):
+        if self.app.client is None:
+            self.notify("not connected to the host yet", severity="warning")
+        return self.app.client
+
+    def action_new_job(self):
+        if self._require_client() is not None:
+            self.app.push_screen(NewJobScreen(), self._submit)
+
+    def _submit(self, params):
+        if params:
+            self._submit_job(self.app.client, params)
+
+    @work(thread=True, group="jobs-submit", exit_on_error=False)
+    def _submit_job(self, client, params):
+        try:
+            self.post_message(JobSubmitted(client.call("jobs.submit", params, timeout=60)))
+        except RemoteError as exc:
+            self.post_message(AgentError(exc.message, "could not start the job"))
+        except ConnectError as exc:
+            self.post_message(AgentError(str(exc), "could not start the job"))
+
+    def on_job_submitted(self, message: JobSubmitted):
+        self.notify("started %s: %s" % (message.job["id"], message.job.get("name") or ""), title="new job")
+        self._select_when_listed = message.job["id"]
+        self.query_one(JobsTable).focus()
+        self.refresh_jobs()
+
+    def action_stop_job(self):
+        job = self.jobs.get(self.selected_job_id())
+        if self._require_client() is None or job is None:
+            return
+        if job.get("process_state", job.get("state")) not in ("running", "starting"):
+            self.notify("%s is not running (%s)" % (job["id"], job.get("state")), severity="warning")
+            return
+        question = "Stop %s (%s)?\nTERM to its processes now, KILL after %d s if still running." % (
+            job["id"], job.get("name") or "", STOP_GRACE_S)
+
+        def answered(yes):
+            if yes:
+                self._stop_job(self.app.client, job["id"])
+
+        self.app.push_screen(ConfirmScreen(question, yes_label="Stop"), answered)
+
+    @work(thread=True, group="jobs-stop", exit_on_error=False)
+    def _stop_job(self, client, job_id):
+        try:
+            self.post_message(JobStopRequested(client.call("jobs.stop", {"id": job_id, "grace_s": STOP_GRACE_S})))
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(AgentError(getattr(exc, "message", str(exc)), "could not stop %s" % job_id))
+
+    def on_job_stop_requested(self, message: JobStopRequested):
+        self.notify("stopping %s" % message.job["id"])
+        self.refresh_jobs()
+
+    def action_save_log(self):
+        job_id = self.query_one(JobLog).job_id or self.selected_job_id()
+        if self._require_client() is None or job_id is None:
+            return
+
+        def answered(path):
+            if path:
+                self._save_log(self.app.client, job_id, path)
+
+        self.app.push_screen(PromptScreen("Save the whole log of %s to this file (on this computer):" % job_id, "./%s.log" % job_id), answered)
+
+    @work(thread=True, group="jobs-save", exit_on_error=False)
+    def _save_log(self, client, job_id, path):
+        path = os.path.abspath(os.path.expanduser(path))
+        part = path + ".part"
+        offset = written = 0
+        try:
+            with open(part, "wb") as out:
+                while True:
+                    window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": SAVE_WINDOW_BYTES}, timeout=120)
+                    data = window["text"].encode("utf-8")
+                    out.write(data)
+                    written += len(data)
+                    offset = window["next_offset"]
+                    if window["next_offset"] == window["offset"] or offset >= window["size"]:
+                        break
+            os.replace(part, path)
+        except OSError as exc:
+            self.post_message(AgentError("cannot write %s: %s" % (path, exc.strerror or exc), "save log"))
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(AgentError(getattr(exc, "message", str(exc)), "save log of %s" % job_id))
+        else:
+            self.post_message(LogSaved(job_id, path, written))
+            return
+        try:
+            os.unlink(part)
+        except OSError:
+            pass
+
+    def on_log_saved(self, message: LogSaved):
+        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, units.format_bytes(message.size_bytes)))
+
+    def on_unmount(self):
+        with self._subscription_lock:
+            subscription, self._subscription = self._subscription, None
+        if subscription is not None:
+            threading.Thread(target=subscription.cancel, daemon=True).start()

@@ -1,0 +1,64 @@
+"""Modal screens of the console, and the two small dialogs every pane may use: a yes/no
+question and a one-line answer."""
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label
+
+
+class ConfirmScreen(ModalScreen[bool]):
+    """Ask a yes/no question; dismisses with True only for an explicit yes."""
+
+    BINDINGS = [
+        Binding("y", "answer(True)", "yes"),
+        Binding("n,escape", "answer(False)", "no"),
+    ]
+
+    def __init__(self, question, yes_label="Yes", **kwargs):
+        super().__init__(**kwargs)
+        self.question = question
+        self.yes_label = yes_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="dialog-text")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("%s (y)" % self.yes_label, variant="error", id="yes")
+                yield Button("Cancel (n)", id="no")
+
+    def on_mount(self):
+        self.query_one("#no", Button).focus()
+
+    def on_button_pressed(self, event: Button.Pressed):
+        event.stop()
+        self.dismiss(event.button.id == "yes")
+
+    def action_answer(self, answer):
+        self.dismiss(answer)
+
+
+class PromptScreen(ModalScreen[str]):
+    """Ask for one line of text (e.g. a file name); dismisses with None when cancelled."""
+
+    BINDINGS = [Binding("escape", "cancel", "cancel")]
+
+    def __init__(self, question, default="", **kwargs):
+        super().__init__(**kwargs)
+        self.question = question
+        self.default = default
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog"):
+            yield Label(self.question, classes="dialog-text")
+            yield Input(self.default, id="answer")
+            yield Label("enter to confirm, escape to cancel", classes="dialog-hint")
+
+    def on_input_submitted(self, event: Input.Submitted):
+        event.stop()
+        if event.value.strip():
+            self.dismiss(event.value.strip())
+
+    def action_cancel(self):
+        self.dismiss(None)
