@@ -10,6 +10,7 @@ from rich.text import Text
 from textual import on, work
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Label, ProgressBar, Static, TabbedContent
 
@@ -69,23 +70,34 @@ class FileProgress(Horizontal):
     FileProgress > ProgressBar { width: 48; }
     """
 
-    def __init__(self, path):
+    def __init__(self, entry):
         super().__init__()
-        self.path = path
+        self.path = entry.get("path") or "?"
+        self.entry = entry
 
     def compose(self):
-        yield Label(self.path)
-        yield ProgressBar(show_eta=False)
+        yield Label(self._label())
+        yield ProgressBar(total=self.entry.get("bytes_total"), show_eta=False)
+
+    def on_mount(self):
+        self.call_after_refresh(self.show, self.entry)
+
+    def _label(self):
+        entry = self.entry
+        label = Text(self.path)
+        label.append("  %s / %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
+        if entry.get("state"):
+            label.append("  " + entry["state"], style=STATE_STYLES.get(entry["state"], ""))
+        return label
 
     def show(self, entry):
-        total, done = entry.get("bytes_total"), entry.get("bytes_done") or 0
-        label = Text(self.path)
-        label.append("  %s / %s" % (format_bytes(done), format_bytes(total)), style="dim")
-        state = entry.get("state")
-        if state:
-            label.append("  " + state, style=STATE_STYLES.get(state, ""))
-        self.query_one(Label).update(label)
-        self.query_one(ProgressBar).update(total=total, progress=done)
+        self.entry = entry
+        try:
+            label, bar = self.query_one(Label), self.query_one(ProgressBar)
+        except NoMatches:
+            return  # not composed yet: on_mount shows the latest entry
+        label.update(self._label())
+        bar.update(total=entry.get("bytes_total"), progress=entry.get("bytes_done") or 0)
 
 
 class DownloadsPane(Vertical):
@@ -171,7 +183,7 @@ class DownloadsPane(Vertical):
             table.add_column(label, key=key)
         yield table
         with Vertical(id="downloads-detail"):
-            yield Static("No download selected: n starts one", id="downloads-summary")
+            yield Static(id="downloads-summary")
             with Horizontal(id="downloads-total-row"):
                 yield Label("total")
                 yield ProgressBar(id="downloads-total", show_eta=False)
@@ -180,6 +192,7 @@ class DownloadsPane(Vertical):
         yield Static("n new  x cancel  r retry  v verify again  t open in Tensors", id="downloads-status")
 
     def on_mount(self):
+        self._show_detail()
         self.poll()
         self.set_interval(POLL_INTERVAL_S, self.poll)
 
@@ -286,9 +299,11 @@ class DownloadsPane(Vertical):
         summary = self.query_one("#downloads-summary", Static)
         total_bar = self.query_one("#downloads-total", ProgressBar)
         verdict = self.query_one("#downloads-verdict", Static)
+        # Hidden while empty: an idle bar with no total would animate for nothing.
+        self.query_one("#downloads-detail").display = job is not None
         if job is None:
-            summary.update("No download selected: n starts one")
-            verdict.update("")
+            if not self.jobs and not self.query_one("#downloads-status", Static).has_class("error"):
+                self._set_status("no downloads on this host yet: n starts one")
             self._rebuild_files(None, [])
             return
         progress = job_progress(job)
@@ -339,7 +354,7 @@ class DownloadsPane(Vertical):
         self.shown_files = key
         container = self.query_one("#downloads-files", VerticalScroll)
         container.remove_children()
-        container.mount_all([FileProgress(entry.get("path") or "?") for entry in files])
+        container.mount_all([FileProgress(entry) for entry in files])
 
     # -- keys
 

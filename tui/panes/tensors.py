@@ -54,7 +54,10 @@ def eagle3_summary(report):
         return text
     for label, key in EAGLE3_FIELDS:
         text.append("  %s " % label, style="dim")
-        text.append(_value(eagle3.get(key)))
+        if key == "aux_layer_ids" and eagle3.get(key) is None:
+            text.append("not in config (vLLM default: 2, L/2, L-3 of the target)")
+        else:
+            text.append(_value(eagle3.get(key)))
     return text
 
 
@@ -150,11 +153,12 @@ class TensorsPane(Vertical):
         yield Static(id="tensors-summary")
         yield Input(placeholder="filter: part of a name or a role (Esc clears)", id="tensors-filter")
         table = DataTable(id="tensors-table", cursor_type="row", zebra_stripes=True)
+        # The role is a sentence: last, so that shape, dtype and bytes stay on an 80-column screen.
         table.add_column("name", key="name")
-        table.add_column("role", key="role")
         table.add_column("shape", key="shape")
         table.add_column("dtype", key="dtype")
         table.add_column(Text("bytes", justify="right"), key="bytes")
+        table.add_column("role", key="role")
         yield table
         yield Static(id="tensors-totals")
         yield Static("o open  / filter  s sort  c compare", id="tensors-status")
@@ -235,10 +239,10 @@ class TensorsPane(Vertical):
         for tensor in self.shown_tensors:
             table.add_row(
                 tensor["name"],
-                tensor.get("role") or "",
                 format_shape(tensor.get("shape")),
                 tensor.get("dtype") or "",
                 Text("{:,}".format(tensor.get("bytes") or 0), justify="right"),
+                Text(tensor.get("role") or "", style="dim" if not tensor.get("role") else ""),
                 key=tensor["name"],
             )
         self._show_totals(tensors)

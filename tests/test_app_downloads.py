@@ -1,0 +1,187 @@
+"""The Downloads pane against the real local agent and the fake hub over real HTTP:
+start a download from the form, watch it reach its verdict, open it in the Tensors pane."""
+
+import json
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import save_file
+from textual.app import App
+from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent, TabPane
+
+from tests.sshd_fixtures import wait_for
+from tests.test_app_tensors import build_drafter, wait_until
+from tui.connection import open_client
+from tui.panes.downloads import DownloadsPane, FileProgress
+from tui.panes.tensors import TensorsPane
+from tui.screens.download_form import DownloadForm
+
+
+class DownloadsHost(App):
+    """Downloads and Tensors in tabs, the way the console composes them."""
+
+    def __init__(self, client):
+        super().__init__()
+        self.client = client
+
+    def compose(self):
+        with TabbedContent(initial="downloads"):
+            with TabPane("Downloads", id="downloads"):
+                yield DownloadsPane()
+            with TabPane("Tensors", id="tensors"):
+                yield TensorsPane()
+
+    def on_mount(self):
+        self.query_one("#downloads-jobs").focus()  # the console focuses a pane when its tab opens
+
+
+@pytest.fixture
+def client(agent_home):
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def small_drafter_files(tmp_path):
+    """config.json and model.safetensors of a tiny SpecForge-layout drafter, as bytes."""
+    directory = build_drafter(tmp_path / "upload")
+    return {name: (directory / name).read_bytes() for name in ("config.json", "model.safetensors")}
+
+
+def state_cell(pane, job_id):
+    return str(pane.query_one("#downloads-jobs", DataTable).get_cell(job_id, "state"))
+
+
+async def fill_form(pilot, values):
+    """Type the repo as a user would; long paths and URLs are pasted (typing them costs seconds)."""
+    form = pilot.app.screen
+    assert isinstance(form, DownloadForm)
+    for key, value in values.items():
+        field = form.query_one("#form-%s" % key.replace("_", "-"), Input)
+        field.focus()
+        field.value = ""
+        if key == "repo":
+            await pilot.press(*value)
+        else:
+            field.value = value
+    await pilot.press("enter")
+
+
+def notifications(app):
+    return [n.message for n in app._notifications]
+
+
+async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(client, hub, tmp_path):
+    files = small_drafter_files(tmp_path)
+    hub.add_repo("team/tiny-eagle3", files)
+    local_dir = str(tmp_path / "downloads" / "tiny-eagle3")
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url})
+        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 1)
+        job_id = next(iter(pane.jobs))
+        await wait_until(pilot, lambda: state_cell(pane, job_id) == "verified", timeout=60)
+
+        # The detail shows each file full and the verdict; the user was told once.
+        bars = list(pane.query(FileProgress))
+        assert sorted(bar.path for bar in bars) == ["config.json", "model.safetensors"]
+        await wait_until(pilot, lambda: all(bar.query_one(ProgressBar).percentage == 1.0 for bar in bars), timeout=5)
+        assert pane.query_one("#downloads-total", ProgressBar).percentage == 1.0
+        assert "verified" in str(pane.query_one("#downloads-verdict", Static).render())
+        await pilot.pause(2.5)  # two more polls must not announce it again
+        announced = [m for m in notifications(app) if m.startswith(job_id)]
+        assert len(announced) == 1 and "verified" in announced[0]
+        assert os.path.getsize(os.path.join(local_dir, "model.safetensors")) == len(files["model.safetensors"])
+
+        # t lands in the Tensors pane on that directory, with its tensors listed.
+        await pilot.press("t")
+        tensors = app.query_one(TensorsPane)
+        assert app.query_one(TabbedContent).active == "tensors"
+        await wait_until(pilot, lambda: tensors.report is not None, timeout=30)
+        assert tensors.path == local_dir
+        names = [str(row[0]) for row in map(tensors.query_one("#tensors-table", DataTable).get_row_at, range(tensors.query_one("#tensors-table", DataTable).row_count))]
+        assert "fc.weight" in names and "d2t" in names
+
+
+async def test_refused_download_shows_the_agents_line_under_the_form(client, hub, tmp_path):
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/no-such-repo", "local_dir": str(tmp_path / "x"), "endpoint": hub.url})
+        error = app.screen.query_one("#form-error", Static)
+        await wait_until(pilot, lambda: "not found" in str(error.render()), timeout=60)
+        assert isinstance(app.screen, DownloadForm)  # still there, to fix and submit again
+        assert "team/no-such-repo" in str(error.render())
+        assert client.call("jobs.list") == []
+
+
+async def test_retry_and_verify_for_a_download_started_here_but_not_for_one_started_elsewhere(client, hub, tmp_path):
+    hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
+    elsewhere = client.call("download.start", {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "elsewhere"), "endpoint": hub.url}, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": elsewhere["id"]})["state"] == "verified", 60)
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: elsewhere["id"] in pane.jobs)
+        # It had ended before the pane saw it run: nothing turned, nothing announced.
+        assert not [m for m in notifications(app) if m.startswith(elsewhere["id"])]
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("r")
+        status = str(pane.query_one("#downloads-status", Static).render())
+        assert "retry is not offered for %s" % elsewhere["id"] in status and "outside this console" in status
+
+        local_dir = str(tmp_path / "here")
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url})
+        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout=60)
+        mine = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
+        await wait_until(pilot, lambda: pane.jobs[mine]["state"] == "verified", timeout=60)
+
+        # Break a byte on disk, verify again: a new job, and it says mismatch.
+        path = os.path.join(local_dir, "config.json")
+        with open(path, "r+b") as f:
+            f.write(b"[")
+        assert pane.selected_id == mine
+        await pilot.press("v")
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout=60)
+        check = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
+        await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout=60)
+        assert any(m.startswith(check + " mismatch") and "config.json" in m for m in notifications(app))
+
+        # r on it starts the same download again, which puts the file right.
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(pane.jobs) == 4, timeout=60)
+        again = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout=60)
+        with open(path, "rb") as f:
+            assert json.loads(f.read())["architectures"] == ["LlamaForCausalLMEagle3"]
+
+
+async def test_cancel_stops_a_running_download(client, hub, tmp_path):
+    big = np.zeros(4 * 1024 * 1024, dtype=np.uint8)
+    weights = tmp_path / "weights.safetensors"
+    save_file({"w": big}, str(weights))
+    hub.add_repo("team/slow", {"model.safetensors": str(weights)})
+    hub.throttle(256 * 1024)
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/slow", "local_dir": str(tmp_path / "slow"), "endpoint": hub.url})
+        await wait_until(pilot, lambda: len(pane.jobs) == 1, timeout=60)
+        job_id = next(iter(pane.jobs))
+        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "downloading" and (pane.jobs[job_id]["progress"].get("bytes_done") or 0) > 0, timeout=30)
+        # While running: rate and ETA are shown.
+        assert str(pane.query_one("#downloads-jobs", DataTable).get_cell(job_id, "rate")).endswith("/s")
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("x")
+        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout=30)
+        assert pane.jobs[job_id]["progress"]["bytes_done"] < pane.jobs[job_id]["progress"]["bytes_total"]

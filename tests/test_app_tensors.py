@@ -1,0 +1,187 @@
+"""The Tensors pane and the Compare view against the real local agent: small SpecForge-layout
+drafters written with safetensors, opened by path and through the host file picker."""
+
+import time
+from pathlib import Path
+
+import pytest
+from textual.app import App
+from textual.widgets import DataTable, Input, OptionList, Static
+
+from tests.checkpoint_fixtures import write_drafter
+from tui.connection import open_client
+from tui.panes.compare import CompareScreen
+from tui.panes.file_picker import FilePicker
+from tui.panes.tensors import TensorsPane
+
+
+async def wait_until(pilot, predicate, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, getattr(predicate, "__name__", "a condition")))
+        await pilot.pause(0.05)
+
+
+class TensorsHost(App):
+    def __init__(self, client):
+        super().__init__()
+        self.client = client
+
+    def compose(self):
+        yield TensorsPane()
+
+    def on_mount(self):
+        self.query_one("#tensors-table").focus()
+
+
+@pytest.fixture
+def client(agent_home):
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def build_drafter(directory, **dims):
+    """A small SpecForge-layout drafter (midlayer.*, no embed_tokens) with aux layer ids 1, 3, 5."""
+    return Path(write_drafter(directory, layout="specforge", aux_layer_ids=[1, 3, 5], **dims))
+
+
+def table_rows(pane):
+    table = pane.query_one("#tensors-table", DataTable)
+    return [[str(cell) for cell in table.get_row_at(index)] for index in range(table.row_count)]
+
+
+def text_of(widget):
+    return str(widget.render())
+
+
+async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(client, tmp_path):
+    drafter = build_drafter(tmp_path / "drafter")
+    app = TensorsHost(client)
+    async with app.run_test(size=(140, 45)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None)
+        rows = {row[0]: row for row in table_rows(pane)}
+        assert len(rows) == 15
+        assert rows["fc.weight"][1:4] == ["[64, 192]", "BF16", "24,576"]
+        assert "fuses 3 auxiliary hidden states" in rows["fc.weight"][4] and "not QKV" in rows["fc.weight"][4]
+        assert rows["d2t"][1:4] == ["[96]", "I64", "768"]
+        assert "draft id -> target id" in rows["d2t"][4]
+        assert all(row[4] for row in rows.values()), "every tensor has a role"
+        total = sum(t["bytes"] for t in pane.report["tensors"])
+        totals = text_of(pane.query_one("#tensors-totals", Static))
+        assert "15 tensors" in totals and "{:,} bytes".format(total) in totals and "kB" in totals and "KiB" in totals
+        summary = text_of(pane.query_one("#tensors-summary", Static))
+        assert "specforge" in summary and "hidden 64" in summary and "draft vocab 96" in summary
+        assert "target vocab 256" in summary and "[1, 3, 5]" in summary
+        assert not text_of(pane.query_one("#tensors-problems", Static)).strip()
+
+
+async def test_filter_and_sort(client, tmp_path):
+    drafter = build_drafter(tmp_path / "drafter")
+    app = TensorsHost(client)
+    async with app.run_test(size=(140, 45)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None)
+        pane.query_one("#tensors-table", DataTable).focus()
+        await pilot.press("slash", *"self_attn")
+        names = [row[0] for row in table_rows(pane)]
+        assert len(names) == 4 and all("self_attn" in name for name in names)
+        assert "shown 4" in text_of(pane.query_one("#tensors-totals", Static))
+        await pilot.press("escape")
+        assert len(table_rows(pane)) == 15
+        await pilot.press("s")  # by size, largest first
+        sizes = [int(row[3].replace(",", "")) for row in table_rows(pane)]
+        assert sizes == sorted(sizes, reverse=True) and table_rows(pane)[0][0] in ("fc.weight", "lm_head.weight")
+        await pilot.press("s")  # by dtype
+        dtypes = [row[2] for row in table_rows(pane)]
+        assert dtypes == sorted(dtypes)
+
+
+async def test_open_through_the_picker_by_typing_and_by_walking(client, tmp_path):
+    drafter = build_drafter(tmp_path / "models" / "drafter")
+    (tmp_path / "models" / "notes.txt").write_text("not a checkpoint")
+    app = TensorsHost(client)
+    async with app.run_test(size=(140, 45)) as pilot:
+        pane = app.query_one(TensorsPane)
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        picker = app.screen
+        # Type the models directory with a trailing "/": it opens, listing what is there.
+        path_field = picker.query_one("#picker-path", Input)
+        path_field.focus()
+        path_field.value = ""
+        await pilot.press(*(str(tmp_path / "models") + "/"), "enter")
+        await wait_until(pilot, lambda: picker.directory == str(tmp_path / "models"))
+        labels = [str(picker.query_one(OptionList).get_option_at_index(i).prompt) for i in range(picker.query_one(OptionList).option_count)]
+        assert labels[0] == "../" and labels[1] == "drafter/" and labels[2].startswith("notes.txt")
+        # The highlight is on drafter/; o picks the directory itself.
+        await pilot.press("o")
+        await wait_until(pilot, lambda: pane.report is not None)
+        assert pane.path == str(drafter)
+        assert len(table_rows(pane)) == 15
+
+        # Walking: Enter opens drafter/, Backspace goes up again, Enter on a file picks it.
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker) and app.screen.directory == str(tmp_path / "models"))
+        picker = app.screen
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: picker.directory == str(drafter))
+        await pilot.press("backspace")
+        await wait_until(pilot, lambda: picker.directory == str(tmp_path / "models"))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: picker.directory == str(drafter))
+        labels = [str(picker.query_one(OptionList).get_option_at_index(i).prompt) for i in range(picker.query_one(OptionList).option_count)]
+        await pilot.press(*["down"] * (next(i for i, label in enumerate(labels) if label.startswith("model.safetensors")) - 1), "enter")
+        await wait_until(pilot, lambda: pane.path == str(drafter / "model.safetensors") and pane.report is not None and pane.report["path"].endswith(".safetensors"))
+        assert len(table_rows(pane)) == 15
+
+        # A path that is not there: the host's line, and the old listing stays.
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        picker = app.screen
+        picker.query_one("#picker-path", Input).value = str(tmp_path / "missing") + "/"
+        picker.query_one("#picker-path", Input).focus()
+        await pilot.press("enter")
+        status = picker.query_one("#picker-status", Static)
+        await wait_until(pilot, lambda: status.has_class("error"))
+        assert "no such directory" in text_of(status)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, FilePicker)
+
+
+async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
+    mine = build_drafter(tmp_path / "mine", hidden=64)
+    other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96)
+    app = TensorsHost(client)
+    async with app.run_test(size=(160, 50)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(mine))
+        await wait_until(pilot, lambda: pane.report is not None)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        field = app.screen.query_one("#picker-path", Input)
+        field.focus()
+        field.value = ""
+        await pilot.press(*str(other), "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=30)
+        screen = app.screen
+        verdict = screen.query_one("#compare-verdict", Static)
+        assert "INCOMPATIBLE" in text_of(verdict) and verdict.has_class("incompatible")
+        assert text_of(screen.query_one("#compare-reasons", Static)).strip()
+        table = screen.query_one("#compare-rows", DataTable)
+        rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(table.row_count)}
+        fc = rows["fc.weight"]
+        assert "64, 192" in str(fc[1]) and "64, 288" in str(fc[2])
+        assert str(fc[3]) != "same" and "red" in str(fc[0].style)
+        assert str(rows["norm.weight"][3]) == "same" and not str(rows["norm.weight"][0].style)
+        config = screen.query_one("#compare-config", DataTable)
+        fields = {str(config.get_row_at(i)[0]) for i in range(config.row_count)}
+        assert any("target_hidden_size" in field for field in fields)
+        await pilot.press("d")  # differences only
+        assert {str(table.get_row_at(i)[0]) for i in range(table.row_count)} == set(screen.differing_rows())
+        await pilot.press("escape")
+        assert app.screen is not screen and pane.report["path"] == str(mine)
