@@ -71,18 +71,26 @@ class HeaderError(CheckpointError):
 
 
 class _JsonObject(dict):
-    """A JSON object that remembers keys it saw more than once (the last value is kept)."""
+    """A JSON object that keeps the (key, value) pairs a later duplicate key overrode.
 
-    __slots__ = ("duplicates",)
+    The last value counts, as in safetensors, but safetensors' parser still type-checks the
+    earlier ones, so we must see them too.
+    """
+
+    __slots__ = ("overridden",)
 
 
 def _object_pairs(pairs):
     obj = _JsonObject(pairs)
-    obj.duplicates = ()
+    obj.overridden = ()
     if len(obj) != len(pairs):
-        seen = set()
-        obj.duplicates = tuple(k for k, _ in pairs if k in seen or seen.add(k))
+        last = dict((k, i) for i, (k, _) in enumerate(pairs))
+        obj.overridden = tuple(pair for i, pair in enumerate(pairs) if last[pair[0]] != i)
     return obj
+
+
+def _duplicate_keys(obj):
+    return [k for k, _ in getattr(obj, "overridden", ())]
 
 
 def _refuse_constant(name):
@@ -244,7 +252,7 @@ def _entry_fields(name, entry, problems):
                              % (name, _json_kind(entry))))
         return None
     ok = True
-    for field in getattr(entry, "duplicates", ()):
+    for field in _duplicate_keys(entry):
         if field in ("dtype", "shape", "data_offsets"):
             problems.append(_err("tensor %r gives %r twice" % (name, field)))
             ok = False
@@ -264,6 +272,14 @@ def _entry_fields(name, entry, problems):
 
 def _check_entry(name, entry, problems):
     """One tensor's dict (name, dtype, shape, bytes, begin, end), with None where unusable."""
+    tensor = _entry_types(name, entry, problems)
+    if tensor["dtype"] is None or tensor["shape"] is None:
+        return tensor
+    return _check_size(tensor, problems)
+
+
+def _entry_types(name, entry, problems):
+    """The entry's fields, each checked for the type safetensors' parser requires."""
     fields = _entry_fields(name, entry, problems)
     tensor = {"name": name, "dtype": None, "shape": None, "bytes": None, "begin": None, "end": None}
     if fields is None:
@@ -288,8 +304,12 @@ def _check_entry(name, entry, problems):
                              % (name, _short_json(offsets))))
     else:
         tensor["begin"], tensor["end"] = offsets
-    if tensor["dtype"] is None or tensor["shape"] is None:
-        return tensor
+    return tensor
+
+
+def _check_size(tensor, problems):
+    """Shape x dtype against the bytes the data_offsets hold."""
+    name = tensor["name"]
     elements = 1
     for dim in tensor["shape"]:
         elements *= dim
@@ -327,12 +347,15 @@ def check_header(header, data_bytes):
     at least one error here, and each error says which tensor and what is wrong.
     """
     problems = []
-    for key in getattr(header, "duplicates", ()):
+    for key, earlier in getattr(header, "overridden", ()):
         if key == "__metadata__":
             problems.append(_err("header has more than one __metadata__ entry"))
-        else:
-            problems.append(_warn("tensor %r appears more than once in the header; the last entry counts"
-                                  % key))
+            continue
+        problems.append(_warn("tensor %r appears more than once in the header; the last entry counts" % key))
+        before = len(problems)
+        _entry_types(key, earlier, problems)
+        for p in problems[before:]:
+            p["message"] = "earlier entry of " + p["message"]
     metadata = header.get("__metadata__")
     if metadata is not None and not (isinstance(metadata, dict)
                                      and all(isinstance(v, str) for v in metadata.values())):
@@ -395,6 +418,11 @@ def _n(value):
     return "{:,}".format(value)
 
 
+def _q(name):
+    """A file or shard name for a one-line message: as is when printable, else quoted."""
+    return name if name.isprintable() and name.strip() == name and name else repr(name)
+
+
 def _d(value):
     """A dimension (hidden size, vocabulary, ...), written as config.json and shapes write it."""
     return str(value)
@@ -407,12 +435,12 @@ def _load_json_file(path, what, problems):
             problems.append(_err("%s is %s bytes, too large for a %s" % (os.path.basename(path), _n(size), what)))
             return None
         with open(path, "rb") as f:
-            raw = f.read(MAX_JSON_FILE_BYTES + 1)
+            raw = _read_exact(f, size)  # read(n) would allocate n up front, so never read(limit)
         value = json.loads(raw.decode("utf-8"))
     except OSError as exc:
         problems.append(_err("cannot read %s: %s" % (os.path.basename(path), exc.strerror or exc)))
         return None
-    except (ValueError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         problems.append(_err("%s is not valid JSON: %s" % (os.path.basename(path), exc)))
         return None
     if not isinstance(value, dict):
@@ -501,9 +529,12 @@ def _resolve_index(layout, problems):
             shards.append(shard)
     root_real = os.path.realpath(layout.root)
     for shard in shards:
+        if not shard or "\0" in shard:
+            problems.append(_err("%s names shard %s, which is not a file name" % (name, _q(shard))))
+            continue
         shard_path = os.path.normpath(os.path.join(layout.root, shard))
         if os.path.isabs(shard) or not os.path.realpath(shard_path).startswith(root_real + os.sep):
-            problems.append(_err("%s names shard %r outside the checkpoint directory" % (name, shard)))
+            problems.append(_err("%s names shard %s outside the checkpoint directory" % (name, _q(shard))))
             continue
         layout.weight_files.append(shard_path)
     listed = set(os.path.basename(p) for p in layout.weight_files)
@@ -512,7 +543,7 @@ def _resolve_index(layout, problems):
     except OSError:
         on_disk = []
     for extra in sorted(set(on_disk) - listed):
-        problems.append(_warn("%s is in the directory but the shard index does not name it" % extra))
+        problems.append(_warn("%s is in the directory but the shard index does not name it" % _q(extra)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -999,7 +1030,7 @@ def inspect(path, sha256=False, progress=None):
     files = []
     by_file = {}
     for weight_file in layout.weight_files:
-        label = os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file)
+        label = _q(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
         if not os.path.exists(weight_file):
             continue
         try:
@@ -1067,7 +1098,7 @@ def _select_tensors(layout, by_file, problems):
             for t in found:
                 if t["name"] in seen:
                     problems.append(_warn("tensor %r is in both %s and %s" % (
-                        t["name"], os.path.basename(seen[t["name"]]), os.path.basename(path))))
+                        t["name"], _q(os.path.basename(seen[t["name"]])), _q(os.path.basename(path)))))
                     continue
                 seen[t["name"]] = path
                 tensors.append(t)
@@ -1078,24 +1109,27 @@ def _select_tensors(layout, by_file, problems):
     for name, shard in weight_map.items():
         per_shard.setdefault(shard, []).append(name)
     tensors = []
+    listed = set(layout.weight_files)
     for shard, names in per_shard.items():
-        shard_path = os.path.normpath(os.path.join(layout.root, shard))
+        shard_path = os.path.normpath(os.path.join(layout.root, shard)) if shard and "\0" not in shard else None
+        if shard_path not in listed:
+            continue  # refused when the index was read (not a file name, or outside the directory)
         if shard_path not in by_file:
             if not os.path.exists(shard_path):
                 problems.append(_err("%s names shard %s for %s tensors (e.g. %r), but the file is missing"
-                                     % (index_name, shard, _n(len(names)), names[0])))
+                                     % (index_name, _q(shard), _n(len(names)), names[0])))
             continue
         in_shard = dict((t["name"], t) for t in by_file[shard_path])
         lacking = [n for n in names if n not in in_shard]
         for name in lacking[:10]:
-            problems.append(_err("%s maps tensor %r to %s, which has no tensor %r" % (index_name, name, shard, name)))
+            problems.append(_err("%s maps tensor %r to %s, which has no tensor %r" % (index_name, name, _q(shard), name)))
         if len(lacking) > 10:
-            problems.append(_err("%s maps %s more tensors to %s that it does not hold" % (index_name, _n(len(lacking) - 10), shard)))
+            problems.append(_err("%s maps %s more tensors to %s that it does not hold" % (index_name, _n(len(lacking) - 10), _q(shard))))
         tensors.extend(in_shard[n] for n in names if n in in_shard)
         unlisted = sorted(set(in_shard) - set(names))
         for name in unlisted[:10]:
             problems.append(_warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
-                                  "ignore it" % (shard, name, index_name)))
+                                  "ignore it" % (_q(shard), name, index_name)))
     total_size = layout.index.get("metadata", {}).get("total_size") if isinstance(layout.index.get("metadata"), dict) else None
     stored = sum(t["end"] - t["begin"] for t in tensors if t["begin"] is not None and t["end"] >= t["begin"])
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:

@@ -1,0 +1,214 @@
+"""Differential test against the real safetensors: what it opens we accept with the same names,
+shapes and dtypes; what it refuses we report as an error, and the other way round."""
+
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from safetensors import safe_open
+
+from remote import checkpoint as ck
+
+sys.path.insert(0, os.path.dirname(__file__))
+import checkpoint_fixtures as fx  # noqa: E402
+
+DTYPES = sorted(ck.DTYPE_BITS)
+
+
+def ours(path):
+    """{name: (shape, dtype)} when we accept the file, None when we report an error."""
+    try:
+        header, data_start, size = ck.read_header(path)
+    except ck.HeaderError:
+        return None
+    tensors, problems = ck.check_header(header, size - data_start)
+    if any(p["level"] == "error" for p in problems):
+        return None
+    return dict((t["name"], (t["shape"], t["dtype"])) for t in tensors)
+
+
+def theirs(path):
+    """{name: (shape, dtype)} when safetensors opens the file, None when it refuses it."""
+    try:
+        with safe_open(path, framework="np") as f:
+            return dict((k, (list(f.get_slice(k).get_shape()), f.get_slice(k).get_dtype())) for k in f.keys())
+    except Exception:  # SafetensorError, and whatever a refusal surfaces as
+        return None
+
+
+@pytest.fixture(scope="module")
+def scratch():
+    with tempfile.TemporaryDirectory() as d:
+        yield d
+
+
+def write(directory, header_text, data_len, header_length=None):
+    path = os.path.join(directory, "case.safetensors")
+    raw = header_text.encode("utf-8", "surrogatepass") if isinstance(header_text, str) else header_text
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(raw) if header_length is None else header_length))
+        f.write(raw)
+        f.write(b"\0" * data_len)
+    return path
+
+
+# --------------------------------------------------------------------------- header generator
+
+names = st.one_of(st.sampled_from(["fc.weight", "d2t", "t2d", "lm_head.weight", "a", "", "__metadata__x"]),
+                  st.text(max_size=6))
+dims = st.one_of(st.integers(0, 6), st.integers(0, 6), st.integers(0, 6),
+                 st.sampled_from([2 ** 32, 2 ** 63, 2 ** 64 - 1]))
+odd_numbers = st.sampled_from(["-1", "-0", "4.0", "4e0", "true", "null", '"4"', "18446744073709551616", "1e400"])
+unknown_values = st.one_of(st.integers(-10 ** 30, 10 ** 30).map(str), st.sampled_from(
+    ["null", "true", '"x"', "1.5", "1e-400", "1e400", "NaN", '"\\u0000"', '"\\ud800"', '"\\ud83d\\ude00"',
+     "[" * 125 + "]" * 125, "[" * 126 + "]" * 126, '{"a": {"b": [1, 2, {}]}}', "12345678901234567890123"]))
+
+
+@st.composite
+def headers(draw):
+    """(header text, data length): half of them clean, the rest with a few odd spellings and faults."""
+    odd = draw(st.booleans())
+
+    def rare(n):
+        return odd and draw(st.integers(0, n)) == 0
+
+    count = draw(st.integers(0, 5))
+    entries = []
+    cursor = 0
+    for _ in range(count):
+        dtype = draw(st.sampled_from(["f32", "Q4_K", "", "bf16"])) if rare(8) else draw(st.sampled_from(DTYPES))
+        shape = draw(st.lists(dims if odd else st.integers(0, 6), max_size=3))
+        bits = ck.DTYPE_BITS.get(dtype, 8)
+        elements = 1
+        for d in shape:
+            elements *= d
+        size = elements * bits // 8 if elements < 10 ** 6 else 8
+        begin, end = cursor, cursor + size
+        cursor = end
+        entries.append({"name": draw(names), "dtype": dtype, "shape": shape, "offsets": [begin, end]})
+    order = draw(st.permutations(range(len(entries))))
+    data_len = cursor
+    perturbation = draw(st.sampled_from(["data+", "data-", "gap", "overlap", "swap", "end+", "begin-"])) if rare(1) else "none"
+    if perturbation == "data+":
+        data_len += draw(st.integers(1, 3))
+    elif perturbation == "data-" and data_len:
+        data_len -= draw(st.integers(1, data_len))
+    elif entries and perturbation in ("gap", "overlap", "swap", "end+", "begin-"):
+        e = entries[draw(st.integers(0, len(entries) - 1))]
+        if perturbation == "gap":
+            e["offsets"] = [e["offsets"][0] + 1, e["offsets"][1] + 1]
+        elif perturbation == "overlap":
+            e["offsets"] = [max(0, e["offsets"][0] - 1), e["offsets"][1]]
+        elif perturbation == "swap":
+            e["offsets"] = e["offsets"][::-1]
+        elif perturbation == "end+":
+            e["offsets"][1] += 1
+        else:
+            e["offsets"][0] = max(0, e["offsets"][0] - 1)
+    parts = []
+    metadata = draw(st.sampled_from([None, '{"format": "pt"}', '{"a": "1", "a": "2"}'] + (["null", '{"k": 1}', "[]"] if odd else [])))
+    if metadata is not None:
+        parts.append('"__metadata__": ' + metadata)
+    ascii_only = draw(st.booleans())
+    for i in order:
+        e = entries[i]
+        dtype_text = json.dumps(e["dtype"])
+        spelling = draw(st.sampled_from(["unit-map", "bad-map", "number"])) if rare(6) else "plain"
+        if spelling == "unit-map":
+            dtype_text = '{%s: null}' % dtype_text
+        elif spelling == "bad-map":
+            dtype_text = '{%s: []}' % dtype_text
+        elif spelling == "number":
+            dtype_text = "1"
+        shape_items = [str(d) for d in e["shape"]]
+        if shape_items and rare(6):
+            shape_items[draw(st.integers(0, len(shape_items) - 1))] = draw(odd_numbers)
+        shape_text = "[" + ", ".join(shape_items) + "]"
+        offsets = [str(o) for o in e["offsets"]]
+        if rare(10):
+            offsets.append("0")
+        if rare(10):
+            offsets[0] = draw(odd_numbers)
+        offsets_text = "[" + ", ".join(offsets) + "]"
+        form = draw(st.sampled_from(["array", "short-array", "missing", "dup-field"])) if rare(6) else "object"
+        if form == "array":
+            body = "[%s, %s, %s]" % (dtype_text, shape_text, offsets_text)
+        elif form == "short-array":
+            body = "[%s, %s]" % (dtype_text, shape_text)
+        else:
+            fields = [('"dtype"', dtype_text), ('"shape"', shape_text), ('"data_offsets"', offsets_text)]
+            if form == "missing":
+                fields.pop(draw(st.integers(0, 2)))
+            if form == "dup-field":
+                fields.append(fields[draw(st.integers(0, 2))])
+            if rare(2):
+                fields.append(('"extra"', draw(unknown_values)))
+                if draw(st.booleans()):
+                    fields.append(('"extra"', draw(unknown_values)))
+            fields = draw(st.permutations(fields))
+            body = "{" + ", ".join("%s: %s" % kv for kv in fields) + "}"
+        parts.append("%s: %s" % (json.dumps(e["name"], ensure_ascii=ascii_only), body))
+    if parts and rare(8):
+        parts.append(parts[draw(st.integers(0, len(parts) - 1))])  # a duplicated key
+    text = "{" + ", ".join(parts) + "}"
+    text = draw(st.sampled_from(["", " ", "\n", "\t "])) + text + draw(st.sampled_from(["", "  ", " \n"]))
+    if rare(10):
+        text += draw(st.sampled_from(["\x00", "x", "}"]))
+    return text, data_len
+
+
+@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
+                                                                   HealthCheck.too_slow])
+@given(case=headers())
+def test_we_accept_exactly_what_safetensors_accepts(scratch, case):
+    text, data_len = case
+    path = write(scratch, text, data_len)
+    mine, lib = ours(path), theirs(path)
+    assert (mine is None) == (lib is None), (text, data_len, mine, lib)
+    assert mine == lib
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(header_length=st.one_of(st.integers(0, 64), st.integers(0, 2 ** 64 - 1)), body=st.binary(max_size=64))
+def test_header_lengths_agree(scratch, header_length, body):
+    assume(header_length != len(body) or True)
+    path = write(scratch, body, 0, header_length=header_length)
+    assert (ours(path) is None) == (theirs(path) is None), (header_length, body)
+
+
+# --------------------------------------------------------------------------- named files
+
+
+@pytest.mark.parametrize("case", fx.CORRUPTIONS, ids=[c[0] for c in fx.CORRUPTIONS])
+def test_every_named_corruption_is_refused_by_safetensors_too(tmp_path, case):
+    path = fx.write_corruption(tmp_path / "x.safetensors", case)
+    assert theirs(path) is None
+    assert ours(path) is None
+
+
+@pytest.mark.parametrize("layout", ["specforge", "speculators", "eagle", "vllm"])
+def test_fixture_drafters_open_the_same_in_both(tmp_path, layout):
+    path = os.path.join(fx.write_drafter(tmp_path / layout, layout), "model.safetensors")
+    mine = ours(path)
+    assert mine is not None and mine == theirs(path)
+    assert len(mine) >= 14
+
+
+def test_k2_layout_opens_the_same_in_both(tmp_path):
+    path = os.path.join(fx.write_k2_drafter(tmp_path / "k2"), "model.safetensors")
+    mine = ours(path)
+    assert mine == theirs(path)
+    assert mine["fc.weight"] == ([7168, 21504], "BF16") and mine["t2d"] == ([163840], "BOOL")
+
+
+def test_every_dtype_safetensors_writes_is_known(tmp_path):
+    tensors = dict(("t_" + code, fx.Tensor(code, [4])) for code in fx._SPEC_NAMES)
+    path = fx.save(tmp_path / "all.safetensors", tensors)
+    mine = ours(path)
+    assert mine is not None and mine == theirs(path)
+    assert set(d for _, d in mine.values()) == set(fx._SPEC_NAMES)
