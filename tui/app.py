@@ -43,7 +43,8 @@ def load_panes():
 
 
 def pane_id(pane_class):
-    return "pane-%s" % pane_class.PANE_TITLE.lower().replace(" ", "-")
+    """The TabPane id: `jobs`, `downloads`, `tensors` (other panes switch to it by this id)."""
+    return pane_class.PANE_TITLE.lower().replace(" ", "-")
 
 
 class SpecdeckApp(App):
@@ -95,6 +96,9 @@ class SpecdeckApp(App):
         self._focus_pane(pane_class)
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated):
+        # A tab clicked, or switched to by a pane; a stale event must not take focus back.
+        if event.tabbed_content.active != event.pane.id:
+            return
         for pane_class in self.pane_classes:
             if event.pane.id == pane_id(pane_class):
                 self._focus_pane(pane_class)
@@ -175,7 +179,7 @@ class SpecdeckApp(App):
         self._show_rtt()
         if message.state == "failed":
             reason = message.detail.get("error") or "the connection failed"
-            self.notify("%s\npress r to try again" % reason, title="cannot connect to %s" % self.host, severity="error", timeout=15)
+            self.notify("%s\npress r to try again" % reason, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):
@@ -203,13 +207,13 @@ class SpecdeckApp(App):
     # ------------------------------------------------------------------ errors
 
     def on_agent_error(self, message: AgentError):
-        self.notify(message.message, title=message.title or "the host refused", severity="error", timeout=10)
+        self.notify(message.message, title=message.title or "the host refused", severity="error", timeout=10, markup=False)
 
     def on_worker_state_changed(self, event: Worker.StateChanged):
         # The one place a worker's unexpected exception ends up: a notification, not a traceback.
         if event.state == WorkerState.ERROR:
             error = event.worker.error
-            self.notify("%s: %s" % (type(error).__name__, error), title="internal error in %s" % event.worker.name, severity="error", timeout=15)
+            self.notify("%s: %s" % (type(error).__name__, error), title="internal error in %s" % event.worker.name, severity="error", timeout=15, markup=False)
 
     def on_unmount(self):
         self._quitting.set()

@@ -16,6 +16,7 @@ from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.markup import escape
 from textual.widget import Widget
 from textual.widgets import DataTable, Input, Log
 
@@ -31,6 +32,7 @@ TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
 LOG_MAX_LINES = 200_000
 LOG_FLUSH_S = 0.05
+NAME_WIDTH = 40
 STOP_GRACE_S = 10.0
 LIVE_STATES = ("running", "starting", "downloading", "resolving", "queued", "verifying")
 STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
@@ -45,8 +47,11 @@ def job_cells(job, now=None):
     else:
         exit_text = "-" if job.get("exit_code") is None else str(job["exit_code"])
     state = Text(job.get("state") or "?", style=STATE_STYLES.get(job.get("state"), ""))
+    name = job.get("name") or ""
+    if len(name) > NAME_WIDTH:
+        name = name[: NAME_WIDTH - 1] + "…"
     return (
-        job["id"], job.get("kind") or "", (job.get("name") or "")[:60], state,
+        job["id"], job.get("kind") or "", Text(name), state,
         units.format_time(job.get("started_at")), units.format_duration(units.job_runtime(job, now)), exit_text,
     )
 
@@ -117,6 +122,7 @@ class JobLog(Log):
         self.note = ""
         self.match_line = None
         self.term = ""
+        self.search_note = ""
 
     def check_action(self, action, parameters):
         if action in ("next_match", "previous_match", "clear_search"):
@@ -129,6 +135,8 @@ class JobLog(Log):
         self.following = True
         self.note = "opening"
         self.match_line = None
+        self.highlighter.pattern = None
+        self.term = self.search_note = ""
         self.show_title()
 
     def append(self, lines):
@@ -149,8 +157,10 @@ class JobLog(Log):
             self.border_title = "log"
             return
         parts = [self.note] if self.note else []
-        parts.append("following" if self.following else "paused")
-        self.border_title = "log %s (%s)" % (self.job_id, ", ".join(parts))
+        if not self.note.startswith("ended"):
+            parts.append("following" if self.following else "paused")
+        title = "log %s (%s)%s" % (self.job_id, ", ".join(parts), "  " + self.search_note if self.search_note else "")
+        self.border_title = escape(title)  # a search term or an error may hold [brackets]
 
     # -- search
 
@@ -172,8 +182,9 @@ class JobLog(Log):
         self.highlighter.pattern = None
         self.match_line = None
         self._render_line_cache.clear()
-        self.border_subtitle = ""
+        self.search_note = ""
         self.refresh()
+        self.show_title()
 
     def action_next_match(self):
         self.jump(+1)
@@ -195,14 +206,14 @@ class JobLog(Log):
                 found = index
                 break
         if found is None:
-            self.border_subtitle = "/%s: no match" % term
-            self.refresh()
+            self.search_note = "/%s: no match" % term
+            self.show_title()
             return
         wrapped = found <= start if step > 0 else found >= start
         self.match_line = found
         self.following = False  # else the next lines would scroll the match away
         self.scroll_to(y=max(0, found - self.size.height // 2), animate=False, immediate=True)
-        self.border_subtitle = "/%s: line %d of %d%s" % (term, found + 1, len(lines), " (wrapped)" if wrapped else "")
+        self.search_note = "/%s: line %d of %d%s" % (term, found + 1, len(lines), ", wrapped" if wrapped else "")
         self.refresh()
         self.show_title()
 
@@ -280,7 +291,7 @@ class JobsPane(Widget):
             old = job_cells(self.jobs[job["id"]], now)
             for (_, column), new_cell, old_cell in zip(COLUMNS, cells, old):
                 if new_cell != old_cell or column == "runtime":
-                    table.update_cell(job["id"], column, new_cell)
+                    table.update_cell(job["id"], column, new_cell, update_width=True)
         self.jobs = listed
         target = self._select_when_listed or cursor_key
         if target in listed and table.row_count and target != self.selected_job_id():
@@ -383,7 +394,11 @@ class JobsPane(Widget):
         if message.error:
             log.note = "not followed: %s" % message.error
         else:
-            log.note = "ended, %s" % job.get("state", "done")
+            log.note = "ended: %s" % job.get("state", "done")
+            if job.get("signal"):
+                log.note += ", signal %d" % job["signal"]
+            elif job.get("exit_code") is not None:
+                log.note += ", exit %d" % job["exit_code"]
         with self._subscription_lock:
             self._subscription = None
         log.show_title()
@@ -435,7 +450,7 @@ class JobsPane(Widget):
             self.post_message(AgentError(str(exc), "could not start the job"))
 
     def on_job_submitted(self, message: JobSubmitted):
-        self.notify("started %s: %s" % (message.job["id"], message.job.get("name") or ""), title="new job")
+        self.notify("started %s: %s" % (message.job["id"], message.job.get("name") or ""), title="new job", markup=False)
         self._select_when_listed = message.job["id"]
         self.query_one(JobsTable).focus()
         self.refresh_jobs()
@@ -445,7 +460,7 @@ class JobsPane(Widget):
         if self._require_client() is None or job is None:
             return
         if job.get("process_state", job.get("state")) not in ("running", "starting"):
-            self.notify("%s is not running (%s)" % (job["id"], job.get("state")), severity="warning")
+            self.notify("%s is not running (%s)" % (job["id"], job.get("state")), severity="warning", markup=False)
             return
         question = "Stop %s (%s)?\nTERM to its processes now, KILL after %d s if still running." % (
             job["id"], job.get("name") or "", STOP_GRACE_S)
@@ -464,7 +479,7 @@ class JobsPane(Widget):
             self.post_message(AgentError(getattr(exc, "message", str(exc)), "could not stop %s" % job_id))
 
     def on_job_stop_requested(self, message: JobStopRequested):
-        self.notify("stopping %s" % message.job["id"])
+        self.notify("stopping %s" % message.job["id"], markup=False)
         self.refresh_jobs()
 
     def action_save_log(self):
@@ -507,7 +522,7 @@ class JobsPane(Widget):
             pass
 
     def on_log_saved(self, message: LogSaved):
-        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, units.format_bytes(message.size_bytes)))
+        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, units.format_bytes(message.size_bytes)), markup=False)
 
     def on_unmount(self):
         with self._subscription_lock:

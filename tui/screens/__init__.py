@@ -11,6 +11,7 @@ from textual.widgets import Button, Input, Label
 class ConfirmScreen(ModalScreen[bool]):
     """Ask a yes/no question; dismisses with True only for an explicit yes."""
 
+    AUTO_FOCUS = "#no"  # enter alone must not stop a job
     BINDINGS = [
         Binding("y", "answer(True)", "yes"),
         Binding("n,escape", "answer(False)", "no"),
@@ -23,13 +24,10 @@ class ConfirmScreen(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-text")
+            yield Label(self.question, classes="dialog-text", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("%s (y)" % self.yes_label, variant="error", id="yes")
                 yield Button("Cancel (n)", id="no")
-
-    def on_mount(self):
-        self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed):
         event.stop()
@@ -42,6 +40,7 @@ class ConfirmScreen(ModalScreen[bool]):
 class PromptScreen(ModalScreen[str]):
     """Ask for one line of text (e.g. a file name); dismisses with None when cancelled."""
 
+    AUTO_FOCUS = "#answer"
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def __init__(self, question, default="", **kwargs):
@@ -51,7 +50,7 @@ class PromptScreen(ModalScreen[str]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
-            yield Label(self.question, classes="dialog-text")
+            yield Label(self.question, classes="dialog-text", markup=False)
             yield Input(self.default, id="answer")
             yield Label("enter to confirm, escape to cancel", classes="dialog-hint")
 

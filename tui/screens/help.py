@@ -34,6 +34,10 @@ class HelpScreen(ModalScreen[None]):
                 for binding in bindings:
                     if not isinstance(binding, Binding) or not binding.description or binding.system:
                         continue
+                    if binding.group is not None:
+                        if binding.group in seen:
+                            continue  # a group (1, 2, 3) is one line, as in the footer
+                        seen.add(binding.group)
                     keys = _key_names(binding, self.app)
                     if (keys, binding.description) in seen:
                         continue

@@ -10,6 +10,7 @@ from textual.widgets import Button, Label, Static
 class HostKeyScreen(ModalScreen[bool]):
     """Shows an unknown host key's type and fingerprint; dismisses with True to accept and remember it."""
 
+    AUTO_FOCUS = "#refuse"  # enter alone must not accept a key
     BINDINGS = [
         Binding("y", "answer(True)", "accept"),
         Binding("n,escape", "answer(False)", "refuse"),
@@ -22,20 +23,17 @@ class HostKeyScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         key = self.host_key
         with Vertical(classes="dialog", id="host-key-dialog"):
-            yield Label("Unknown host key for %s" % key.name, classes="dialog-title")
+            yield Label("Unknown host key for %s" % key.name, classes="dialog-title", markup=False)
             yield Static(
                 "This console has never connected to this host. Compare the fingerprint with\n"
                 "the one the host's administrator gives you (ssh-keygen -lf on the host's key)\n"
                 "before accepting: it is then remembered in ~/.ssh/known_hosts.",
                 classes="dialog-text",
             )
-            yield Label("%s  %s" % (key.key_type, key.fingerprint), id="fingerprint")
+            yield Label("%s  %s" % (key.key_type, key.fingerprint), id="fingerprint", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Accept (y)", variant="warning", id="accept")
                 yield Button("Refuse (n)", id="refuse")
-
-    def on_mount(self):
-        self.query_one("#refuse", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed):
         event.stop()

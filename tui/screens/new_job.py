@@ -4,6 +4,7 @@ import shlex
 
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.markup import escape
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label
@@ -24,6 +25,7 @@ class NewJobScreen(ModalScreen[dict]):
     """Asks for a command line, an optional name and working directory; dismisses with the
     jobs.submit parameters, or None when cancelled."""
 
+    AUTO_FOCUS = "#command"
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
     def compose(self) -> ComposeResult:
@@ -38,15 +40,12 @@ class NewJobScreen(ModalScreen[dict]):
             yield Label("", id="new-job-error", classes="dialog-error")
             yield Label("enter to start, tab for the next field, escape to cancel", classes="dialog-hint")
 
-    def on_mount(self):
-        self.query_one("#command", Input).focus()
-
     def on_input_submitted(self, event: Input.Submitted):
         event.stop()
         try:
             argv = parse_command_line(self.query_one("#command", Input).value)
         except ValueError as exc:
-            self.query_one("#new-job-error", Label).update(str(exc))
+            self.query_one("#new-job-error", Label).update(escape(str(exc)))
             self.query_one("#command", Input).focus()
             return
         params = {"argv": argv}
