@@ -1,6 +1,7 @@
 """The Tensors pane and the Compare view against the real local agent: small SpecForge-layout
 drafters written with safetensors, opened by path and through the host file picker."""
 
+import json
 import time
 from pathlib import Path
 
@@ -77,6 +78,11 @@ async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(cli
         assert "specforge" in summary and "hidden 64" in summary and "draft vocab 96" in summary
         assert "target vocab 256" in summary and "[1, 3, 5]" in summary
         assert not text_of(pane.query_one("#tensors-problems", Static)).strip()
+        # The highlighted tensor's role, whole, under the table (the column is cut on a narrow screen).
+        table = pane.query_one("#tensors-table", DataTable)
+        table.move_cursor(row=[row[0] for row in table_rows(pane)].index("fc.weight"))
+        await pilot.pause()
+        assert text_of(pane.query_one("#tensors-role", Static)) == "fc.weight: " + rows["fc.weight"][4]
 
 
 async def test_filter_and_sort(client, tmp_path):
@@ -110,10 +116,8 @@ async def test_open_through_the_picker_by_typing_and_by_walking(client, tmp_path
         await pilot.press("o")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
         picker = app.screen
-        # Type the models directory with a trailing "/": it opens, listing what is there.
-        path_field = picker.query_one("#picker-path", Input)
-        path_field.focus()
-        path_field.value = ""
+        await wait_until(pilot, lambda: picker.directory is not None)  # the home directory first
+        # Typing "/" in the list starts a path; with a trailing "/" Enter opens that directory.
         await pilot.press(*(str(tmp_path / "models") + "/"), "enter")
         await wait_until(pilot, lambda: picker.directory == str(tmp_path / "models"))
         labels = [str(picker.query_one(OptionList).get_option_at_index(i).prompt) for i in range(picker.query_one(OptionList).option_count)]
@@ -163,9 +167,6 @@ async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
         await wait_until(pilot, lambda: pane.report is not None)
         await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
-        field = app.screen.query_one("#picker-path", Input)
-        field.focus()
-        field.value = ""
         await pilot.press(*str(other), "enter")
         await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=30)
         screen = app.screen
@@ -179,9 +180,37 @@ async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
         assert str(fc[3]) != "same" and "red" in str(fc[0].style)
         assert str(rows["norm.weight"][3]) == "same" and not str(rows["norm.weight"][0].style)
         config = screen.query_one("#compare-config", DataTable)
-        fields = {str(config.get_row_at(i)[0]) for i in range(config.row_count)}
-        assert any("target_hidden_size" in field for field in fields)
+        fields = {str(config.get_row_at(i)[0]): [str(c) for c in config.get_row_at(i)[1:]] for i in range(config.row_count)}
+        assert fields["target_hidden_size"] == ["(not set)", "96"]
         await pilot.press("d")  # differences only
         assert {str(table.get_row_at(i)[0]) for i in range(table.row_count)} == set(screen.differing_rows())
         await pilot.press("escape")
         assert app.screen is not screen and pane.report["path"] == str(mine)
+
+
+async def test_problems_come_first_errors_red_warnings_yellow(client, tmp_path):
+    drafter = build_drafter(tmp_path / "drafter")
+    config = json.loads((drafter / "config.json").read_text())
+    config["hidden_size"] = 128  # the tensors say 64
+    del config["draft_vocab_size"]  # vLLM would then take the target's vocabulary
+    (drafter / "config.json").write_text(json.dumps(config))
+    app = TensorsHost(client)
+    async with app.run_test(size=(140, 45)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None)
+        problems = pane.query_one("#tensors-problems", Static)
+        assert problems.display and problems.region.y < pane.query_one("#tensors-table", DataTable).region.y
+        text = problems.render()
+        lines = str(text).splitlines()
+        error = next(i for i, line in enumerate(lines) if "config.json says hidden_size 128" in line)
+        warning = next(i for i, line in enumerate(lines) if "no draft_vocab_size" in line)
+        assert lines[error].startswith("error: ") and lines[warning].startswith("warning: ")
+
+        def styles_on_line(index):
+            start = sum(len(line) + 1 for line in lines[:index])
+            return {str(span.style) for span in text.spans if span.start >= start and span.end <= start + len(lines[index])}
+
+        assert any("red" in style for style in styles_on_line(error)) and not any("yellow" in style for style in styles_on_line(error))
+        assert any("yellow" in style for style in styles_on_line(warning)) and not any("red" in style for style in styles_on_line(warning))
+        assert len(table_rows(pane)) == 15  # the listing is still there to look at

@@ -5,10 +5,12 @@ differences highlighted, then the config fields that differ. The comparison itse
 `remote.checkpoint.compare`, the same one `specdeck compare` prints.
 """
 
+import json
+
 from rich.text import Text
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.screen import Screen
+from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 SAME = "same"
@@ -38,25 +40,22 @@ def status_style(status):
     return "bold red"
 
 
-def _config_rows(config_diff):
-    """config_diff entries as (field, a, b): dicts with field/key/name and a/b, or 3-sequences."""
-    rows = []
-    for entry in config_diff or []:
-        if isinstance(entry, dict):
-            field = entry.get("field") or entry.get("key") or entry.get("name") or "?"
-            rows.append((str(field), entry.get("a"), entry.get("b")))
-        elif isinstance(entry, (list, tuple)) and len(entry) >= 3:
-            rows.append((str(entry[0]), entry[1], entry[2]))
-        else:
-            rows.append((str(entry), None, None))
-    return rows
+def config_value(entry, side):
+    """One side of a config field that differs: its JSON, or `(not set)` where that side lacks it."""
+    present = entry.get("in", "both")
+    if present not in ("both", side.upper()):
+        return Text("(not set)", style="dim")
+    return Text(json.dumps(entry.get(side), sort_keys=True), style="yellow")
 
 
-class CompareScreen(Screen):
-    """The result of comparing checkpoint A (the open one) with B; Escape goes back."""
+class CompareScreen(ModalScreen):
+    """The result of comparing checkpoint A (the open one) with B; Escape goes back.
+
+    Modal although it fills the screen: the console's pane keys stay off while it is shown.
+    """
 
     DEFAULT_CSS = """
-    CompareScreen { layout: vertical; }
+    CompareScreen { layout: vertical; background: $background; }
     CompareScreen #compare-verdict { height: auto; padding: 0 1; text-style: bold; }
     CompareScreen #compare-verdict.compatible { background: $success 30%; color: $text; }
     CompareScreen #compare-verdict.incompatible { background: $error 30%; color: $text; }
@@ -114,12 +113,13 @@ class CompareScreen(Screen):
             reasons.append("- " + (reason if isinstance(reason, str) else str(reason)), style="" if compatible else "red")
         self.query_one("#compare-reasons", Static).update(reasons)
         self._fill_rows()
-        config_rows = _config_rows(self.result.get("config_diff"))
-        title = "config fields that differ: %d" % len(config_rows) if config_rows else "config fields: no differences"
+        config_diff = self.result.get("config_diff") or []
+        title = "config fields that differ: %d" % len(config_diff) if config_diff else "config fields: no differences"
         self.query_one("#compare-config-title", Static).update(title)
         config = self.query_one("#compare-config", DataTable)
-        for field, a, b in config_rows:
-            config.add_row(field, Text(describe_side(a), style="yellow"), Text(describe_side(b), style="yellow"), key=field)
+        for entry in config_diff:
+            field = str(entry.get("field", "?"))
+            config.add_row(field, config_value(entry, "a"), config_value(entry, "b"), key=field)
         self.query_one("#compare-rows", DataTable).focus()
 
     def _fill_rows(self):
@@ -147,4 +147,4 @@ class CompareScreen(Screen):
         self._fill_rows()
 
     def action_back(self):
-        self.app.pop_screen()
+        self.dismiss(None)

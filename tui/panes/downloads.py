@@ -18,12 +18,16 @@ from remote.protocol import RemoteError
 
 from ..client import ConnectError
 from ..screens.download_form import DownloadForm
-from ..units import format_bytes, format_duration, format_rate
+from ..units import format_bytes, format_duration, format_rate, job_runtime
 
 POLL_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
 VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
+RUNNING_STATES = ("queued", "resolving", "downloading", "verifying")
+COLUMNS = (("id", "id"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
+           ("repo", "repo"), ("size", "size"))
+HINT = "n new  x cancel  r retry  v verify again  t open in Tensors"
 STATE_STYLES = {
     "verified": "bold green",
     "mismatch": "bold red",
@@ -53,6 +57,15 @@ def job_message(job):
     return verdict.get("message") or progress.get("error") or job.get("error") or job["state"]
 
 
+def job_repo(job):
+    return job_progress(job).get("repo") or job.get("name") or ""
+
+
+def job_local_dir(job, params=None):
+    """Where the files go: known from the parameters, or from the job's own progress report."""
+    return (params or {}).get("local_dir") or job_progress(job).get("local_dir")
+
+
 def params_from_meta(job):
     """A download's parameters, if the agent recorded them with the job."""
     meta = job.get("meta") or {}
@@ -66,8 +79,8 @@ class FileProgress(Horizontal):
 
     DEFAULT_CSS = """
     FileProgress { height: 1; }
+    FileProgress > ProgressBar { width: 40; }
     FileProgress > Label { width: 1fr; }
-    FileProgress > ProgressBar { width: 48; }
     """
 
     def __init__(self, entry):
@@ -76,8 +89,9 @@ class FileProgress(Horizontal):
         self.entry = entry
 
     def compose(self):
-        yield Label(self._label())
+        # The bar first: it keeps its place, and a long path is cut at its end, not the bar.
         yield ProgressBar(total=self.entry.get("bytes_total"), show_eta=False)
+        yield Label(self._label())
 
     def on_mount(self):
         self.call_after_refresh(self.show, self.entry)
@@ -85,9 +99,9 @@ class FileProgress(Horizontal):
     def _label(self):
         entry = self.entry
         label = Text(self.path)
-        label.append("  %s / %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
         if entry.get("state"):
             label.append("  " + entry["state"], style=STATE_STYLES.get(entry["state"], ""))
+        label.append("  %s of %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
         return label
 
     def show(self, entry):
@@ -175,11 +189,11 @@ class DownloadsPane(Vertical):
         self.selected_id = None
         self.shown_files = None  # (job id, file paths) the per-file bars were built for
         self._poll_worker = None
+        self._status_transient = False  # a poll error or the empty-list line: the next poll replaces it
 
     def compose(self):
         table = DataTable(id="downloads-jobs", cursor_type="row", zebra_stripes=True)
-        for label, key in (("id", "id"), ("download", "name"), ("state", "state"), ("done", "percent"),
-                           ("bytes", "bytes"), ("rate", "rate"), ("ETA", "eta")):
+        for label, key in COLUMNS:
             table.add_column(label, key=key)
         yield table
         with Vertical(id="downloads-detail"):
@@ -189,9 +203,10 @@ class DownloadsPane(Vertical):
                 yield ProgressBar(id="downloads-total", show_eta=False)
             yield Static(id="downloads-verdict")
             yield VerticalScroll(id="downloads-files")
-        yield Static("n new  x cancel  r retry  v verify again  t open in Tensors", id="downloads-status")
+        yield Static("asking the host for its downloads ...", id="downloads-status")
 
     def on_mount(self):
+        self._status_transient = True
         self._show_detail()
         self.poll()
         self.set_interval(POLL_INTERVAL_S, self.poll)
@@ -225,13 +240,16 @@ class DownloadsPane(Vertical):
             return
         self.post_message(self.JobsListed([job for job in jobs if job.get("kind") == "download"]))
 
+    def on_client_ready(self, message):
+        self.poll()  # the app posts this once `app.client` is set: no need to wait for the timer
+
     def on_downloads_pane_poll_failed(self, message):
-        self._set_status(message.message, error=True)
+        self._set_status(message.message, error=True, transient=True)
 
     def on_downloads_pane_jobs_listed(self, message):
-        if self.query_one("#downloads-status", Static).has_class("error"):
-            self._set_status("n new  x cancel  r retry  v verify again  t open in Tensors")
         self._merge(message.jobs)
+        if self._status_transient:
+            self._set_status(HINT if self.jobs else "no downloads on this host yet: n starts one", transient=True)
 
     def _merge(self, jobs):
         table = self.query_one("#downloads-jobs", DataTable)
@@ -243,8 +261,8 @@ class DownloadsPane(Vertical):
             self._notify_verdict(job)
             cells = self._row_cells(job)
             if job["id"] in self.jobs:
-                for key, value in zip(("id", "name", "state", "percent", "bytes", "rate", "eta"), cells):
-                    table.update_cell(job["id"], key, value)
+                for (_, key), value in zip(COLUMNS, cells):
+                    table.update_cell(job["id"], key, value, update_width=True)
             else:
                 table.add_row(*cells, key=job["id"])
             self.jobs[job["id"]] = job
@@ -271,15 +289,15 @@ class DownloadsPane(Vertical):
         progress = job_progress(job)
         done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
         eta = progress.get("eta_s")
-        running = job["state"] in ("queued", "resolving", "downloading", "verifying")
+        running = job["state"] in RUNNING_STATES
         return (
             job["id"],
-            job.get("name") or "",
             Text(job["state"], style=STATE_STYLES.get(job["state"], "")),
             percent(done, total),
-            "%s / %s" % (format_bytes(done), format_bytes(total)),
             format_rate(progress.get("rate_bytes_per_s")) if running else "-",
             format_duration(eta) if running and eta is not None else "-",
+            job_repo(job),
+            format_bytes(total),
         )
 
     # -- the selected job
@@ -302,26 +320,28 @@ class DownloadsPane(Vertical):
         # Hidden while empty: an idle bar with no total would animate for nothing.
         self.query_one("#downloads-detail").display = job is not None
         if job is None:
-            if not self.jobs and not self.query_one("#downloads-status", Static).has_class("error"):
-                self._set_status("no downloads on this host yet: n starts one")
             self._rebuild_files(None, [])
             return
         progress = job_progress(job)
         params = self.params.get(job["id"]) or params_from_meta(job)
         text = Text()
         text.append("%s  " % job["id"], style="bold")
-        text.append(job.get("name") or "")
+        text.append(job_repo(job), style="bold")
+        if job_local_dir(job, params):
+            text.append("  ->  ", style="dim")
+            text.append(job_local_dir(job, params))
         text.append("\nstate ", style="dim")
         text.append(job["state"], style=STATE_STYLES.get(job["state"], ""))
-        text.append("  rate ", style="dim")
-        text.append(format_rate(progress.get("rate_bytes_per_s")))
-        text.append("  ETA ", style="dim")
-        text.append(format_duration(progress.get("eta_s")))
-        text.append("  ", style="dim")
-        text.append("%s of %s" % (format_bytes(progress.get("bytes_done") or 0), format_bytes(progress.get("bytes_total"))))
-        if params:
-            text.append("\ninto ", style="dim")
-            text.append(params["local_dir"])
+        if job["state"] in RUNNING_STATES:
+            text.append("  rate ", style="dim")
+            text.append(format_rate(progress.get("rate_bytes_per_s")))
+            text.append("  ETA ", style="dim")
+            text.append(format_duration(progress.get("eta_s")))
+        else:
+            text.append("  took ", style="dim")
+            text.append(format_duration(job_runtime(job)))
+        if progress.get("bytes_total") is not None:
+            text.append("\n{:,} of ".format(progress.get("bytes_done") or 0) + format_bytes(progress["bytes_total"], exact=True), style="dim")
         summary.update(text)
         total_bar.update(total=progress.get("bytes_total"), progress=progress.get("bytes_done") or 0)
         verdict.update(self._verdict_text(job))
@@ -414,20 +434,23 @@ class DownloadsPane(Vertical):
 
     def action_open_tensors(self):
         job = self._selected_or_say("open")
-        params = job and self._params_or_say(job, "opening in Tensors")
-        if not params:
+        if job is None:
+            return
+        local_dir = job_local_dir(job, self.params.get(job["id"]) or params_from_meta(job))
+        if not local_dir:
+            self._set_status("%s has not said where its files go yet: try again in a moment" % job["id"], error=True)
             return
         from .tensors import TensorsPane
 
         try:
             tensors = self.app.query_one(TensorsPane)
-        except Exception:
+        except NoMatches:
             self._set_status("this console has no Tensors pane", error=True)
             return
         tabs = next((node for node in tensors.ancestors if isinstance(node, TabbedContent)), None)
         if tabs is not None:
             tabs.active = "tensors"
-        tensors.open_path(params["local_dir"])
+        tensors.open_path(local_dir)
 
     @work(thread=True, exit_on_error=False, group="downloads-actions")
     def _stop(self, job_id):
@@ -461,7 +484,8 @@ class DownloadsPane(Vertical):
         if event.worker.group.startswith("downloads-") and event.worker.error is not None:
             self._set_status("%s" % event.worker.error, error=True)
 
-    def _set_status(self, text, error=False):
+    def _set_status(self, text, error=False, transient=False):
         status = self.query_one("#downloads-status", Static)
         status.update(text)
         status.set_class(error, "error")
+        self._status_transient = transient

@@ -2,7 +2,8 @@
 
 Enter opens a directory or picks a file, `o` picks the highlighted directory itself (a
 checkpoint is usually a directory), Backspace goes up, and the path Input takes a typed
-path: Enter there picks it, or opens it when it ends with "/".
+path (typing "/" or "~" in the list starts one): Enter there picks it, or opens it when it
+ends with "/".
 """
 
 import posixpath
@@ -22,6 +23,7 @@ from ..client import ConnectError
 from ..units import format_bytes, format_time
 
 LIST_TIMEOUT_S = 30.0
+HINT = "Enter open/pick  o pick directory  Backspace up  / or ~ type a path  Esc cancel"
 PARENT = ".."
 
 
@@ -43,6 +45,9 @@ class FilePicker(ModalScreen):
         Binding("escape", "cancel", "cancel"),
         Binding("backspace", "up", "up"),
         Binding("o", "pick_highlighted", "pick dir"),
+        # As in GTK's file chooser: starting to type a path goes to the path field.
+        Binding("slash", "type_path('/')", "type a path", show=False),
+        Binding("tilde", "type_path('~')", "type a path", show=False),
     ]
 
     class Listed(Message):
@@ -71,9 +76,10 @@ class FilePicker(ModalScreen):
     def compose(self):
         with Vertical():
             yield Label(self.title_text, id="picker-title")
-            yield Input(placeholder="a path on the host (Enter picks it, a trailing / opens it)", id="picker-path")
+            # No select-on-focus: "/" typed in the list must stay the first character of the path.
+            yield Input(placeholder="a path on the host (Enter picks it, a trailing / opens it)", id="picker-path", select_on_focus=False)
             yield OptionList(id="picker-entries")
-            yield Static("Enter open/pick  o pick directory  Backspace up  Esc cancel", id="picker-status")
+            yield Static(HINT, id="picker-status")
 
     def on_mount(self):
         self.query_one("#picker-path", Input).value = self.start_path
@@ -118,7 +124,7 @@ class FilePicker(ModalScreen):
             entries.highlighted = 1 if self.entries[0] is None and len(options) > 1 else 0
         count = len(listing["entries"])
         note = " (only the first %d shown)" % count if listing.get("truncated") else ""
-        self._set_status("%s: %d entries%s   Enter open/pick  o pick directory  Backspace up  Esc cancel" % (self.directory, count, note))
+        self._set_status("%d entr%s%s   %s" % (count, "y" if count == 1 else "ies", note, HINT))
 
     def on_file_picker_list_failed(self, message):
         self._set_status("%s: %s" % (message.path, message.message), error=True)
@@ -185,6 +191,12 @@ class FilePicker(ModalScreen):
             self.dismiss(self.parent_directory)
         else:
             self.dismiss(self._path_of(entry))
+
+    def action_type_path(self, start):
+        field = self.query_one("#picker-path", Input)
+        field.value = start
+        field.cursor_position = len(start)
+        field.focus()
 
     def action_cancel(self):
         self.dismiss(None)

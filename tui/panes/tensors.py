@@ -100,6 +100,7 @@ class TensorsPane(Vertical):
     TensorsPane #tensors-filter { display: none; }
     TensorsPane #tensors-filter.shown { display: block; }
     TensorsPane #tensors-table { height: 1fr; }
+    TensorsPane #tensors-role { height: auto; color: $text-muted; }
     TensorsPane #tensors-totals { height: auto; }
     TensorsPane #tensors-status { height: auto; color: $text-muted; }
     TensorsPane #tensors-status.error { color: $error; }
@@ -151,7 +152,6 @@ class TensorsPane(Vertical):
         yield Static("No checkpoint open: o picks one on the host", id="tensors-path")
         yield Static(id="tensors-problems")
         yield Static(id="tensors-summary")
-        yield Input(placeholder="filter: part of a name or a role (Esc clears)", id="tensors-filter")
         table = DataTable(id="tensors-table", cursor_type="row", zebra_stripes=True)
         # The role is a sentence: last, so that shape, dtype and bytes stay on an 80-column screen.
         table.add_column("name", key="name")
@@ -160,6 +160,10 @@ class TensorsPane(Vertical):
         table.add_column(Text("bytes", justify="right"), key="bytes")
         table.add_column("role", key="role")
         yield table
+        # Below the table, as a search line is; and after it in the DOM, so that the table,
+        # not a hidden Input, is the pane's first focusable widget.
+        yield Input(placeholder="filter: part of a name or a role (Enter keeps it, Esc clears)", id="tensors-filter")
+        yield Static(id="tensors-role")  # the highlighted tensor's role in full: the column is cut at 80 columns
         yield Static(id="tensors-totals")
         yield Static("o open  / filter  s sort  c compare", id="tensors-status")
 
@@ -217,7 +221,9 @@ class TensorsPane(Vertical):
         self.report = message.report
         report = message.report
         self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or message.path, "bold")))
-        self.query_one("#tensors-problems", Static).update(problems_text(report.get("problems")))
+        problems = self.query_one("#tensors-problems", Static)
+        problems.update(problems_text(report.get("problems")))
+        problems.display = bool(report.get("problems"))
         self.query_one("#tensors-summary", Static).update(eagle3_summary(report))
         self._fill_table()
         self._set_status("o open  / filter  s sort (%s)  c compare" % self.sort_key)
@@ -262,7 +268,7 @@ class TensorsPane(Vertical):
             text.append(format_bytes(shown_bytes, exact=True), style="dim")
         files = self.report.get("files") or []
         if files:
-            text.append("\n%d files on disk  " % len(files), style="dim")
+            text.append("\n%d file%s on disk  " % (len(files), "" if len(files) == 1 else "s"), style="dim")
             text.append(format_bytes(self.report.get("total_bytes"), exact=True), style="dim")
         totals.update(text)
 
@@ -273,6 +279,16 @@ class TensorsPane(Vertical):
         self._fill_table()
         if self.report is not None:
             self._set_status("o open  / filter  s sort (%s)  c compare" % value)
+
+    @on(DataTable.RowHighlighted, "#tensors-table")
+    def _row_highlighted(self, event):
+        event.stop()
+        tensor = next((t for t in self.shown_tensors if t["name"] == event.row_key.value), None)
+        role = self.query_one("#tensors-role", Static)
+        if tensor is None:
+            role.update("")
+            return
+        role.update(Text.assemble((tensor["name"], "bold"), ": ", tensor.get("role") or "role unknown"))
 
     @on(Input.Changed, "#tensors-filter")
     def _filter_changed(self, event):

@@ -20,7 +20,7 @@ from ..client import ConnectError
 START_TIMEOUT_S = 180.0  # the agent may take up to 120 s to resolve the file list
 
 FIELDS = (
-    ("repo", "repo", "org/name on the hub, e.g. AQ-MedAI/Kimi-K2-Instruct-eagle3"),
+    ("repo", "repo", "org/name, e.g. AQ-MedAI/Kimi-K2-Instruct-eagle3"),
     ("files", "files", "space-separated paths in the repo (empty: every file)"),
     ("include", "include patterns", "space-separated globs, e.g. *.json *.safetensors"),
     ("local_dir", "local dir", "directory on the host, e.g. ~/models/k2-eagle3"),
@@ -51,12 +51,12 @@ class DownloadForm(ModalScreen):
     DownloadForm > Vertical {
         width: 90; max-width: 95%; height: auto; border: thick $accent; background: $surface; padding: 0 1;
     }
-    DownloadForm .form-row { height: auto; }
-    DownloadForm .form-label { width: 18; padding: 1 1 0 0; }
+    DownloadForm .form-row { height: 1; margin-top: 1; }
+    DownloadForm .form-label { width: 18; }
     DownloadForm .form-row Input { width: 1fr; }
     DownloadForm #form-title { text-style: bold; }
-    DownloadForm #form-buttons { height: auto; align-horizontal: right; }
-    DownloadForm #form-error { height: auto; color: $error; }
+    DownloadForm #form-buttons { height: auto; align-horizontal: right; margin-top: 1; }
+    DownloadForm #form-error { height: auto; margin-top: 1; color: $error; }
     DownloadForm #form-error.busy { color: $text-muted; }
     """
 
@@ -89,11 +89,12 @@ class DownloadForm(ModalScreen):
             for key, label, placeholder in FIELDS:
                 with Horizontal(classes="form-row"):
                     yield Label(label, classes="form-label")
-                    yield Input(value=self.initial.get(key, ""), placeholder=placeholder, id="form-%s" % key.replace("_", "-"))
+                    # Compact (borderless) fields: the whole form fits a 24-line terminal.
+                    yield Input(value=self.initial.get(key, ""), placeholder=placeholder, id="form-%s" % key.replace("_", "-"), compact=True)
             yield Static(id="form-error")
             with Horizontal(id="form-buttons"):
-                yield Button("Cancel", id="form-cancel")
-                yield Button("Download", id="form-submit", variant="primary")
+                yield Button("Cancel", id="form-cancel", compact=True)
+                yield Button("Download", id="form-submit", variant="primary", compact=True)
 
     def on_mount(self):
         self.query_one("#form-repo", Input).focus()
