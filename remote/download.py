@@ -344,6 +344,12 @@ def classify(exc, spec, what=None, have_token=None):
     except Exception:
         code = None
     login_hint = "set HF_TOKEN or run `hf auth login` on this host"
+    try:
+        server_message = resp.headers.get("X-Error-Message") if resp is not None else None
+    except Exception:
+        server_message = None
+    if server_message and "invalid credentials" in server_message.lower():
+        return PlanError("AuthRequired", "the hub refused this host's token (invalid credentials); %s" % login_hint)
     if "GatedRepoError" in names or code == "GatedRepo":
         return PlanError("AuthRequired", "%s%s is gated: accept its conditions on the hub with your account, then %s"
                          % (kind, repo, login_hint if not have_token else "check that this host's token belongs to it"))
@@ -426,13 +432,12 @@ def resolve(spec, hf):
     rev = spec.get("revision") or "main"
     spec["_endpoint_label"] = _endpoint(hf, spec)
     explicit_only = bool(spec["files"]) and not spec["include"]
-    info = api.repo_info(repo, repo_type=repo_type, revision=rev, files_metadata=not explicit_only)
+    info = api.repo_info(repo, repo_type=repo_type, revision=rev)
     sha = getattr(info, "sha", None)
     if not sha:
         raise PlanError("HubError", "the hub gave no commit for %s at %s" % (repo, rev))
     spec["_revision_label"] = rev if rev == sha else "%s (%s)" % (rev, sha[:7])
-    siblings = list(getattr(info, "siblings", None) or [])
-    all_paths = [s.rfilename for s in siblings]
+    all_paths = [s.rfilename for s in (getattr(info, "siblings", None) or [])]
     if explicit_only:
         if all_paths:
             select_paths(all_paths, spec)  # names the missing files, if any
@@ -450,14 +455,14 @@ def resolve(spec, hf):
         if not all_paths:
             all_paths = list(spec["files"])
     else:
+        # The tree listing is paginated, so it is complete even for repos with many files.
+        by_path = {}
+        for e in api.list_repo_tree(repo, repo_type=repo_type, revision=sha, recursive=True):
+            if getattr(e, "size", None) is not None and hasattr(e, "blob_id"):
+                by_path[e.path] = e
+        all_paths = sorted(by_path)
         chosen = select_paths(all_paths, spec)
-        by_path = {s.rfilename: s for s in siblings}
-        files = []
-        for p in chosen:
-            s = by_path[p]
-            if s.size is None:
-                raise PlanError("HubError", "the hub gave no size for %s in %s" % (p, repo))
-            files.append(RemoteFile(p, s.size, _lfs_sha256(s.lfs), getattr(s, "blob_id", None)))
+        files = [RemoteFile(p, by_path[p].size, _lfs_sha256(by_path[p].lfs), by_path[p].blob_id) for p in chosen]
     if not files:
         raise PlanError("FileNotFound", "no file of %s at %s matches include %s exclude %s (%d files in the repo)"
                         % (repo, spec["_revision_label"], spec["include"] or ["*"], spec["exclude"], len(all_paths)))
@@ -478,7 +483,31 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
         return None
 
 
-_OPENER = urllib.request.build_opener(_NoRedirect())
+def _ssl_context():
+    """The CA bundle the requests/httpx-based hub clients would use: an explicit one from the
+    environment, else certifi's when installed, else the system's."""
+    import ssl
+
+    for name in ("REQUESTS_CA_BUNDLE", "SSL_CERT_FILE", "CURL_CA_BUNDLE"):
+        path = os.environ.get(name)
+        if path and os.path.exists(path):
+            return ssl.create_default_context(cafile=path)
+    try:
+        import certifi
+
+        return ssl.create_default_context(cafile=certifi.where())
+    except Exception:
+        return ssl.create_default_context()
+
+
+_OPENER = None
+
+
+def _opener():
+    global _OPENER
+    if _OPENER is None:
+        _OPENER = urllib.request.build_opener(_NoRedirect(), urllib.request.HTTPSHandler(context=_ssl_context()))
+    return _OPENER
 
 
 def _origin(url):
@@ -494,7 +523,7 @@ def http_open(url, headers, method="GET", timeout=READ_TIMEOUT, follow=True):
     for _ in range(MAX_REDIRECTS + 1):
         req = urllib.request.Request(url, headers=headers, method=method)
         try:
-            resp = _OPENER.open(req, timeout=timeout)
+            resp = _opener().open(req, timeout=timeout)
         except urllib.error.HTTPError as e:
             resp = e
         code = resp.getcode()
@@ -519,7 +548,7 @@ def _http_error(resp, spec, path, have_token):
 
     class _Resp:
         status_code = code
-        headers = {"X-Error-Code": err}
+        headers = {"X-Error-Code": err, "X-Error-Message": resp.headers.get("X-Error-Message")}
 
     class _HttpErr(Exception):
         response = _Resp()
@@ -607,13 +636,19 @@ class _FileLock:
                 fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 return self
             except BlockingIOError:
-                if not waited:
-                    log("waiting for another process downloading into %s" % self.path[: -len(".lock")])
-                    waited = True
-                if self.stop.wait(0.5):
-                    os.close(self.fd)
-                    self.fd = None
-                    raise _Stopped()
+                pass
+            except OSError as e:  # a filesystem without flock (some Lustre/NFS mounts): go on unlocked
+                log("no file locking on this filesystem (%s); not guarding against a second downloader" % e)
+                os.close(self.fd)
+                self.fd = None
+                return self
+            if not waited:
+                log("waiting for another process downloading into %s" % self.path[: -len(".lock")])
+                waited = True
+            if self.stop.wait(0.5):
+                os.close(self.fd)
+                self.fd = None
+                raise _Stopped()
 
     def __exit__(self, *exc):
         if self.fd is not None:
@@ -1424,12 +1459,11 @@ def _install_signals(stop):
         stop.signum = signum
 
     if threading.current_thread() is threading.main_thread():
-        for s in (signal.SIGTERM, signal.SIGINT, getattr(signal, "SIGHUP", None)):
-            if s is not None:
-                try:
-                    signal.signal(s, handler)
-                except (OSError, ValueError):
-                    pass
+        for s in (signal.SIGTERM, signal.SIGINT):  # not SIGHUP: a nohup'd job must outlive its shell
+            try:
+                signal.signal(s, handler)
+            except (OSError, ValueError):
+                pass
 
 
 def _fail(progress, message, verdict=None):

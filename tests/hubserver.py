@@ -26,6 +26,7 @@ Knobs for tests (all thread-safe, all cleared by `reset_knobs`):
   throttle(bytes_per_s, repo=None, path=None)          slow GET bodies (all files, or one)
   lfs_redirect = True                                  LFS resolve answers 302 to a "CDN" on
                                                        http://localhost:PORT (another host name)
+  tree_page_size = N                                   tree listings come in pages of N entries
 Records: `requests` (one dict per request), `bytes_served(repo, path)`, `range_starts(repo, path)`.
 
 Run it by hand:  python3 tests/hubserver.py serve org/name=DIR [org/other=DIR2 ...]
@@ -158,6 +159,7 @@ class FakeHub:
         self.lock = threading.Lock()
         self.knobs = _Knobs()
         self.lfs_redirect = False
+        self.tree_page_size = None  # paginate tree listings (Link: <...>; rel="next"), as the hub does
         self.requests = []
         self._served = {}  # key -> bytes sent in bodies
         self._server = None
@@ -494,8 +496,19 @@ class _Handler(BaseHTTPRequestHandler):
         for p in sorted(files):
             if p.startswith(prefix) and (recursive or "/" not in p[len(prefix):]):
                 out.append(files[p].tree_entry())
+        headers = {}
+        size = self.hub.tree_page_size
+        if size:
+            start = int((query.get("cursor") or ["0"])[0])
+            if start + size < len(out):
+                q = {k: v[0] for k, v in query.items()}
+                q["cursor"] = str(start + size)
+                nxt = "%s%s?%s" % (self.hub.url, urlsplit(self.path).path,
+                                   "&".join("%s=%s" % (k, quote(v, safe="")) for k, v in q.items()))
+                headers["Link"] = '<%s>; rel="next"' % nxt
+            out = out[start:start + size]
         self._rec["status"] = 200
-        self._send(200, out)
+        self._send(200, out, headers)
 
     # ----- resolve and bytes
 
@@ -597,14 +610,14 @@ class _Handler(BaseHTTPRequestHandler):
             self._rec["bytes"] = sent
             return
         pos = start
-        chunk = 1 << 20
-        if rate:
-            chunk = max(1024, min(chunk, int(rate) // 20))
         t0 = time.monotonic()
         sent = 0
+        paced = 0  # bytes sent since t0 under the current rate
         src = open(entry.source, "rb") if entry.source is not None else None
         try:
             while pos < limit:
+                rate = hub._rate(key)  # read each time: a test may lift or change it mid-body
+                chunk = 1 << 20 if not rate else max(1024, min(1 << 20, int(rate) // 20))
                 n = min(chunk, limit - pos)
                 if src is not None:
                     src.seek(pos)
@@ -624,9 +637,12 @@ class _Handler(BaseHTTPRequestHandler):
                 sent += n
                 hub._add_served(key, n)
                 if rate:
-                    ahead = sent / float(rate) - (time.monotonic() - t0)
+                    paced += n
+                    ahead = paced / float(rate) - (time.monotonic() - t0)
                     if ahead > 0:
                         time.sleep(ahead)
+                else:
+                    t0, paced = time.monotonic(), 0
         finally:
             if src is not None:
                 src.close()

@@ -239,6 +239,38 @@ def test_dataset_repo_and_pinned_revision(dl, hub):  # noqa: F811
     assert (Path(spec["local_dir"]) / "data/train.jsonl").read_bytes() == b'{"a": 1}\n' * 1000
 
 
+def test_a_paginated_tree_is_read_to_the_end(dl, hub):  # noqa: F811
+    files = {"shard-%02d.bin" % i: blob(100 + i, 10 + i) for i in range(7)}
+    hub.add_repo("org/many", files)
+    hub.tree_page_size = 3
+    spec = dl.spec("org/many", include=["shard-*"], exclude=["shard-00.bin"])
+    r = dl.run("download", spec, code=0)
+    assert len(r.progress["files"]) == 6
+    check_tree(spec["local_dir"], {k: v for k, v in files.items() if k != "shard-00.bin"})
+    assert len([q for q in hub.requests if "/tree/" in q["path"]]) == 3
+
+
+def test_two_jobs_into_one_folder_take_turns(dl, hub):  # noqa: F811
+    make_repo(hub)
+    hub.throttle(256 * 1024)  # slow until the second job is seen waiting
+    spec = dl.spec("org/drafter", files=["model.safetensors"])
+    first = dl.start("download", spec)
+    assert wait_for(first, lambda p: p["bytes_done"] > 0) is not None
+    second = dl.start("download", spec)
+    log = ""
+    while "waiting for another process" not in log and second.poll() is None:
+        time.sleep(0.05)
+        second.log.seek(0)
+        log = second.log.read()
+    hub.throttle(None)
+    assert first.wait() == 0 and second.wait() == 0
+    second.log.seek(0)
+    log = second.log.read()
+    assert "waiting for another process" in log and "already here and intact" in log
+    assert hub.bytes_served("org/drafter", "model.safetensors") == len(WEIGHTS)
+    assert (Path(spec["local_dir"]) / "model.safetensors").read_bytes() == WEIGHTS
+
+
 def test_spec_endpoint_wins_over_environment(dl, hub):  # noqa: F811
     make_repo(hub)
     spec = dl.spec("org/drafter", endpoint=hub.url, files=["config.json"])
