@@ -68,6 +68,10 @@ async def fill_form(pilot, values):
     await pilot.press("enter")
 
 
+def text_of(widget):
+    return str(widget.render())
+
+
 def notifications(app):
     return [n.message for n in app._notifications]
 
@@ -179,9 +183,23 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         await wait_until(pilot, lambda: len(pane.jobs) == 1, timeout=60)
         job_id = next(iter(pane.jobs))
         await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "downloading" and (pane.jobs[job_id]["progress"].get("bytes_done") or 0) > 0, timeout=30)
-        # While running: rate and ETA are shown.
-        assert str(pane.query_one("#downloads-jobs", DataTable).get_cell(job_id, "rate")).endswith("/s")
-        pane.query_one("#downloads-jobs", DataTable).focus()
+        # While running: rate and ETA are shown, and a second copy of the same download is not started.
+        table = pane.query_one("#downloads-jobs", DataTable)
+        await wait_until(pilot, lambda: str(table.get_cell(job_id, "rate")).endswith("/s") and ":" in str(table.get_cell(job_id, "eta")))
+        table.focus()
+        await pilot.press("r")
+        assert "%s is still running" % job_id in text_of(pane.query_one("#downloads-status", Static))
         await pilot.press("x")
         await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout=30)
-        assert pane.jobs[job_id]["progress"]["bytes_done"] < pane.jobs[job_id]["progress"]["bytes_total"]
+        stopped_at = pane.jobs[job_id]["progress"]["bytes_done"]
+        assert 0 < stopped_at < pane.jobs[job_id]["progress"]["bytes_total"]
+        assert not [m for m in notifications(app) if m.startswith(job_id)]  # the user stopped it: nothing to announce
+
+        # r starts it again: it continues from the partial file to its verdict.
+        hub.throttle(None)
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout=60)
+        again = max(pane.jobs, key=lambda key: int(key[1:]))
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout=60)
+        assert pane.selected_id == again and table.cursor_row == table.get_row_index(again)
+        assert hub.range_starts("team/slow", "model.safetensors")[-1] > 0

@@ -58,7 +58,7 @@ def text_of(widget):
 
 
 async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(client, tmp_path):
-    drafter = build_drafter(tmp_path / "drafter")
+    drafter = build_drafter(tmp_path / "k2 [bold]-eagle3")  # a path is shown as it is, not as markup
     app = TensorsHost(client)
     async with app.run_test(size=(140, 45)) as pilot:
         pane = app.query_one(TensorsPane)
@@ -78,6 +78,7 @@ async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(cli
         assert "specforge" in summary and "hidden 64" in summary and "draft vocab 96" in summary
         assert "target vocab 256" in summary and "[1, 3, 5]" in summary
         assert not text_of(pane.query_one("#tensors-problems", Static)).strip()
+        assert text_of(pane.query_one("#tensors-path", Static)) == str(drafter)
         # The highlighted tensor's role, whole, under the table (the column is cut on a narrow screen).
         table = pane.query_one("#tensors-table", DataTable)
         table.move_cursor(row=[row[0] for row in table_rows(pane)].index("fc.weight"))

@@ -119,7 +119,7 @@ class CompareScreen(ModalScreen):
         config = self.query_one("#compare-config", DataTable)
         for entry in config_diff:
             field = str(entry.get("field", "?"))
-            config.add_row(field, config_value(entry, "a"), config_value(entry, "b"), key=field)
+            config.add_row(Text(field), config_value(entry, "a"), config_value(entry, "b"), key=field)
         self.query_one("#compare-rows", DataTable).focus()
 
     def _fill_rows(self):

@@ -267,9 +267,11 @@ class DownloadsPane(Vertical):
                 table.add_row(*cells, key=job["id"])
             self.jobs[job["id"]] = job
         if self.selected_id not in self.jobs and jobs:
-            # Follow the newest download until the user picks another.
-            table.move_cursor(row=table.get_row_index(jobs[-1]["id"]))
-            self.selected_id = jobs[-1]["id"]
+            self.selected_id = jobs[-1]["id"]  # follow the newest download until the user picks another
+        if self.selected_id in self.jobs:
+            row = table.get_row_index(self.selected_id)
+            if table.cursor_row != row:
+                table.move_cursor(row=row)  # e.g. onto the job a retry has just started
         self._show_detail()
 
     def _notify_verdict(self, job):
@@ -282,7 +284,7 @@ class DownloadsPane(Vertical):
         if before is None or before in VERDICT_STATES:
             return  # it had ended before this console saw it run: nothing turned
         severity = "information" if state == "verified" else "error"
-        self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity)
+        self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity, markup=False)
 
     @staticmethod
     def _row_cells(job):
@@ -290,15 +292,17 @@ class DownloadsPane(Vertical):
         done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
         eta = progress.get("eta_s")
         running = job["state"] in RUNNING_STATES
-        return (
+        cells = (
             job["id"],
-            Text(job["state"], style=STATE_STYLES.get(job["state"], "")),
+            job["state"],
             percent(done, total),
             format_rate(progress.get("rate_bytes_per_s")) if running else "-",
             format_duration(eta) if running and eta is not None else "-",
             job_repo(job),
             format_bytes(total),
         )
+        # Text, not str: a str cell would be read as markup.
+        return tuple(Text(cell, style=STATE_STYLES.get(cell, "") if index == 1 else "") for index, cell in enumerate(cells))
 
     # -- the selected job
 
@@ -418,15 +422,21 @@ class DownloadsPane(Vertical):
         self._set_status("stopping %s ..." % job["id"])
         self._stop(job["id"])
 
+    def _ended_or_say(self, job, action):
+        if job is not None and job["process_state"] in ("running", "starting"):
+            self._set_status("%s is still running: x cancels it before you %s" % (job["id"], action), error=True)
+            return None
+        return job
+
     def action_retry(self):
-        job = self._selected_or_say("retry")
+        job = self._ended_or_say(self._selected_or_say("retry"), "retry")
         params = job and self._params_or_say(job, "retry")
         if params:
             self._set_status("starting %s again ..." % params["repo"])
             self._call_start("download.start", params, "download")
 
     def action_verify(self):
-        job = self._selected_or_say("verify")
+        job = self._ended_or_say(self._selected_or_say("verify"), "verify again")
         params = job and self._params_or_say(job, "verify again")
         if params:
             self._set_status("verifying %s against %s ..." % (params["local_dir"], params["repo"]))
@@ -486,6 +496,6 @@ class DownloadsPane(Vertical):
 
     def _set_status(self, text, error=False, transient=False):
         status = self.query_one("#downloads-status", Static)
-        status.update(text)
+        status.update(Text(text))  # host paths and messages are not markup
         status.set_class(error, "error")
         self._status_transient = transient

@@ -75,7 +75,7 @@ class FilePicker(ModalScreen):
 
     def compose(self):
         with Vertical():
-            yield Label(self.title_text, id="picker-title")
+            yield Label(Text(self.title_text), id="picker-title")
             # No select-on-focus: "/" typed in the list must stay the first character of the path.
             yield Input(placeholder="a path on the host (Enter picks it, a trailing / opens it)", id="picker-path", select_on_focus=False)
             yield OptionList(id="picker-entries")
@@ -138,7 +138,7 @@ class FilePicker(ModalScreen):
 
     def _set_status(self, text, error=False):
         status = self.query_one("#picker-status", Static)
-        status.update(text)
+        status.update(Text(text))  # host paths and messages are not markup
         status.set_class(error, "error")
 
     # -- keys

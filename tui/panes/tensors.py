@@ -172,7 +172,7 @@ class TensorsPane(Vertical):
     def open_path(self, path):
         """Inspect the checkpoint at `path` on the host (a directory or a .safetensors file)."""
         self.path = path
-        self.query_one("#tensors-path", Static).update("%s" % path)
+        self.query_one("#tensors-path", Static).update(Text(path))
         self._set_status("reading %s on the host ..." % path)
         self._inspect(path)
 
@@ -244,9 +244,9 @@ class TensorsPane(Vertical):
         self.shown_tensors = sort_tensors(filter_tensors(tensors, self.filter_text), self.sort_key)
         for tensor in self.shown_tensors:
             table.add_row(
-                tensor["name"],
-                format_shape(tensor.get("shape")),
-                tensor.get("dtype") or "",
+                Text(tensor["name"]),  # Text, not str: a str cell would be read as markup
+                Text(format_shape(tensor.get("shape"))),
+                Text(tensor.get("dtype") or ""),
                 Text("{:,}".format(tensor.get("bytes") or 0), justify="right"),
                 Text(tensor.get("role") or "", style="dim" if not tensor.get("role") else ""),
                 key=tensor["name"],
@@ -342,5 +342,5 @@ class TensorsPane(Vertical):
 
     def _set_status(self, text, error=False):
         status = self.query_one("#tensors-status", Static)
-        status.update(text)
+        status.update(Text(text))  # host paths and messages are not markup
         status.set_class(error, "error")

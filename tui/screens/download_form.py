@@ -6,6 +6,7 @@ no space) comes back at once as one line, shown under the form. On success the f
 dismisses with `{"job": job, "params": params}`.
 """
 
+from rich.text import Text
 from textual import on, work
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
@@ -162,7 +163,7 @@ class DownloadForm(ModalScreen):
 
     def _show_error(self, text, busy=False):
         error = self.query_one("#form-error", Static)
-        error.update(text)
+        error.update(Text(text))  # the agent's line is not markup
         error.set_class(busy, "busy")
 
     def action_cancel(self):
