@@ -12,7 +12,8 @@ import time
 import pytest
 
 from tui.app import SpecdeckApp
-from tui.panes.jobs import JobLog, JobsTable
+from tui.panes.jobs import JobsTable
+from tui.widgets import LogView
 from tui.screens import ConfirmScreen, PromptScreen
 from tui.screens.help import HelpScreen
 from tui.screens.host_key import HostKeyScreen
@@ -97,8 +98,8 @@ async def test_job_from_dialog_runs_streams_its_log_in_order_and_stops(agent_hom
         # Open its log with enter on its row; lines keep arriving, in order, none twice.
         app.query_one(JobsTable).focus()
         await pilot.press("enter")
-        log = app.query_one(JobLog)
-        await wait_until(pilot, lambda: log.job_id == "j1" and len(numbered(log.lines)) >= 40, message="40 log lines")
+        log = app.query_one(LogView)
+        await wait_until(pilot, lambda: log.subject == "j1" and len(numbered(log.lines)) >= 40, message="40 log lines")
         first = numbered(log.lines)
         await wait_until(pilot, lambda: len(numbered(log.lines)) >= len(first) + 20, message="more lines while following")
         seen = numbered(log.lines)
@@ -159,7 +160,7 @@ async def test_long_log_shows_its_tail_searches_and_saves_whole(agent_home, tmp_
         await wait_until(pilot, lambda: job_rows(app).get(job["id"], {}).get("state") == "succeeded", message="seq to finish")
         app.query_one(JobsTable).focus()
         await pilot.press("enter")
-        log = app.query_one(JobLog)
+        log = app.query_one(LogView)
         await wait_until(pilot, lambda: "ended: succeeded, exit 0" in (log.border_title or ""), message="the log to open")
         assert log.lines[0].startswith("… ") and "earlier in the log" in log.lines[0]
         shown = [int(line) for line in log.lines[1:]]
@@ -177,7 +178,7 @@ async def test_long_log_shows_its_tail_searches_and_saves_whole(agent_home, tmp_
         await pilot.press("n")
         assert log.match_line == match_line and "wrapped" in log.border_title
         await pilot.press("escape")
-        assert log.highlighter.pattern is None
+        assert log.pattern is None
 
         # w asks where to, then writes the whole log, read in 1 MiB windows.
         target = tmp_path / "saved" / "many.log"

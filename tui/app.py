@@ -71,11 +71,12 @@ class SpecdeckApp(App):
         self.connection_state = "connecting"
         self.pane_classes = load_panes()
         self._quitting = threading.Event()
+        self.header = ConnectionHeader(self.host, id="header")
 
     # ------------------------------------------------------------------ layout
 
     def compose(self) -> ComposeResult:
-        yield ConnectionHeader(self.host, id="header")
+        yield self.header
         with TabbedContent(id="panes"):
             for number, pane_class in enumerate(self.pane_classes, 1):
                 with TabPane("%d %s" % (number, pane_class.PANE_TITLE), id=pane_id(pane_class)):
@@ -125,9 +126,10 @@ class SpecdeckApp(App):
         for pane_class in self.pane_classes:
             bindings = list(getattr(pane_class, "BINDINGS", []))
             if pane_class is JobsPane:
-                from .panes.jobs import JobLog, JobsTable
+                from .panes.jobs import JobsTable
+                from .widgets import LogView
 
-                bindings = JobsTable.BINDINGS + bindings + JobLog.BINDINGS
+                bindings = JobsTable.BINDINGS + bindings + LogView.BINDINGS
             sections.append((pane_class.PANE_TITLE, bindings))
         self.push_screen(HelpScreen(sections))
 
@@ -173,7 +175,7 @@ class SpecdeckApp(App):
 
     def on_connection_changed(self, message: ConnectionChanged):
         self.connection_state = message.state
-        header = self.query_one(ConnectionHeader)
+        header = self.header
         header.state = message.state
         header.detail = message.detail
         self._show_rtt()
@@ -183,7 +185,7 @@ class SpecdeckApp(App):
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):
-        header = self.query_one(ConnectionHeader)
+        header = self.header
         header.hostname = message.hostname
         if message.user:
             host = message.hostname if self.host == "local" else self.host.split("@")[-1]
@@ -195,11 +197,11 @@ class SpecdeckApp(App):
     def _show_rtt(self):
         client = self.client
         if client is not None:
-            self.query_one(ConnectionHeader).rtt_s = client.rtt_s
+            self.header.rtt_s = client.rtt_s
 
     def action_reconnect(self):
         self.connection_state = "connecting"
-        header = self.query_one(ConnectionHeader)
+        header = self.header
         header.state, header.detail = "connecting", {}
         self.refresh_bindings()
         self._connect()

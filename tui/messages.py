@@ -69,6 +69,7 @@ class LogOpened(Message):
     job_id: str
     generation: int
     lines: List[str]
+    width: int
     offset: int
     next_offset: int
 
@@ -80,6 +81,7 @@ class LogChunk(Message):
     job_id: str
     generation: int
     lines: List[str]
+    width: int
     next_offset: int
 
 

@@ -7,18 +7,15 @@ prints fast.
 """
 
 import os
-import re
 import threading
 import time
 
-from rich.highlighter import Highlighter
 from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.markup import escape
 from textual.widget import Widget
-from textual.widgets import DataTable, Input, Log
+from textual.widgets import DataTable, Input
 
 from remote.protocol import RemoteError
 
@@ -27,6 +24,7 @@ from ..client import ConnectError
 from ..messages import AgentError, JobsListed, JobStopRequested, JobSubmitted, LogChunk, LogEnded, LogOpened, LogSaved
 from ..screens import ConfirmScreen, PromptScreen
 from ..screens.new_job import NewJobScreen
+from ..widgets import LogFeed, LogView, text_width
 
 TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
@@ -37,7 +35,6 @@ STOP_GRACE_S = 10.0
 LIVE_STATES = ("running", "starting", "downloading", "resolving", "queued", "verifying")
 STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
 COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
 def job_cells(job, now=None):
@@ -56,166 +53,10 @@ def job_cells(job, now=None):
     )
 
 
-class LogFeed:
-    """Turns a job's log text into whole display lines, in order, each byte range once.
-
-    Used from one thread at a time: the worker that reads the tail, then the client's reader
-    thread that delivers the follow stream. A partial last line waits for its newline.
-    """
-
-    def __init__(self, next_offset):
-        self.next_offset = next_offset
-        self.partial = ""
-
-    def lines(self, text, next_offset=None):
-        if next_offset is not None:
-            if next_offset <= self.next_offset:
-                return None  # already shown (a resumed stream repeats nothing, but be sure)
-            self.next_offset = next_offset
-        parts = (self.partial + text).split("\n")
-        self.partial = parts.pop()
-        return [self.clean(line) for line in parts]
-
-    def finish(self):
-        rest, self.partial = self.partial, ""
-        return [self.clean(rest)] if rest else []
-
-    @staticmethod
-    def clean(line):
-        # What a terminal would show: colours dropped, a progress bar redrawn with \r at its last state.
-        line = _ANSI.sub("", line)
-        if "\r" in line:
-            line = line.rstrip("\r").rsplit("\r", 1)[-1]
-        return line
-
-
-class SearchHighlighter(Highlighter):
-    """Marks every match of the current search in the log view."""
-
-    pattern = None
-
-    def highlight(self, text):
-        if self.pattern is not None:
-            text.highlight_regex(self.pattern, style="black on yellow")
-
-
 class JobsTable(DataTable):
     """The job list; enter opens the highlighted job's log."""
 
     BINDINGS = [Binding("enter", "select_cursor", "open", tooltip="open the job's log")]
-
-
-class JobLog(Log):
-    """The log view of one job: follow (keep the newest line in view), search with n / N."""
-
-    BINDINGS = [
-        Binding("n", "next_match", "next match"),
-        Binding("N", "previous_match", "previous match"),
-        Binding("escape", "clear_search", "clear search", show=False),
-    ]
-
-    def __init__(self, **kwargs):
-        super().__init__(max_lines=LOG_MAX_LINES, auto_scroll=False, highlight=True, **kwargs)
-        self.highlighter = SearchHighlighter()
-        self.job_id = None
-        self.following = True
-        self.note = ""
-        self.match_line = None
-        self.term = ""
-        self.search_note = ""
-
-    def check_action(self, action, parameters):
-        if action in ("next_match", "previous_match", "clear_search"):
-            return self.highlighter.pattern is not None  # else n means "new job" again
-        return True
-
-    def reset(self, job_id):
-        self.clear()
-        self.job_id = job_id
-        self.following = True
-        self.note = "opening"
-        self.match_line = None
-        self.highlighter.pattern = None
-        self.term = self.search_note = ""
-        self.show_title()
-
-    def append(self, lines):
-        if not lines:
-            return
-        self.write_lines(lines, scroll_end=False)
-        if self.following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
-
-    def set_following(self, following):
-        self.following = following
-        if following:
-            self.scroll_end(animate=False, immediate=True, x_axis=False)
-        self.show_title()
-
-    def show_title(self):
-        if self.job_id is None:
-            self.border_title = "log"
-            return
-        parts = [self.note] if self.note else []
-        if not self.note.startswith("ended"):
-            parts.append("following" if self.following else "paused")
-        title = "log %s (%s)%s" % (self.job_id, ", ".join(parts), "  " + self.search_note if self.search_note else "")
-        self.border_title = escape(title)  # a search term or an error may hold [brackets]
-
-    # -- search
-
-    def search(self, term):
-        """Highlight every match of `term` and jump to the next one from the top line in view."""
-        if not term:
-            self.action_clear_search()
-            return
-        flags = 0 if any(c.isupper() for c in term) else re.IGNORECASE  # smart case, like less
-        pattern = re.compile(re.escape(term), flags)
-        if self.highlighter.pattern is None or self.highlighter.pattern.pattern != pattern.pattern:
-            self.match_line = None
-        self.highlighter.pattern = pattern
-        self.term = term
-        self._render_line_cache.clear()  # lines already drawn change their highlight
-        self.jump(+1)
-
-    def action_clear_search(self):
-        self.highlighter.pattern = None
-        self.match_line = None
-        self._render_line_cache.clear()
-        self.search_note = ""
-        self.refresh()
-        self.show_title()
-
-    def action_next_match(self):
-        self.jump(+1)
-
-    def action_previous_match(self):
-        self.jump(-1)
-
-    def jump(self, step):
-        pattern = self.highlighter.pattern
-        lines = self.lines
-        if pattern is None or not lines:
-            return
-        term = self.term
-        start = self.match_line if self.match_line is not None else round(self.scroll_y) - (1 if step > 0 else 0)
-        found = None
-        for distance in range(1, len(lines) + 1):
-            index = (start + step * distance) % len(lines)
-            if pattern.search(lines[index]):
-                found = index
-                break
-        if found is None:
-            self.search_note = "/%s: no match" % term
-            self.show_title()
-            return
-        wrapped = found <= start if step > 0 else found >= start
-        self.match_line = found
-        self.following = False  # else the next lines would scroll the match away
-        self.scroll_to(y=max(0, found - self.size.height // 2), animate=False, immediate=True)
-        self.search_note = "/%s: line %d of %d%s" % (term, found + 1, len(lines), ", wrapped" if wrapped else "")
-        self.refresh()
-        self.show_title()
 
 
 class JobsPane(Widget):
@@ -238,6 +79,7 @@ class JobsPane(Widget):
         self._subscription = None
         self._subscription_lock = threading.Lock()
         self._pending_lines = []
+        self._pending_width = 0
         self._flush_timer = None
         self._list_worker = None
         self._select_when_listed = None
@@ -247,13 +89,14 @@ class JobsPane(Widget):
         for label, key in COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield JobLog(id="job-log")
+        yield LogView(id="job-log")
         yield Input(placeholder="search the log (enter: next match, escape: close)", id="log-search")
 
     def on_mount(self):
         self.query_one("#log-search", Input).display = False
-        self.query_one(JobLog).show_title()
-        self.query_one(JobLog).write_line("Select a job and press enter to see its log; n starts a new job.")
+        log = self.query_one(LogView)
+        log.show_title()
+        log.append(["Select a job and press enter to see its log; n starts a new job."])
         self.set_interval(1.0, self.refresh_jobs)
 
     # ------------------------------------------------------------------ the job list
@@ -323,8 +166,11 @@ class JobsPane(Widget):
         with self._subscription_lock:
             self._generation += 1
             old, self._subscription = self._subscription, None
-        self._pending_lines = []
-        self.query_one(JobLog).reset(job_id)
+        self._pending_lines, self._pending_width = [], 0
+        log = self.query_one(LogView)
+        log.clear()
+        log.subject, log.note, log.ended, log.following = job_id, "opening", False, True
+        log.show_title()
         self._start_log(client, job_id, self._generation, old)
 
     @work(thread=True, exclusive=True, group="log", exit_on_error=False)
@@ -335,17 +181,17 @@ class JobsPane(Widget):
             tail = client.call("jobs.tail", {"id": job_id, "offset": -TAIL_BYTES, "max_bytes": TAIL_BYTES})
             feed = LogFeed(tail["next_offset"])
             lines = feed.lines(tail["text"])
-            self.post_message(LogOpened(job_id, generation, lines, tail["offset"], tail["next_offset"]))
+            self.post_message(LogOpened(job_id, generation, lines, text_width(lines), tail["offset"], tail["next_offset"]))
 
-            def on_data(data, seq):
+            def on_data(data, seq):  # on the client's reader thread
                 lines = feed.lines(data.get("text", ""), seq)
                 if lines:
-                    self.post_message(LogChunk(job_id, generation, lines, seq))
+                    self.post_message(LogChunk(job_id, generation, lines, text_width(lines), seq))
 
             def on_end(data):
                 rest = feed.finish()
                 if rest:
-                    self.post_message(LogChunk(job_id, generation, rest, feed.next_offset))
+                    self.post_message(LogChunk(job_id, generation, rest, text_width(rest), feed.next_offset))
                 self.post_message(LogEnded(job_id, generation, data.get("job"), data.get("error", "")))
 
             subscription = client.subscribe("jobs.follow", {"id": job_id, "after": tail["next_offset"]}, on_data, on_end)
@@ -365,11 +211,11 @@ class JobsPane(Widget):
     def on_log_opened(self, message: LogOpened):
         if message.generation != self._generation:
             return
-        log = self.query_one(JobLog)
+        log = self.query_one(LogView)
         log.note = ""
         if message.offset > 0:
-            log.write_line("… %s earlier in the log (w saves all of it)" % units.format_bytes(message.offset))
-        log.append(message.lines)
+            log.append(["… %s earlier in the log (w saves all of it)" % units.format_bytes(message.offset)])
+        log.append(message.lines, message.width)
         log.show_title()
 
     def on_log_chunk(self, message: LogChunk):
@@ -377,19 +223,20 @@ class JobsPane(Widget):
         if message.generation != self._generation:
             return
         self._pending_lines.extend(message.lines)
+        self._pending_width = max(self._pending_width, message.width)
         if self._flush_timer is None:
             self._flush_timer = self.set_timer(LOG_FLUSH_S, self._flush_log)
 
     def _flush_log(self):
         self._flush_timer = None
         lines, self._pending_lines = self._pending_lines, []
-        self.query_one(JobLog).append(lines)
+        self.query_one(LogView).append(lines, self._pending_width)
 
     def on_log_ended(self, message: LogEnded):
         if message.generation != self._generation:
             return
         self._flush_log()
-        log = self.query_one(JobLog)
+        log = self.query_one(LogView)
         job = message.job or {}
         if message.error:
             log.note = "not followed: %s" % message.error
@@ -399,13 +246,14 @@ class JobsPane(Widget):
                 log.note += ", signal %d" % job["signal"]
             elif job.get("exit_code") is not None:
                 log.note += ", exit %d" % job["exit_code"]
+        log.ended = True
         with self._subscription_lock:
             self._subscription = None
         log.show_title()
         self.refresh_jobs()
 
     def action_toggle_follow(self):
-        log = self.query_one(JobLog)
+        log = self.query_one(LogView)
         log.set_following(not log.following)
 
     def action_search(self):
@@ -417,13 +265,13 @@ class JobsPane(Widget):
         if event.input.id == "log-search":
             event.stop()
             self.action_close_search()
-            self.query_one(JobLog).search(event.value)
+            self.query_one(LogView).search(event.value)
 
     def action_close_search(self):
         search = self.query_one("#log-search", Input)
         if search.display:
             search.display = False
-            self.query_one(JobLog).focus()
+            self.query_one(LogView).focus()
 
     # ------------------------------------------------------------------ new, stop, save
 
@@ -483,7 +331,7 @@ class JobsPane(Widget):
         self.refresh_jobs()
 
     def action_save_log(self):
-        job_id = self.query_one(JobLog).job_id or self.selected_job_id()
+        job_id = self.query_one(LogView).subject or self.selected_job_id()
         if self._require_client() is None or job_id is None:
             return
 
