@@ -322,6 +322,8 @@ def k2_header(dtype_override=None):
         cursor = end
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * ((8 - len(raw) % 8) % 8)
+    if dtype_override:
+        raw = raw.ljust(K2_HEADER_BYTES)  # keep the file exactly the published size
     return raw, offsets
 
 
