@@ -1170,7 +1170,13 @@ class Downloader:
                 if hasher is not None:
                     hasher.abort()
         finally:
+            empty = f.tell() == 0 and rf.size > 0
             f.close()
+            if empty:  # stopped before a byte arrived: leave no empty partial file behind
+                try:
+                    os.unlink(part)
+                except OSError:
+                    pass
         os.makedirs(os.path.dirname(paths.final), exist_ok=True)
         os.replace(part, paths.final)
         write_metadata(paths, self.resolved.revision, rf.etag)
