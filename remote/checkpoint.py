@@ -129,6 +129,7 @@ def _has_surrogate(value):
         elif isinstance(item, dict):
             stack.extend(item.keys())
             stack.extend(item.values())
+            stack.extend(v for _, v in getattr(item, "overridden", ()))
         elif isinstance(item, list):
             stack.extend(item)
     return False
@@ -143,7 +144,11 @@ def _depth(value):
         if isinstance(item, (dict, list)):
             depth += 1
             deepest = max(deepest, depth)
-            stack.extend((child, depth) for child in (item.values() if isinstance(item, dict) else item))
+            if isinstance(item, dict):
+                children = list(item.values()) + [v for _, v in getattr(item, "overridden", ())]
+            else:
+                children = item
+            stack.extend((child, depth) for child in children)
     return deepest
 
 
@@ -262,7 +267,7 @@ def _entry_fields(name, entry, problems):
         if field not in entry:
             problems.append(_err("tensor %r has no %r" % (name, field)))
             ok = False
-    for field, value in entry.items():
+    for field, value in list(entry.items()) + list(getattr(entry, "overridden", ())):
         if field not in ("dtype", "shape", "data_offsets") and _depth(value) > MAX_UNKNOWN_FIELD_DEPTH:
             problems.append(_err("tensor %r: extra field %r nests deeper than safetensors' JSON parser "
                                  "allows" % (name, field)))
@@ -753,7 +758,7 @@ def _check_eagle3_shapes(canon, display, dims, problems):
         required += ["layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"]
     for name in required:
         if name not in canon:
-            problems.append(_err("an EAGLE-3 drafter needs %s, this checkpoint has none" % _display_missing(name, display)))
+            problems.append(_err("an EAGLE-3 drafter needs %s, this checkpoint has none" % display.get(name, name)))
     fc = shape("fc.weight")
     if fc is not None and (len(fc) != 2 or fc[1] % 3):
         problems.append(_err("%s has shape %s: EAGLE-3's fc fuses three auxiliary hidden states of the target, "
@@ -813,10 +818,6 @@ def _check_eagle3_shapes(canon, display, dims, problems):
                              % (_d(dv), _d(tv))))
     if dv is not None and tv is not None and dv > tv:
         problems.append(_err("the draft vocabulary (%s) is larger than the target vocabulary (%s)" % (_d(dv), _d(tv))))
-
-
-def _display_missing(canonical, display):
-    return display.get(canonical, canonical)
 
 
 def role(canonical, fmt, dims):
@@ -1257,10 +1258,6 @@ def _canonical_tensors(report):
     names = [t["name"] for t in report.get("tensors", [])]
     mapping = canonical_names(names, report.get("format", "unknown"))
     return dict((mapping[t["name"]], t) for t in report.get("tensors", []))
-
-
-def _label(report, default):
-    return os.path.basename(str(report.get("path", "")).rstrip("/")) or default
 
 
 def compare(report_a, report_b):

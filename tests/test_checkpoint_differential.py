@@ -184,6 +184,22 @@ def test_header_lengths_agree(scratch, header_length, body):
 # --------------------------------------------------------------------------- named files
 
 
+ENTRY = '{"dtype": "U8", "shape": [1], "data_offsets": [0, 1]'
+
+
+@pytest.mark.parametrize("text", [
+    '{"a": {"dtype": "Q4", "shape": [1], "data_offsets": [0, 1]}, "a": ' + ENTRY + '}}',  # bad entry overridden
+    '{"a": ' + ENTRY + ', "x": "\\ud800", "x": 1}}',  # lone surrogate in an overridden value
+    '{"a": ' + ENTRY + ', "x": ' + "[" * 126 + "]" * 126 + ', "x": 1}}',  # too deep, then overridden
+    '{"a": ' + ENTRY + ', "x": 1, "x": 2}}',  # harmless duplicate extra field
+    '{"a": {"dtype": "U8", "shape": [9], "data_offsets": [0, 9]}, "a": ' + ENTRY + '}}',  # consistent override
+], ids=["bad-entry-overridden", "surrogate-overridden", "deep-overridden", "dup-extra", "good-override"])
+def test_overridden_duplicates_are_judged_like_safetensors(tmp_path, text):
+    path = write(str(tmp_path), text, 1)
+    assert (ours(path) is None) == (theirs(path) is None)
+    assert ours(path) == theirs(path)
+
+
 @pytest.mark.parametrize("case", fx.CORRUPTIONS, ids=[c[0] for c in fx.CORRUPTIONS])
 def test_every_named_corruption_is_refused_by_safetensors_too(tmp_path, case):
     path = fx.write_corruption(tmp_path / "x.safetensors", case)
