@@ -18,7 +18,7 @@ from tui.screens import ConfirmScreen, PromptScreen
 from tui.screens.help import HelpScreen
 from tui.screens.host_key import HostKeyScreen
 from tui.screens.new_job import NewJobScreen
-from tui.widgets.header import ConnectionHeader
+from tui.widgets.header import ConnectionHeader, describe_state
 
 SIZE = (110, 32)
 WAIT_S = 60
@@ -230,8 +230,24 @@ async def test_unreachable_host_says_failed_in_the_header_without_a_traceback(tm
         assert header_text(app).startswith("✕ failed: cannot resolve host")
         assert any(n[2] == "error" and "no-such-host.invalid" in n[1] for n in notifications(app))
         assert app.client is None
+        # r tries again (and fails again, with a second notification).
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len([n for n in notifications(app) if n[2] == "error"]) == 2, message="the second try")
+        assert app.connection_state == "failed"
         await pilot.press("question_mark")  # still answering keys
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
+
+
+def test_header_lines_for_each_state():
+    now = 1000.0
+    assert describe_state("connecting", {}) == "○ connecting…"
+    assert describe_state("connected", {}, rtt_s=0.0114) == "● connected  rtt 11 ms"
+    assert describe_state("connected", {}) == "● connected"
+    detail = {"error": "no answer from the host for 4 s", "attempt": 3, "next_try_at": now + 1.8}
+    assert describe_state("reconnecting", detail, now=now) == "○ reconnecting, next try in 2 s, attempt 3 (no answer from the host for 4 s)"
+    assert describe_state("reconnecting", dict(detail, next_try_at=now - 1, attempt=1), now=now) == (
+        "○ reconnecting, trying again now (no answer from the host for 4 s)")
+    assert describe_state("failed", {"error": "cannot resolve host 'x'"}) == "✕ failed: cannot resolve host 'x'"
 
 
 # ---------------------------------------------------------------------- first contact over SSH
@@ -257,3 +273,34 @@ async def test_unknown_host_key_is_asked_with_its_fingerprint(sshd, host_python,
             await wait_until(pilot, lambda: app.connection_state == "failed", message="the refusal")
             assert "unknown host key" in header_text(app)
             assert (home / ".ssh" / "known_hosts").read_text() == ""
+
+
+async def test_cut_link_shows_reconnecting_and_the_log_goes_on_without_loss(netns_host, host_python, tmp_path, monkeypatch):
+    home = netns_host.client_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    app = SpecdeckApp(host="gpuhost", python=host_python)
+    async with app.run_test(size=SIZE) as pilot:
+        await connected(pilot)
+        job = app.client.call("jobs.submit", {"argv": ["bash", "-c", "for i in $(seq 1 100000); do echo line $i; sleep 0.02; done"]})
+        await wait_until(pilot, lambda: job_rows(app).get(job["id"], {}).get("state") == "running", message="the job running")
+        app.query_one(JobsTable).focus()
+        await pilot.press("enter")
+        log = app.query_one(LogView)
+        await wait_until(pilot, lambda: len(numbered(log.lines)) >= 20, message="the first lines")
+
+        netns_host.cut()
+        await wait_until(pilot, lambda: app.connection_state == "reconnecting", message="the cut to be noticed")
+        text = header_text(app)
+        assert text.startswith("○ reconnecting, ") and "(" in text, text  # when, and why
+        assert "reconnecting" in screen_text(app)
+        before = len(numbered(log.lines))
+        await pilot.pause(2)
+        netns_host.restore()
+        await wait_until(pilot, lambda: app.connection_state == "connected", message="the link back")
+        # The job ran on meanwhile; the view catches up from where the stream stopped.
+        await wait_until(pilot, lambda: len(numbered(log.lines)) >= before + 150, message="the lines written while cut")
+        seen = numbered(log.lines)
+        assert seen == list(range(1, len(seen) + 1))
+        assert "log %s (following)" % job["id"] in screen_text(app)
+        app.client.call("jobs.stop", {"id": job["id"], "grace_s": 1})

@@ -17,9 +17,10 @@ from textual.worker import Worker, WorkerState
 
 from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
-from .panes.jobs import JobsPane
+from .panes.jobs import JobsPane, JobsTable
 from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
+from .widgets import LogView
 from .widgets.header import ConnectionHeader
 
 # (module, class) of the panes after Jobs, in key order. They are written apart from this
@@ -126,9 +127,6 @@ class SpecdeckApp(App):
         for pane_class in self.pane_classes:
             bindings = list(getattr(pane_class, "BINDINGS", []))
             if pane_class is JobsPane:
-                from .panes.jobs import JobsTable
-                from .widgets import LogView
-
                 bindings = JobsTable.BINDINGS + bindings + LogView.BINDINGS
             sections.append((pane_class.PANE_TITLE, bindings))
         self.push_screen(HelpScreen(sections))

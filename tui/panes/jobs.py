@@ -32,7 +32,6 @@ LOG_MAX_LINES = 200_000
 LOG_FLUSH_S = 0.05
 NAME_WIDTH = 40
 STOP_GRACE_S = 10.0
-LIVE_STATES = ("running", "starting", "downloading", "resolving", "queued", "verifying")
 STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
 COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
 
@@ -89,7 +88,7 @@ class JobsPane(Widget):
         for label, key in COLUMNS:
             table.add_column(label, key=key)
         yield table
-        yield LogView(id="job-log")
+        yield LogView(max_lines=LOG_MAX_LINES, id="job-log")
         yield Input(placeholder="search the log (enter: next match, escape: close)", id="log-search")
 
     def on_mount(self):
@@ -228,6 +227,8 @@ class JobsPane(Widget):
             self._flush_timer = self.set_timer(LOG_FLUSH_S, self._flush_log)
 
     def _flush_log(self):
+        if self._flush_timer is not None:
+            self._flush_timer.stop()
         self._flush_timer = None
         lines, self._pending_lines = self._pending_lines, []
         self.query_one(LogView).append(lines, self._pending_width)

@@ -34,6 +34,8 @@ class HelpScreen(ModalScreen[None]):
                 for binding in bindings:
                     if not isinstance(binding, Binding) or not binding.description or binding.system:
                         continue
+                    if not binding.show and not binding.tooltip:
+                        continue  # e.g. escape closing a search: obvious where it applies
                     if binding.group is not None:
                         if binding.group in seen:
                             continue  # a group (1, 2, 3) is one line, as in the footer
@@ -46,7 +48,7 @@ class HelpScreen(ModalScreen[None]):
                 if table.row_count:
                     yield Label(title, classes="help-section")
                     yield Static(table)
-            yield Label("escape or ? to close", classes="dialog-hint")
+            yield Label("↑ ↓ to scroll, escape or ? to close", classes="dialog-hint")
 
     def action_close(self):
         self.dismiss(None)
