@@ -487,7 +487,7 @@ def _resolve(path, problems):
             if not layout.weight_files:
                 others = [e for e in entries if e.endswith((".bin", ".pt", ".pth", ".gguf"))]
                 hint = " (found %s: not safetensors, not inspected)" % ", ".join(others[:3]) if others else ""
-                problems.append(_err("no .safetensors file in %s%s" % (path, hint)))
+                problems.append(_err("no .safetensors file in %s%s" % (_q(path), hint)))
             elif len(layout.weight_files) > 1:
                 problems.append(_warn("%d .safetensors files and no shard index: all of them are listed "
                                       "together" % len(layout.weight_files)))
@@ -708,10 +708,11 @@ def _derive_eagle3(canon, config, problems):
     head_dim = _int_field(eff, "head_dim")
     if head_dim is None and heads and result["hidden_size"]:
         head_dim = result["hidden_size"] // heads  # the HF Llama default
-    if heads and head_dim and found["q_rows"] is not None and heads * head_dim != found["q_rows"]:
+    standard = _attention_kind(canon) == "standard"
+    if standard and heads and head_dim and found["q_rows"] is not None and heads * head_dim != found["q_rows"]:
         problems.append(_err("config.json says %d heads x %d = %s, but layer 0's q_proj has %s rows"
                              % (heads, head_dim, _d(heads * head_dim), _d(found["q_rows"]))))
-    if kv_heads and head_dim and found["k_rows"] is not None and kv_heads * head_dim != found["k_rows"]:
+    if standard and kv_heads and head_dim and found["k_rows"] is not None and kv_heads * head_dim != found["k_rows"]:
         problems.append(_err("config.json says %d kv heads x %d = %s, but layer 0's k_proj has %s rows"
                              % (kv_heads, head_dim, _d(kv_heads * head_dim), _d(found["k_rows"]))))
     result["num_attention_heads"] = heads
@@ -724,6 +725,15 @@ def _derive_eagle3(canon, config, problems):
                               "load lm_head.weight with %s rows"
                               % (_d(result["target_vocab_size"]), _d(result["draft_vocab_size"]))))
     return result
+
+
+def _attention_kind(canon):
+    """"standard" (q/k/v), "mla" (DeepSeek latent attention), "fused" (vLLM qkv_proj) or None."""
+    if "layers.0.self_attn.kv_a_proj_with_mqa.weight" in canon:
+        return "mla"
+    if "layers.0.self_attn.qkv_proj.weight" in canon:
+        return "fused"
+    return "standard"
 
 
 def _expect(problems, name, shape, expected, why):
@@ -749,13 +759,19 @@ def _check_eagle3_shapes(canon, display, dims, problems):
 
     required = ["fc.weight", "norm.weight", "lm_head.weight", "layers.0.hidden_norm.weight",
                 "layers.0.input_layernorm.weight", "layers.0.post_attention_layernorm.weight",
-                "layers.0.self_attn.o_proj.weight", "layers.0.mlp.down_proj.weight"]
-    fused = "layers.0.self_attn.qkv_proj.weight" in canon
-    if not fused:
+                "layers.0.self_attn.o_proj.weight"]
+    attention = _attention_kind(canon)
+    if attention == "mla":  # DeepSeek-style drafters (SpecForge deepseek_eagle3)
+        required += ["layers.0.self_attn.kv_a_proj_with_mqa.weight", "layers.0.self_attn.kv_b_proj.weight"]
+        if "layers.0.self_attn.q_proj.weight" not in canon:
+            required += ["layers.0.self_attn.q_a_proj.weight", "layers.0.self_attn.q_b_proj.weight"]
+    elif attention == "standard":
         required += ["layers.0.self_attn.q_proj.weight", "layers.0.self_attn.k_proj.weight",
                      "layers.0.self_attn.v_proj.weight"]
-    if "layers.0.mlp.gate_up_proj.weight" not in canon:
-        required += ["layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"]
+    if not any(n.startswith("layers.0.mlp.experts.") for n in canon):  # MoE drafters have no single MLP
+        required.append("layers.0.mlp.down_proj.weight")
+        if "layers.0.mlp.gate_up_proj.weight" not in canon:
+            required += ["layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"]
     for name in required:
         if name not in canon:
             problems.append(_err("an EAGLE-3 drafter needs %s, this checkpoint has none" % display.get(name, name)))
@@ -768,7 +784,7 @@ def _check_eagle3_shapes(canon, display, dims, problems):
     for norm in ("norm.weight", "layers.0.hidden_norm.weight", "layers.0.input_layernorm.weight",
                  "layers.0.post_attention_layernorm.weight"):
         _expect(problems, show(norm), shape(norm), [h], "an RMSNorm over the hidden size %s" % _d(h))
-    for proj in ("q_proj", "k_proj", "v_proj"):
+    for proj in ("q_proj", "k_proj", "v_proj", "qkv_proj", "q_a_proj", "kv_a_proj_with_mqa"):
         name = "layers.0.self_attn.%s.weight" % proj
         s = shape(name)
         if s is not None and (len(s) != 2 or s[1] != 2 * h):
@@ -776,7 +792,7 @@ def _check_eagle3_shapes(canon, display, dims, problems):
                                  "2 x %s = %s inputs" % (show(name), _shape_text(s), proj, _d(h), _d(2 * h))))
     q = shape("layers.0.self_attn.q_proj.weight")
     o = shape("layers.0.self_attn.o_proj.weight")
-    if o is not None and q is not None and len(q) == 2:
+    if o is not None and q is not None and len(q) == 2 and attention == "standard":
         _expect(problems, show("layers.0.self_attn.o_proj.weight"), o, [h, q[0]],
                 "o_proj maps the %s attention outputs back to the hidden size %s" % (_d(q[0]), _d(h)))
     k = shape("layers.0.self_attn.k_proj.weight")
@@ -880,8 +896,24 @@ def role(canonical, fmt, dims):
         "mlp.up_proj.weight": "MLP up: hidden %s -> %s" % (num(h, ""), num(inter, "intermediate")),
         "mlp.gate_up_proj.weight": "fused MLP gate and up (vLLM): hidden %s -> 2 x %s" % (num(h, ""), num(inter, "intermediate")),
         "mlp.down_proj.weight": "MLP down: %s -> hidden %s" % (num(inter, "intermediate"), num(h, "")),
+        "self_attn.q_norm.weight": "RMSNorm on each query head (Qwen3-style)",
+        "self_attn.k_norm.weight": "RMSNorm on each key head (Qwen3-style)",
+        "self_attn.q_a_proj.weight": "MLA query down-projection: %s -> query latent" % inputs,
+        "self_attn.q_a_layernorm.weight": "RMSNorm on the MLA query latent",
+        "self_attn.q_b_proj.weight": "MLA query up-projection: latent -> %s" % heads_text,
+        "self_attn.kv_a_proj_with_mqa.weight": "MLA key/value latent + shared rope key: %s -> latent" % inputs,
+        "self_attn.kv_a_layernorm.weight": "RMSNorm on the MLA key/value latent",
+        "self_attn.kv_b_proj.weight": "MLA key/value up-projection: latent -> per-head keys and values",
+        "mlp.gate.weight": "MoE router: hidden -> expert scores",
     }
     text = table.get(rest)
+    if text is None and rest.endswith(".bias"):
+        text = "bias of %s" % rest[:-len(".bias")]
+    if text is None:
+        expert = re.match(r"mlp\.(?:shared_)?experts?\.(?:(\d+)\.)?(gate_proj|up_proj|down_proj)\.weight$", rest)
+        if expert:
+            which = "shared expert" if "shared" in rest else "expert %s" % expert.group(1)
+            text = "MoE %s: MLP %s" % (which, expert.group(2).replace("_proj", ""))
     if text is None:
         return ""
     return text if layer in (0, None) else "layer %d: %s" % (layer, text)
@@ -1063,27 +1095,8 @@ def inspect(path, sha256=False, progress=None):
     shapes = dict((t["name"], t["shape"]) for t in tensors if t["shape"] is not None)
     fmt = detect_format(shapes, config)
     canon_of = canonical_names(list(shapes), fmt)
-    canon_shapes = dict((canon_of[n], s) for n, s in shapes.items())
-    display = dict((c, n) for n, c in canon_of.items())
-    eagle3 = None
-    dims = {"eagle12": fmt == "eagle" and _is_eagle12(canon_shapes)}
-    if _is_eagle3_layout(fmt, canon_shapes):
-        eagle3 = _derive_eagle3(canon_shapes, config, problems)
-        dims.update(eagle3)
-        _check_eagle3_shapes(canon_shapes, display, dims, problems)
-        by_canon = dict((canon_of[t["name"]], t) for t in tensors if t["name"] in canon_of)
-        d2t, t2d = by_canon.get("d2t"), by_canon.get("t2d")
-        if d2t is not None and d2t["begin"] is not None and d2t["bytes"] is not None \
-                and d2t["begin"] + d2t["bytes"] <= d2t["data_bytes"] \
-                and (t2d is None or (t2d["begin"] is not None and t2d["bytes"] is not None
-                                     and t2d["begin"] + t2d["bytes"] <= t2d["data_bytes"])):
-            eagle3["vocab_map_sha256"] = _check_vocab_maps(d2t, t2d, dims, display, problems)
-        eagle3["embed_tokens"] = "present" if "embed_tokens.weight" in canon_shapes else "shared from the target at load time"
-        eagle3["norm_before_residual"] = effective_norm_before_residual(fmt, config)
-    elif fmt == "eagle" and dims["eagle12"]:
-        dims["hidden_size"] = canon_shapes["fc.weight"][0]
-        problems.append(_warn("this is an EAGLE-1/2 drafter (fc fuses 2 x hidden: token embedding + the target's "
-                              "last hidden state), not EAGLE-3"))
+    by_canon = dict((canon_of[t["name"]], t) for t in tensors if t["name"] in canon_of)
+    eagle3, dims = _eagle3_section(fmt, by_canon, config, problems)
     report_tensors = []
     for t in sorted(tensors, key=lambda t: t["name"]):
         entry = {"name": t["name"], "dtype": t["dtype"], "shape": t["shape"],
@@ -1104,6 +1117,35 @@ def inspect(path, sha256=False, progress=None):
         "problems": problems,
         "config": config,
     }
+
+
+def _eagle3_section(fmt, by_canon, config, problems):
+    """(the report's eagle3 dict or None, the sizes roles are worded with), checking as it goes."""
+    shapes = dict((c, t["shape"]) for c, t in by_canon.items())
+    display = dict((c, t["name"]) for c, t in by_canon.items())
+    dims = {"eagle12": fmt == "eagle" and _is_eagle12(shapes)}
+    if dims["eagle12"]:
+        dims["hidden_size"] = shapes["fc.weight"][0]
+        problems.append(_warn("this is an EAGLE-1/2 drafter (fc fuses 2 x hidden: token embedding + the target's "
+                              "last hidden state), not EAGLE-3"))
+        return None, dims
+    if not _is_eagle3_layout(fmt, shapes):
+        return None, dims
+    eagle3 = _derive_eagle3(shapes, config, problems)
+    dims.update(eagle3)
+    _check_eagle3_shapes(shapes, display, dims, problems)
+    d2t, t2d = by_canon.get("d2t"), by_canon.get("t2d")
+    if d2t is not None and _readable(d2t) and (t2d is None or _readable(t2d)):
+        eagle3["vocab_map_sha256"] = _check_vocab_maps(d2t, t2d, dims, display, problems)
+    eagle3["embed_tokens"] = "present" if "embed_tokens.weight" in shapes else "shared from the target at load time"
+    eagle3["norm_before_residual"] = effective_norm_before_residual(fmt, config)
+    return eagle3, dims
+
+
+def _readable(tensor):
+    """Whether a tensor's bytes are all inside its file (so its data can be read at all)."""
+    return (tensor["begin"] is not None and tensor["bytes"] is not None
+            and tensor["begin"] + tensor["bytes"] <= tensor["data_bytes"])
 
 
 def _select_tensors(layout, by_file, problems):

@@ -210,6 +210,33 @@ def test_vllm_names_map_to_layer_zero_and_d2t(tmp_path):
     assert "2 x 64" in tensor(report, "model.layers.32.self_attn.q_proj.weight")["role"]
 
 
+def test_mla_and_moe_drafters_are_not_called_broken(tmp_path):
+    """SpecForge also trains DeepSeek-style drafters: latent attention, expert MLPs."""
+    h = 64
+    changes = dict(("layers.0.self_attn.%s.weight" % p, None) for p in ("q_proj", "k_proj", "v_proj"))
+    changes.update(dict(("layers.0.mlp.%s.weight" % p, None) for p in ("gate_proj", "up_proj", "down_proj")))
+    changes.update({
+        "midlayer.self_attn.q_a_proj.weight": fx.Tensor("BF16", [32, 2 * h]),
+        "midlayer.self_attn.q_a_layernorm.weight": fx.Tensor("BF16", [32]),
+        "midlayer.self_attn.q_b_proj.weight": fx.Tensor("BF16", [4 * 24, 32]),
+        "midlayer.self_attn.kv_a_proj_with_mqa.weight": fx.Tensor("BF16", [16 + 8, 2 * h]),
+        "midlayer.self_attn.kv_a_layernorm.weight": fx.Tensor("BF16", [16]),
+        "midlayer.self_attn.kv_b_proj.weight": fx.Tensor("BF16", [4 * (16 + 16), 16]),
+        "midlayer.mlp.gate.weight": fx.Tensor("BF16", [4, h]),
+        "midlayer.mlp.experts.0.gate_proj.weight": fx.Tensor("BF16", [32, h]),
+        "midlayer.mlp.experts.0.up_proj.weight": fx.Tensor("BF16", [32, h]),
+        "midlayer.mlp.experts.0.down_proj.weight": fx.Tensor("BF16", [h, 32]),
+    })
+    renamed = dict(("midlayer." + k[len("layers.0."):] if k.startswith("layers.0.") else k, v) for k, v in changes.items())
+    report = _drafter_with(tmp_path, **renamed)
+    assert report["format"] == "specforge"
+    assert errors(report) == []
+    assert tensor(report, "midlayer.self_attn.kv_a_proj_with_mqa.weight")["role"].startswith(
+        "MLA key/value latent + shared rope key: embedding+hidden (2 x 64)")
+    assert tensor(report, "midlayer.mlp.experts.0.down_proj.weight")["role"] == "MoE expert 0: MLP down"
+    assert tensor(report, "midlayer.mlp.gate.weight")["role"].startswith("MoE router")
+
+
 def test_eagle12_drafter_is_original_eagle_but_not_eagle3(tmp_path):
     report = ck.inspect(fx.write_eagle12_drafter(tmp_path / "e"))
     assert report["format"] == "eagle"
