@@ -1512,7 +1512,7 @@ def run_download(spec):
         fetched = progress.fetched()
         rate = fetched / max(t_last_byte - t_dl, 1e-6)
         progress.final_rate = rate if fetched else 0.0
-        log("downloaded %s in %.1f s (%.1f MB/s)" % (fmt_size(fetched), t_last_byte - t_dl, rate / 1e6))
+        log("downloaded %s in %.2f s (%.1f MB/s)" % (fmt_size(fetched), t_last_byte - t_dl, rate / 1e6))
         progress.set(state="verifying")
         results = {}
         for rf in resolved.files:
