@@ -186,6 +186,7 @@ class DownloadsPane(Vertical):
         self.params = {}  # id -> download.start parameters, for jobs started from this console
         self.seen_states = {}  # id -> the state the last poll showed
         self.notified = set()
+        self.stopped_here = set()  # ids the user cancelled: their end is no news
         self.selected_id = None
         self.shown_files = None  # (job id, file paths) the per-file bars were built for
         self._poll_worker = None
@@ -281,8 +282,8 @@ class DownloadsPane(Vertical):
         if state not in VERDICT_STATES or job_id in self.notified:
             return
         self.notified.add(job_id)
-        if before is None or before in VERDICT_STATES:
-            return  # it had ended before this console saw it run: nothing turned
+        if before is None or before in VERDICT_STATES or job_id in self.stopped_here:
+            return  # it had ended before this console saw it run, or the user stopped it
         severity = "information" if state == "verified" else "error"
         self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity, markup=False)
 
@@ -420,10 +421,12 @@ class DownloadsPane(Vertical):
             self._set_status("%s has already ended (%s)" % (job["id"], job["state"]), error=True)
             return
         self._set_status("stopping %s ..." % job["id"])
+        self.stopped_here.add(job["id"])
         self._stop(job["id"])
 
     def _ended_or_say(self, job, action):
-        if job is not None and job["process_state"] in ("running", "starting"):
+        # By its state, not its process: a verdict is final while the process is still exiting.
+        if job is not None and job["state"] in RUNNING_STATES + ("running", "starting"):
             self._set_status("%s is still running: x cancels it before you %s" % (job["id"], action), error=True)
             return None
         return job
