@@ -861,7 +861,8 @@ def role(canonical, fmt, dims):
     if rest == "fc.weight":
         if eagle12:
             return "fuses the token embedding with the target's last hidden state (%s -> %s)" % (two_h, num(h, "hidden"))
-        return "fuses 3 auxiliary hidden states of the target (3 x %s -> %s); not QKV" % (num(th, "target hidden"), num(h, "hidden"))
+        return ("fuses 3 auxiliary hidden states of the target (3 x %s -> %s); not QKV"
+                % (num(th, "target hidden"), num(h, "hidden")))
     if rest == "fc.bias":
         return "bias of fc"
     if rest == "d2t":
@@ -894,7 +895,8 @@ def role(canonical, fmt, dims):
         "self_attn.o_proj.weight": "attention output: %s -> hidden %s" % (heads_text, num(h, "")),
         "mlp.gate_proj.weight": "MLP gate: hidden %s -> %s" % (num(h, ""), num(inter, "intermediate")),
         "mlp.up_proj.weight": "MLP up: hidden %s -> %s" % (num(h, ""), num(inter, "intermediate")),
-        "mlp.gate_up_proj.weight": "fused MLP gate and up (vLLM): hidden %s -> 2 x %s" % (num(h, ""), num(inter, "intermediate")),
+        "mlp.gate_up_proj.weight": ("fused MLP gate and up (vLLM): hidden %s -> 2 x %s"
+                                    % (num(h, ""), num(inter, "intermediate"))),
         "mlp.down_proj.weight": "MLP down: %s -> hidden %s" % (num(inter, "intermediate"), num(h, "")),
         "self_attn.q_norm.weight": "RMSNorm on each query head (Qwen3-style)",
         "self_attn.k_norm.weight": "RMSNorm on each key head (Qwen3-style)",
@@ -1089,7 +1091,9 @@ def inspect(path, sha256=False, progress=None):
                 raise
             problems.append(_err("cannot read %s: %s" % (label, exc)))
             continue
-        files.append({"path": os.path.abspath(weight_file), "bytes": size if size is not None else os.path.getsize(weight_file)})
+        if size is None:  # the header was unreadable; the file still counts (and is hashed)
+            size = os.path.getsize(weight_file)
+        files.append({"path": os.path.abspath(weight_file), "bytes": size})
         by_file[weight_file] = found
     tensors = _select_tensors(layout, by_file, problems)
     shapes = dict((t["name"], t["shape"]) for t in tensors if t["shape"] is not None)
@@ -1183,13 +1187,15 @@ def _select_tensors(layout, by_file, problems):
         for name in lacking[:10]:
             problems.append(_err("%s maps tensor %r to %s, which has no tensor %r" % (index_name, name, _q(shard), name)))
         if len(lacking) > 10:
-            problems.append(_err("%s maps %s more tensors to %s that it does not hold" % (index_name, _n(len(lacking) - 10), _q(shard))))
+            problems.append(_err("%s maps %s more tensors to %s that it does not hold"
+                                 % (index_name, _n(len(lacking) - 10), _q(shard))))
         tensors.extend(in_shard[n] for n in names if n in in_shard)
         unlisted = sorted(set(in_shard) - set(names))
         for name in unlisted[:10]:
             problems.append(_warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
                                   "ignore it" % (_q(shard), name, index_name)))
-    total_size = layout.index.get("metadata", {}).get("total_size") if isinstance(layout.index.get("metadata"), dict) else None
+    metadata = layout.index.get("metadata")
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
     stored = sum(t["end"] - t["begin"] for t in tensors if t["begin"] is not None and t["end"] >= t["begin"])
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
         problems.append(_warn("%s says total_size %s bytes, the tensors it lists add up to %s"
