@@ -131,6 +131,19 @@ def resolve_executable(name, cwd, search_path):
     return os.path.abspath(found)
 
 
+def utf8_boundary(data):
+    """Length of `data` without a UTF-8 character cut off at its end (windows of a log are
+    decoded one by one, and a split character would show as two replacement marks)."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte < 0x80:
+            return len(data)  # ASCII: nothing is cut
+        if byte >= 0xC0:  # the lead byte of the last character
+            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(data) if back >= needed else len(data) - back
+    return len(data)
+
+
 # ---------------------------------------------------------------- the store
 
 
@@ -276,6 +289,8 @@ class JobStore:
             offset = min(offset, size)
             f.seek(offset)
             data = f.read(min(max_bytes, size - offset))
+        if offset + len(data) < size:
+            data = data[: utf8_boundary(data)]
         return {"offset": offset, "next_offset": offset + len(data), "size": size, "text": data.decode("utf-8", "replace")}
 
     def read_lines_from(self, job_id, offset, max_bytes=65536, final=False):
@@ -290,6 +305,8 @@ class JobStore:
             if cut < 0:
                 return b"", offset
             data = data[: cut + 1]
+        elif len(data) == max_bytes:
+            data = data[: utf8_boundary(data)]
         return data, offset + len(data)
 
     # -- stop

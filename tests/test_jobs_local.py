@@ -164,3 +164,18 @@ def test_daemon_socket_is_private(agent_home, client):
     sock = agent_home / "daemon.sock"
     assert (sock.stat().st_mode & 0o777) == 0o600
     assert (agent_home.stat().st_mode & 0o777) == 0o700
+
+
+def test_log_windows_never_split_a_character(client, agent_home):
+    # 3-byte characters, read in windows whose size is not a multiple of 3: joined, the
+    # windows give back the text exactly (a split character would come back as U+FFFD).
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "printf '€%.0s' $(seq 1 1000)"]})
+    wait_for(lambda: job_state(client, job["id"])["exit_code"] == 0, 30)
+    text, offset = "", 0
+    while True:
+        window = client.call("jobs.tail", {"id": job["id"], "offset": offset, "max_bytes": 100})
+        text += window["text"]
+        if window["next_offset"] >= window["size"]:
+            break
+        offset = window["next_offset"]
+    assert text == "€" * 1000

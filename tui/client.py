@@ -66,7 +66,7 @@ class Subscription:
 
 class AgentClient:
     def __init__(self, connect, reconnect=False, on_state=None, heartbeat_s=1.0, dead_after_s=4.0):
-        """`connect()` returns a new link (see tui/connection.py) or raises ConnectError."""
+        """`connect(reconnecting=False)` returns a new link (see tui/connection.py) or raises ConnectError."""
         self._connect = connect
         self.reconnect = reconnect
         self.on_state = on_state
@@ -200,7 +200,7 @@ class AgentClient:
             if self._closed.wait(delay):
                 return
             try:
-                self._attach(self._connect())
+                self._attach(self._connect(reconnecting=True))
                 return
             except ConnectError as exc:
                 reason = str(exc)

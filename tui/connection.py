@@ -23,6 +23,10 @@ from typing import Callable, List, Optional
 from .client import AgentClient, ConnectError
 
 CONNECT_TIMEOUT_S = 10.0
+# While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
+# quickly and tried again, so that a SYN goes out at least every second: the link is used
+# within a second of its return instead of after the kernel's next SYN retransmission.
+RECONNECT_TCP_TIMEOUT_S = 1.0
 TCP_USER_TIMEOUT_MS = 4000
 KEEPALIVE_S = 2
 
@@ -96,9 +100,9 @@ def fingerprint(key):
     return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
 
 
-def _tcp_socket(dest):
+def _tcp_socket(dest, timeout=CONNECT_TIMEOUT_S):
     try:
-        sock = socket.create_connection((dest.hostname, dest.port), timeout=CONNECT_TIMEOUT_S)
+        sock = socket.create_connection((dest.hostname, dest.port), timeout=timeout)
     except socket.gaierror:
         raise ConnectError("cannot resolve host %r" % dest.hostname)
     except socket.timeout:
@@ -165,7 +169,7 @@ def _candidate_keys(dest, skipped):
             skipped.append("%s: %s" % (path, exc))
 
 
-def open_transport(dest, accept_new, sock=None):
+def open_transport(dest, accept_new, sock=None, tcp_timeout=CONNECT_TIMEOUT_S):
     """An authenticated paramiko Transport to `dest`, through its ProxyJump if any."""
     import paramiko
 
@@ -176,7 +180,7 @@ def open_transport(dest, accept_new, sock=None):
         except (paramiko.SSHException, OSError) as exc:
             raise ConnectError("jump host %s could not reach %s:%d: %s" % (dest.proxy_jump, dest.hostname, dest.port, exc))
     if sock is None:
-        sock = _tcp_socket(dest)
+        sock = _tcp_socket(dest, tcp_timeout)
     transport = paramiko.Transport(sock)
     try:
         transport.start_client(timeout=CONNECT_TIMEOUT_S)
@@ -311,13 +315,13 @@ def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] =
     """A function that makes a new link to `host` each time it is called (for reconnects)."""
     if host in (None, "", "local"):
         local_python = None if python in (None, "python3") else python
-        return lambda: LocalLink(local_python)
+        return lambda reconnecting=False: LocalLink(local_python)
     dest = parse_destination(host)
 
-    def connect():
+    def connect(reconnecting=False):
         from . import bootstrap
 
-        transport = open_transport(dest, accept_new)
+        transport = open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else CONNECT_TIMEOUT_S)
         try:
             remote_path = bootstrap.ensure_agent(transport)
             return SSHLink(transport, shlex.join([python, remote_path, "relay"]))
