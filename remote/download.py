@@ -254,6 +254,10 @@ def select_paths(all_paths, spec):
     files, include, exclude = spec["files"], spec["include"], spec["exclude"]
     known = set(all_paths)
     missing = [f for f in files if f not in known]
+    folders = [f for f in missing if any(p.startswith(f.rstrip("/") + "/") for p in all_paths)]
+    if folders:
+        raise PlanError("BadRequest", "%s is a folder in %s; name its files or use include [\"%s/\"]"
+                        % (folders[0], spec["repo"], folders[0].rstrip("/")))
     if missing:
         raise PlanError("FileNotFound", "%s not found in %s at %s" % (
             ", ".join(missing[:5]) + (" (+%d more)" % (len(missing) - 5) if len(missing) > 5 else ""),

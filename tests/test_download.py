@@ -517,6 +517,7 @@ def _plan_error(dl, spec, **kw):
     ("gated_wrong_token", "AuthRequired", "gated"),
     ("unreachable", "NetworkUnreachable", "127.0.0.1:9"),
     ("bad_spec", "BadRequest", "repo_type"),
+    ("folder_as_file", "BadRequest", 'use include ["tok/"]'),
 ])
 def test_plan_errors(dl, hub, case, etype, words):  # noqa: F811
     make_repo(hub)
@@ -530,6 +531,7 @@ def test_plan_errors(dl, hub, case, etype, words):  # noqa: F811
         "gated_wrong_token": dl.spec("org/gated"),
         "unreachable": dl.spec("org/drafter", endpoint="http://127.0.0.1:9"),
         "bad_spec": dl.spec("org/drafter", repo_type="space"),
+        "folder_as_file": dl.spec("org/drafter", files=["tok"]),
     }[case]
     token = SECRET if case == "gated_wrong_token" else None
     err = _plan_error(dl, spec, token=token)
