@@ -5,7 +5,6 @@ own and reports its state, which the header shows. Panes read `app.client` (None
 connected) and do their own requests in workers.
 """
 
-import importlib
 import threading
 
 from textual import work
@@ -23,24 +22,8 @@ from .screens.host_key import HostKeyScreen
 from .widgets import LogView
 from .widgets.header import ConnectionHeader
 
-# (module, class) of the panes after Jobs, in key order. They are written apart from this
-# file; one that is not there yet is left out rather than replaced.
-OTHER_PANES = (("tui.panes.downloads", "DownloadsPane"), ("tui.panes.tensors", "TensorsPane"))
+PANES = (JobsPane, DownloadsPane, TensorsPane)  # in key order: 1, 2, 3
 PANES_GROUP = Binding.Group("panes", compact=True)
-
-
-def load_panes():
-    """The pane classes, Jobs first; a missing module is skipped, any other error is raised."""
-    classes = [JobsPane]
-    for module_name, class_name in OTHER_PANES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            continue
-        classes.append(getattr(module, class_name))
-    return classes
 
 
 def pane_id(pane_class):
@@ -70,7 +53,7 @@ class SpecdeckApp(App):
         self.accept_new = accept_new
         self.client = None
         self.connection_state = "connecting"
-        self.pane_classes = load_panes()
+        self.pane_classes = PANES
         self._quitting = threading.Event()
         self.header = ConnectionHeader(self.host, id="header")
 
