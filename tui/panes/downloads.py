@@ -26,7 +26,7 @@ START_TIMEOUT_S = 180.0
 VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
 RUNNING_STATES = ("queued", "resolving", "downloading", "verifying")
 COLUMNS = (("id", "id"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
-           ("repo", "repo"), ("size", "size"))
+           ("size", "size"), ("repo", "repo"))
 HINT = "n new  x cancel  r retry  v verify again  t open in Tensors"
 STATE_STYLES = {
     "verified": "bold green",
@@ -55,6 +55,14 @@ def job_message(job):
     progress = job_progress(job)
     verdict = progress.get("verdict") or {}
     return verdict.get("message") or progress.get("error") or job.get("error") or job["state"]
+
+
+def bytes_total(job):
+    """The download's size, or None while the file list is not resolved yet (it reads 0 then)."""
+    progress = job_progress(job)
+    if not progress.get("bytes_total") and (job["state"] in ("queued", "resolving") or not progress.get("files")):
+        return None
+    return progress.get("bytes_total")
 
 
 def job_repo(job):
@@ -290,7 +298,7 @@ class DownloadsPane(Vertical):
     @staticmethod
     def _row_cells(job):
         progress = job_progress(job)
-        done, total = progress.get("bytes_done") or 0, progress.get("bytes_total")
+        done, total = progress.get("bytes_done") or 0, bytes_total(job)
         eta = progress.get("eta_s")
         running = job["state"] in RUNNING_STATES
         cells = (
@@ -299,8 +307,8 @@ class DownloadsPane(Vertical):
             percent(done, total),
             format_rate(progress.get("rate_bytes_per_s")) if running else "-",
             format_duration(eta) if running and eta is not None else "-",
-            job_repo(job),
             format_bytes(total),
+            job_repo(job),
         )
         # Text, not str: a str cell would be read as markup.
         return tuple(Text(cell, style=STATE_STYLES.get(cell, "") if index == 1 else "") for index, cell in enumerate(cells))
@@ -345,10 +353,13 @@ class DownloadsPane(Vertical):
         else:
             text.append("  took ", style="dim")
             text.append(format_duration(job_runtime(job)))
-        if progress.get("bytes_total") is not None:
-            text.append("\n{:,} of ".format(progress.get("bytes_done") or 0) + format_bytes(progress["bytes_total"], exact=True), style="dim")
+        total = bytes_total(job)
+        if total is not None:
+            text.append("\n{:,} of ".format(progress.get("bytes_done") or 0) + format_bytes(total, exact=True), style="dim")
+        else:
+            text.append("\nresolving the file list ...", style="dim")
         summary.update(text)
-        total_bar.update(total=progress.get("bytes_total"), progress=progress.get("bytes_done") or 0)
+        total_bar.update(total=total, progress=progress.get("bytes_done") or 0)
         verdict.update(self._verdict_text(job))
         files = progress.get("files") or []
         self._rebuild_files(job["id"], files)
