@@ -81,7 +81,6 @@ DEFAULT_WORKERS = 4
 DEFAULT_RETRIES = 5  # per file, reset whenever bytes arrive (env SPECDECK_DOWNLOAD_RETRIES)
 READ_TIMEOUT = 60.0
 MAX_REDIRECTS = 10
-HUB_ORIGINS = ("https://huggingface.co", "https://hf.co")
 USER_AGENT_LIBRARY = "specdeck"
 
 PLAN_ERROR_TYPES = (
@@ -519,9 +518,17 @@ def _origin(url):
     return "%s://%s" % (s.scheme, s.netloc)
 
 
-def http_open(url, headers, method="GET", timeout=READ_TIMEOUT, follow=True):
+def hub_origins(hf):
+    """Origins that may see the token: the endpoint in use and huggingface_hub's default one
+    (a mirror may redirect there)."""
+    consts = hf.constants
+    return {_origin(e) for e in (consts.ENDPOINT, getattr(consts, "_HF_DEFAULT_ENDPOINT", None)) if e}
+
+
+def http_open(url, headers, method="GET", timeout=READ_TIMEOUT, follow=True, trusted=()):
     """Open `url`; follows redirects by hand so that the token never goes to another host
-    (a CDN) than the hub's. Returns the final response (errors are returned, not raised)."""
+    (a CDN) than the hub's (`url`'s origin, or one in `trusted`). Returns the final response
+    (errors are returned, not raised)."""
     headers = dict(headers)
     first_origin = _origin(url)
     for _ in range(MAX_REDIRECTS + 1):
@@ -537,7 +544,7 @@ def http_open(url, headers, method="GET", timeout=READ_TIMEOUT, follow=True):
                 resp.close()
             except Exception:
                 pass
-            if _origin(target) != first_origin and _origin(target) not in HUB_ORIGINS:
+            if _origin(target) != first_origin and _origin(target) not in trusted:
                 headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
             url = target
             continue
@@ -1010,6 +1017,7 @@ class Downloader:
         self.headers = _hf_headers(hf)
         self.headers["Accept-Encoding"] = "identity"
         self.have_token = bool(_token(hf))
+        self.trusted = hub_origins(hf)
         try:
             self.retries = int(os.environ.get("SPECDECK_DOWNLOAD_RETRIES", DEFAULT_RETRIES))
         except ValueError:
@@ -1194,7 +1202,7 @@ class Downloader:
         if offset:
             headers["Range"] = "bytes=%d-" % offset
         try:
-            resp = http_open(url, headers, timeout=READ_TIMEOUT)
+            resp = http_open(url, headers, timeout=READ_TIMEOUT, trusted=self.trusted)
         except (OSError, http.client.HTTPException) as e:
             raise _Transient(str(e) or type(e).__name__)
         try:
