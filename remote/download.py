@@ -17,8 +17,10 @@ Selection: explicit `files` are always taken (a missing one is an error); `inclu
 a trailing "/" means the whole folder) add matching repo files; with neither, every file is taken;
 `exclude` globs drop glob-selected files.
 
-How the bytes move. huggingface_hub's metadata calls (repo_info / get_paths_info) give each
-file's size, git blob id and LFS sha256 at one commit. The bytes come from the same
+How the bytes move. huggingface_hub's metadata calls (repo_info for the commit, then the
+paginated tree listing, or get_paths_info when only explicit files are asked for) give each
+file's size, git blob id and LFS sha256 at that commit; the plan then HEADs the smallest file,
+since a gated repo's listing is public but its files are not. The bytes come from the same
 `resolve/{commit}/{path}` URL that hf_hub_download uses, but through our own ranged GET: since
 huggingface_hub 2.x, hf_hub_download writes to a process-unique temporary file and deletes it on
 failure, so a second run can no longer continue a partial file. Here a partial file lives where
@@ -39,6 +41,10 @@ File states: queued, checking (hashing a file already there), present (already t
 right), downloading, downloaded, retrying, verifying, verified, mismatch, missing, failed.
 `bytes_done` counts bytes on disk (resumed and present ones included); the rate counts only
 bytes received by this run; `bytes_checked` counts bytes hashed.
+
+SIGTERM/SIGINT stop the job (exit 2, partial files kept for the next run); SIGHUP does not, so
+a job started under nohup outlives its shell. Environment knobs: SPECDECK_DOWNLOAD_WORKERS
+(files in parallel, 4), SPECDECK_DOWNLOAD_RETRIES (per file, 5, reset whenever bytes arrive).
 
 No token ever reaches the log, progress.json or an error message: every string that leaves this
 module is scrubbed of the token huggingface_hub finds (HF_TOKEN or the host's login).
