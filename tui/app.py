@@ -16,7 +16,9 @@ from textual.worker import Worker, WorkerState
 
 from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
+from .panes.downloads import DownloadsPane
 from .panes.jobs import JobsPane, JobsTable
+from .panes.tensors import TensorsPane
 from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
 from .widgets import LogView
