@@ -168,17 +168,18 @@ class FakeHub:
 
     # ----- lifecycle
 
-    def start(self):
+    def start(self, host="127.0.0.1"):
+        """Serve on `host` (loopback by default; a test host's peer address to be reached from it)."""
         hub = self
 
         class Handler(_Handler):
             pass
 
         Handler.hub = hub
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server = ThreadingHTTPServer((host, 0), Handler)
         self._server.daemon_threads = True
         self.port = self._server.server_address[1]
-        self.url = "http://127.0.0.1:%d" % self.port
+        self.url = "http://%s:%d" % (host, self.port)
         self.cdn_url = "http://localhost:%d" % self.port
         self._thread = threading.Thread(target=self._server.serve_forever, name="fakehub", daemon=True)
         self._thread.start()
