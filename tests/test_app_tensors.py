@@ -77,6 +77,13 @@ async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(cli
         summary = text_of(pane.query_one("#tensors-summary", Static))
         assert "specforge" in summary and "hidden 64" in summary and "draft vocab 96" in summary
         assert "target vocab 256" in summary and "[1, 3, 5]" in summary
+
+        # A path that is not there: the host's one line, and the open checkpoint stays as it was.
+        pane.open_path(str(tmp_path / "no-such-drafter"))
+        status = pane.query_one("#tensors-status", Static)
+        await wait_until(pilot, lambda: status.has_class("error"))
+        assert "no-such-drafter does not exist" in text_of(status)
+        assert text_of(pane.query_one("#tensors-path", Static)) == str(drafter) and len(table_rows(pane)) == 15
         assert not text_of(pane.query_one("#tensors-problems", Static)).strip()
         assert text_of(pane.query_one("#tensors-path", Static)) == str(drafter)
         # The highlighted tensor's role, whole, under the table (the column is cut on a narrow screen).

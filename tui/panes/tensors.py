@@ -21,6 +21,7 @@ from .compare import CompareScreen
 from .file_picker import FilePicker
 
 INSPECT_TIMEOUT_S = 600.0
+PROBLEMS_SHOWN = 6
 SORT_KEYS = ("name", "size", "dtype")
 EAGLE3_FIELDS = (
     ("hidden", "hidden_size"),
@@ -50,7 +51,7 @@ def eagle3_summary(report):
     text.append(report.get("format") or "unknown", style="bold")
     eagle3 = report.get("eagle3")
     if not eagle3:
-        text.append("  not an EAGLE-3 drafter (no midlayer/fc/d2t found)", style="dim")
+        text.append("  not an EAGLE-3 drafter", style="dim")
         return text
     for label, key in EAGLE3_FIELDS:
         text.append("  %s " % label, style="dim")
@@ -61,14 +62,18 @@ def eagle3_summary(report):
     return text
 
 
-def problems_text(problems):
+def problems_text(problems, limit=PROBLEMS_SHOWN):
+    """Errors (red) before warnings (yellow), one a line, at most `limit` lines and a count of the rest."""
+    ordered = sorted(problems or [], key=lambda p: p.get("level") != "error")
     text = Text()
-    for problem in problems or []:
+    for problem in ordered[:limit]:
         error = problem.get("level") == "error"
         if text:
             text.append("\n")
         text.append("error: " if error else "warning: ", style="bold red" if error else "bold yellow")
         text.append(problem.get("message", ""), style="red" if error else "yellow")
+    if len(ordered) > limit:
+        text.append("\nand %d more (specdeck inspect lists them all)" % (len(ordered) - limit), style="dim")
     return text
 
 
@@ -95,7 +100,7 @@ class TensorsPane(Vertical):
     DEFAULT_CSS = """
     TensorsPane { height: 1fr; }
     TensorsPane #tensors-path { height: auto; text-style: bold; }
-    TensorsPane #tensors-problems { height: auto; max-height: 8; }
+    TensorsPane #tensors-problems { height: auto; }
     TensorsPane #tensors-summary { height: auto; }
     TensorsPane #tensors-filter { display: none; }
     TensorsPane #tensors-filter.shown { display: block; }
@@ -233,6 +238,10 @@ class TensorsPane(Vertical):
         self.app.push_screen(CompareScreen(message.result, message.report_a, message.report_b))
 
     def on_tensors_pane_failed(self, message):
+        if message.path == self.path and self.report is not None:
+            # Keep showing the checkpoint that is open, under its own name.
+            self.path = self.report.get("path") or self.path
+            self.query_one("#tensors-path", Static).update(Text(self.path, style="bold"))
         self._set_status("%s: %s" % (message.path, message.message), error=True)
 
     # -- the table
@@ -264,7 +273,7 @@ class TensorsPane(Vertical):
         text.append(format_bytes(tensor_bytes, exact=True))
         if self.filter_text.strip():
             shown_bytes = sum(t.get("bytes") or 0 for t in self.shown_tensors)
-            text.append("\nshown %d matching %r  " % (len(self.shown_tensors), self.filter_text.strip()), style="dim")
+            text.append('\nshown %d matching "%s"  ' % (len(self.shown_tensors), self.filter_text.strip()), style="dim")
             text.append(format_bytes(shown_bytes, exact=True), style="dim")
         files = self.report.get("files") or []
         if files:
