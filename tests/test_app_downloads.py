@@ -137,8 +137,16 @@ async def test_retry_and_verify_for_a_download_started_here_but_not_for_one_star
         assert not [m for m in notifications(app) if m.startswith(elsewhere["id"])]
         pane.query_one("#downloads-jobs", DataTable).focus()
         await pilot.press("r")
-        status = str(pane.query_one("#downloads-status", Static).render())
+        status = text_of(pane.query_one("#downloads-status", Static))
         assert "retry is not offered for %s" % elsewhere["id"] in status and "outside this console" in status
+        await pilot.press("v")
+        assert "verify again is not offered for %s" % elsewhere["id"] in text_of(pane.query_one("#downloads-status", Static))
+        # Where its files went, the job itself says: t works for it too.
+        await pilot.press("t")
+        tensors = app.query_one(TensorsPane)
+        assert app.query_one(TabbedContent).active == "tensors" and tensors.path == str(tmp_path / "elsewhere")
+        app.query_one(TabbedContent).active = "downloads"
+        pane.query_one("#downloads-jobs", DataTable).focus()
 
         local_dir = str(tmp_path / "here")
         await pilot.press("n")
