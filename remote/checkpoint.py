@@ -743,7 +743,14 @@ def _expect(problems, name, shape, expected, why):
         problems.append(_err("%s has shape %s, expected %s: %s" % (name, _shape_text(shape), _shape_text(expected), why)))
 
 
-def _check_eagle3_shapes(canon, display, dims, problems):
+def _layout_name(canonical, fmt):
+    """A speculators-layout name as the checkpoint's own layout would spell it."""
+    if fmt in ("specforge", "eagle") and canonical.startswith("layers.0."):
+        return "midlayer." + canonical[len("layers.0."):]
+    return canonical
+
+
+def _check_eagle3_shapes(canon, display, dims, problems, fmt=None):
     """Shape relations between the tensors of an EAGLE-3 drafter (canon: canonical name -> shape)."""
     h = dims["hidden_size"]
     th = dims["target_hidden_size"]
@@ -774,7 +781,7 @@ def _check_eagle3_shapes(canon, display, dims, problems):
             required += ["layers.0.mlp.gate_proj.weight", "layers.0.mlp.up_proj.weight"]
     for name in required:
         if name not in canon:
-            problems.append(_err("an EAGLE-3 drafter needs %s, this checkpoint has none" % display.get(name, name)))
+            problems.append(_err("an EAGLE-3 drafter needs %s, this checkpoint has none" % display.get(name, _layout_name(name, fmt))))
     fc = shape("fc.weight")
     if fc is not None and (len(fc) != 2 or fc[1] % 3):
         problems.append(_err("%s has shape %s: EAGLE-3's fc fuses three auxiliary hidden states of the target, "
@@ -1137,7 +1144,7 @@ def _eagle3_section(fmt, by_canon, config, problems):
         return None, dims
     eagle3 = _derive_eagle3(shapes, config, problems)
     dims.update(eagle3)
-    _check_eagle3_shapes(shapes, display, dims, problems)
+    _check_eagle3_shapes(shapes, display, dims, problems, fmt)
     d2t, t2d = by_canon.get("d2t"), by_canon.get("t2d")
     if d2t is not None and _readable(d2t) and (t2d is None or _readable(t2d)):
         eagle3["vocab_map_sha256"] = _check_vocab_maps(d2t, t2d, dims, display, problems)

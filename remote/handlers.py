@@ -232,9 +232,8 @@ class Handlers:
         command, env = self._agent_under(params)
         plan = self._run_plan(command, spec_path, env)
         name = "%s -> %s" % (spec["repo"], spec["local_dir"])
-        job = self.jobs.submit(
-            command + ["download", spec_path], env=env, name=name, kind="download"
-        )
+        # The spec rides along as the job's meta, so a console can retry or verify it later.
+        job = self.jobs.submit(command + ["download", spec_path], env=env, name=name, kind="download", meta=spec)
         job["plan"] = plan
         return job
 
@@ -242,4 +241,4 @@ class Handlers:
         spec, spec_path = self._download_spec(params)
         command, env = self._agent_under(params)
         name = "verify %s in %s" % (spec["repo"], spec["local_dir"])
-        return self.jobs.submit(command + ["verify", spec_path], env=env, name=name, kind="download")
+        return self.jobs.submit(command + ["verify", spec_path], env=env, name=name, kind="download", meta=spec)

@@ -613,3 +613,17 @@ def test_inspect_runs_on_python_3_9(k2_dir):
     out = subprocess.run([_python39(), "-I", "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["specforge", 2382319104, 32000, []]
+
+
+@pytest.mark.parametrize("layout, missing", [("specforge", "midlayer.mlp.up_proj.weight"), ("speculators", "layers.0.mlp.up_proj.weight")])
+def test_missing_tensor_is_named_as_the_layout_spells_it(tmp_path, layout, missing):
+    from safetensors.numpy import load_file, save_file
+
+    directory = fx.write_drafter(tmp_path / layout, layout=layout, dtype="F32")
+    path = os.path.join(directory, "model.safetensors")
+    tensors = load_file(path)
+    del tensors[missing]
+    save_file(tensors, path)
+    report = ck.inspect(directory)
+    errors = [p["message"] for p in report["problems"] if p["level"] == "error"]
+    assert "an EAGLE-3 drafter needs %s, this checkpoint has none" % missing in errors
