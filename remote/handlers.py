@@ -233,7 +233,7 @@ class Handlers:
         plan = self._run_plan(command, spec_path, env)
         name = "%s -> %s" % (spec["repo"], spec["local_dir"])
         # The spec rides along as the job's meta, so a console can retry or verify it later.
-        job = self.jobs.submit(command + ["download", spec_path], env=env, name=name, kind="download", meta=spec)
+        job = self.jobs.submit(command + ["download", spec_path], env=env, name=name, kind="download", meta=dict(spec, python=params.get("python")))
         job["plan"] = plan
         return job
 
@@ -241,4 +241,4 @@ class Handlers:
         spec, spec_path = self._download_spec(params)
         command, env = self._agent_under(params)
         name = "verify %s in %s" % (spec["repo"], spec["local_dir"])
-        return self.jobs.submit(command + ["verify", spec_path], env=env, name=name, kind="download", meta=spec)
+        return self.jobs.submit(command + ["verify", spec_path], env=env, name=name, kind="download", meta=dict(spec, python=params.get("python")))

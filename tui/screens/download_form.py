@@ -27,6 +27,7 @@ FIELDS = (
     ("local_dir", "local dir", "directory on the host, e.g. ~/models/k2-eagle3"),
     ("revision", "revision", "branch, tag or commit (empty: main)"),
     ("endpoint", "endpoint", "a hub mirror URL (empty: the host's HF_ENDPOINT, else the hub)"),
+    ("python", "host python", "interpreter with huggingface_hub, e.g. ~/venv/bin/python (empty: the agent's)"),
 )
 
 
@@ -41,6 +42,7 @@ def form_params(values):
         "local_dir": values.get("local_dir", "").strip(),
         "revision": values.get("revision", "").strip() or None,
         "endpoint": values.get("endpoint", "").strip() or None,
+        "python": values.get("python", "").strip() or None,
     }
 
 
