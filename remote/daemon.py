@@ -113,12 +113,16 @@ class Daemon:
             "daemon_started_at": self.started_at,
         }
 
-    def serve_forever(self, listener):
+    def serve_forever(self, listener, socket_path):
         listener.settimeout(0.5)
         while not self.stopping.is_set():
             try:
                 sock, _ = listener.accept()
             except socket.timeout:
+                # Our socket removed (its state directory deleted): nobody can reach us any more.
+                if not os.path.exists(socket_path):
+                    log.info("socket %s is gone; stopping", socket_path)
+                    return
                 continue
             except OSError as exc:
                 if exc.errno == errno.EINTR:
@@ -214,7 +218,7 @@ def run_daemon(foreground=False):
         notify.write(b"ok\n")
         notify.close()
     try:
-        daemon.serve_forever(listener)
+        daemon.serve_forever(listener, paths.socket_path())
     finally:
         log.info("daemon stopping")
         try:

@@ -1,0 +1,43 @@
+"""The split between the two sides holds: the host side needs nothing beyond the standard
+library, and never imports the console's libraries; a daemon does not outlive its home."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT, daemon_pid
+from tests.sshd_fixtures import wait_for
+from tui.connection import open_client
+
+HOST_CORE = ["remote", "remote.protocol", "remote.daemon", "remote.relay", "remote.jobs", "remote.handlers",
+             "remote.checkpoint", "remote.download", "remote.capabilities", "remote.buildinfo", "remote.paths"]
+FORBIDDEN = ["textual", "paramiko", "rich", "huggingface_hub", "safetensors", "numpy", "torch", "tui", "httpx", "requests"]
+
+
+def test_host_side_imports_only_the_standard_library():
+    # Only what importing the host side adds counts: site hooks of this interpreter load a few
+    # modules of their own before any code runs.
+    code = (
+        "import importlib, json, sys\n"
+        "before = set(sys.modules)\n"
+        "for name in %r: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(set(m.split('.')[0] for m in sys.modules if m not in before))))\n" % HOST_CORE
+    )
+    out = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r)\n" % str(REPO_ROOT) + code],
+                         capture_output=True, text=True, check=True)
+    loaded = set(json.loads(out.stdout))
+    assert not loaded & set(FORBIDDEN), loaded & set(FORBIDDEN)
+    stdlib = set(sys.stdlib_module_names) | {"remote", "__main__"}
+    assert loaded <= stdlib, loaded - stdlib
+
+
+def test_daemon_stops_when_its_home_is_removed(tmp_path, monkeypatch):
+    home = tmp_path / "home"
+    monkeypatch.setenv("SPECDECK_HOME", str(home))
+    open_client("local").close()
+    pid = daemon_pid(home)
+    assert pid
+    shutil.rmtree(home)
+    wait_for(lambda: not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split()[2] == "Z", 30)
