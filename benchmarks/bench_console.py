@@ -67,7 +67,7 @@ def main():
         paint_s = time.perf_counter() - t0
         wait_screen(lambda t: "connected" in t)
         connected_s = time.perf_counter() - t0
-        short = subprocess.run(cli + ["run", "local", "--name", "idle", "--", "echo", "marker-idle"], env=env, capture_output=True, text=True, cwd=ROOT)
+        subprocess.run(cli + ["run", "local", "--name", "idle", "--", "echo", "marker-idle"], env=env, capture_output=True, text=True, cwd=ROOT)
         wait_screen(lambda t: "idle" in t)
         subprocess.run(["tmux", "send-keys", "-t", SESSION, "Enter"], check=True)
         wait_screen(lambda t: "marker-idle" in t)

@@ -11,16 +11,14 @@
 """
 
 import json
-import os
 import shutil
 import statistics
 import struct
 import subprocess
-import threading
 import time
 
-import pytest
 
+from tests.conftest import laptop_for
 from tui import bootstrap
 from tui.client import AgentClient
 from tui.connection import link_factory, open_client
@@ -70,14 +68,6 @@ def median_time(fn, n):
 
 def line(label, ours_s, base_s):
     print("  %-46s ours %9.2f ms   baseline %9.2f ms   %7.1fx" % (label, ours_s * 1e3, base_s * 1e3, base_s / ours_s))
-
-
-@pytest.fixture
-def laptop(sshd, tmp_path, monkeypatch):
-    home = sshd.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return home
 
 
 def ssh_argv(home, *command):
@@ -137,9 +127,7 @@ def test_spine_figures(laptop, sshd, host_python, host_ml_python, host_user):
 
 
 def test_cut_link_figures(netns_host, tmp_path, monkeypatch, host_python):
-    home = netns_host.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    laptop_for(netns_host, tmp_path, monkeypatch)
     noticed, resumed = [], []
     for _ in range(3):
         events = {}

@@ -28,6 +28,20 @@ def agent_home(tmp_path, monkeypatch):
     stop_daemon(home)
 
 
+def laptop_for(server, tmp_path, monkeypatch):
+    """Make this process a laptop that knows `server` as `gpuhost` (HOME with .ssh/config)."""
+    home = server.client_home(tmp_path)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    return home
+
+
+@pytest.fixture
+def laptop(sshd, tmp_path, monkeypatch):
+    """A laptop-side HOME that knows the loopback sshd as `gpuhost`."""
+    return laptop_for(sshd, tmp_path, monkeypatch)
+
+
 def daemon_pid(home):
     """The pid of the daemon listening in HOME, from its hello; None when none listens."""
     path = Path(home) / "daemon.sock"

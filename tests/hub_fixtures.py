@@ -3,6 +3,8 @@
 The central conftest imports it:  from tests.hub_fixtures import hub  # noqa
 """
 
+import hashlib
+
 import pytest
 
 from tests.hubserver import DEFAULT_TOKEN, FakeHub
@@ -18,3 +20,13 @@ def hub(tmp_path_factory):
         yield server
     finally:
         server.stop()
+
+
+def blob(n, seed):
+    """n deterministic pseudo-random bytes (incompressible, so no layer can shortcut them)."""
+    out = bytearray()
+    counter = 0
+    while len(out) < n:
+        out += hashlib.sha256(b"%d-%d" % (seed, counter)).digest() * 64
+        counter += 1
+    return bytes(out[:n])

@@ -59,7 +59,6 @@ polls until ``predicate()`` is truthy and returns that value; on timeout it rais
 AssertionError with the message (a bound on a hang, not a speed assertion).
 """
 
-import base64
 import fcntl
 import hashlib
 import os

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.hub_fixtures import hub  # noqa: F401 (fixture)
+from tests.hub_fixtures import blob
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The interpreter the jobs run under, as the user names one on the host (e.g. a venv with another
@@ -25,16 +25,6 @@ JOB_PYTHON = os.environ.get("SPECDECK_TEST_JOB_PYTHON") or sys.executable
 RUNNER = "import sys; from remote.download import main; sys.exit(main(sys.argv[1:]))"
 SECRET = "hf_SpecdeckTestSecret7f3a9c21d4e8b6a0"
 MB = 1024 * 1024
-
-
-def blob(n, seed):
-    """n deterministic pseudo-random bytes."""
-    out = bytearray()
-    counter = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d-%d" % (seed, counter)).digest() * 64
-        counter += 1
-    return bytes(out[:n])
 
 
 class Result:

@@ -1,16 +1,14 @@
 """Downloads as users drive them: `specdeck download/verify/jobs` over a real sshd against the
 fake hub, and a download that goes on while the SSH link is cut."""
 
-import hashlib
 import json
-import subprocess
-import threading
 import time
 
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import run_cli
+from tests.conftest import laptop_for, run_cli
+from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub
 from tests.sshd_fixtures import wait_for
 from tui.client import AgentClient
@@ -19,27 +17,10 @@ from tui.connection import link_factory
 MB = 1024 * 1024
 
 
-def payload(n, seed):
-    out = bytearray()
-    counter = 0
-    while len(out) < n:
-        out += hashlib.sha256(b"%d-%d" % (seed, counter)).digest() * 128
-        counter += 1
-    return bytes(out[:n])
-
-
 def drafter_files(tmp_path):
     """A small real EAGLE-3 drafter (SpecForge layout): what verification inspects after hashing."""
-    directory = write_drafter(tmp_path / "drafter-src")
+    write_drafter(tmp_path / "drafter-src")
     return {name: (tmp_path / "drafter-src" / name).read_bytes() for name in ("config.json", "model.safetensors")}
-
-
-@pytest.fixture
-def laptop(sshd, tmp_path, monkeypatch):
-    home = sshd.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return home
 
 
 def host_dir(host_user, name):
@@ -107,12 +88,10 @@ def test_download_goes_on_while_the_ssh_link_is_cut(netns_host, tmp_path, monkey
     # download goes on while the console cannot see it.
     hub = FakeHub(root=str(tmp_path / "hub")).start(host=netns_host.peer_address)
     try:
-        files = {"config.json": b"{}", "weights.bin": payload(24 * MB, 2)}
+        files = {"config.json": b"{}", "weights.bin": blob(24 * MB, 2)}
         hub.add_repo("org/slow", files)
         hub.throttle(3 * MB)
-        home = netns_host.client_home(tmp_path)
-        monkeypatch.setenv("HOME", str(home))
-        monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+        laptop_for(netns_host, tmp_path, monkeypatch)
         client = AgentClient(link_factory("gpuhost", python=host_python), reconnect=True).start()
         target = host_dir(host_user, "slow-%d" % time.time_ns())
         job = client.call(

@@ -6,20 +6,11 @@ import time
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import laptop_for, run_cli
 from tests.sshd_fixtures import wait_for
 from tui import bootstrap
 from tui.client import AgentClient
 from tui.connection import link_factory, parse_destination
-
-
-@pytest.fixture
-def laptop(sshd, tmp_path, monkeypatch):
-    """A laptop-side HOME that knows the host as `gpuhost`."""
-    home = sshd.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
-    return home
 
 
 def cli(home, host_python, *args, **kw):
@@ -140,9 +131,7 @@ def test_ssh_config_alias_resolves(laptop, sshd):
 
 
 def test_cut_link_noticed_and_stream_resumes_without_loss_or_duplicates(netns_host, tmp_path, monkeypatch, host_python, host_user):
-    home = netns_host.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    laptop_for(netns_host, tmp_path, monkeypatch)
     states = []
     client = AgentClient(link_factory("gpuhost", python=host_python), reconnect=True, on_state=lambda s, d: states.append((time.monotonic(), s)))
     client.start()

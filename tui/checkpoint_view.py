@@ -6,34 +6,16 @@ nothing beyond the standard library.
 
 import json
 
-GB = 10 ** 9
-GIB = 2 ** 30
-_DECIMAL = ((10 ** 12, "TB"), (10 ** 9, "GB"), (10 ** 6, "MB"), (10 ** 3, "kB"))
-_BINARY = ((2 ** 40, "TiB"), (2 ** 30, "GiB"), (2 ** 20, "MiB"), (2 ** 10, "KiB"))
-# Layout words, so the view needs no import from remote/.
-_FORMATS = {
-    "specforge": "SpecForge / SGLang EAGLE-3 drafter (LlamaForCausalLMEagle3, midlayer.*)",
-    "speculators": "speculators EAGLE-3 drafter (speculators_config, layers.0.*)",
-    "eagle": "original EAGLE drafter (SafeAILab layout)",
-    "vllm": "vLLM-native EAGLE-3 names (model.*, draft_id_to_target_id)",
-    "hf": "plain Hugging Face model (not a drafter)",
-    "unknown": "layout not recognised",
-}
+from remote.checkpoint import FORMAT_DESCRIPTIONS
+
+from .units import format_bytes
+
 
 
 def format_size(n):
     """Exact bytes plus decimal and binary units, because notes disagree only in units:
     2382319104 -> '2,382,319,104 bytes (2.38 GB, 2.22 GiB)'."""
-    if n is None:
-        return "? bytes"
-    exact = "{:,} bytes".format(n)
-    if n < 1000:
-        return exact
-    decimal = next((value, unit) for value, unit in _DECIMAL if n >= value)
-    binary = next(((value, unit) for value, unit in _BINARY if n >= value), (1, "bytes"))
-    if binary[1] == "bytes":
-        return "%s (%.2f %s)" % (exact, n / float(decimal[0]), decimal[1])
-    return "%s (%.2f %s, %.2f %s)" % (exact, n / float(decimal[0]), decimal[1], n / float(binary[0]), binary[1])
+    return "? bytes" if n is None else format_bytes(n, exact=True)
 
 
 def format_shape(shape):
@@ -114,7 +96,7 @@ def _eagle3_lines(report):
 def format_inspect(report):
     """The inspect report as text: problems first, then files, tensors, totals, EAGLE-3 summary."""
     fmt = report.get("format", "unknown")
-    lines = [str(report.get("path", "")), "Format: %s: %s" % (fmt, _FORMATS.get(fmt, ""))]
+    lines = [str(report.get("path", "")), "Format: %s: %s" % (fmt, FORMAT_DESCRIPTIONS.get(fmt, ""))]
     lines += _problem_lines(report.get("problems"))
     files = report.get("files") or []
     if files:

@@ -13,9 +13,10 @@ def format_bytes(n, exact=False):
         return "-"
     decimal = _scaled(n, 1000, ("bytes", "kB", "MB", "GB", "TB", "PB"))
     binary = _scaled(n, 1024, ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"))
+    units = [decimal] if n < 1024 else [decimal, binary]  # 1000-1023 bytes: no binary unit yet
     if exact:
-        return "{:,} bytes".format(n) if n < 1000 else "{:,} bytes ({}, {})".format(n, decimal, binary)
-    return decimal if n < 1000 else "%s (%s)" % (decimal, binary)
+        return "{:,} bytes".format(n) if n < 1000 else "{:,} bytes ({})".format(n, ", ".join(units))
+    return decimal if len(units) == 1 else "%s (%s)" % (decimal, binary)
 
 
 def _scaled(n, base, units):
