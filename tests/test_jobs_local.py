@@ -180,3 +180,13 @@ def test_log_windows_never_split_a_character(client, agent_home):
             break
         offset = window["next_offset"]
     assert text == "€" * 1000
+
+
+def test_protocol_mismatch_is_a_clear_error(agent_home, monkeypatch):
+    import tui.client
+    from tui.client import ConnectError
+
+    monkeypatch.setattr(tui.client, "PROTOCOL_VERSION", 99)
+    with pytest.raises(ConnectError) as error:
+        open_client("local")
+    assert "speaks protocol 1, this console speaks 99" in str(error.value)

@@ -1,6 +1,7 @@
 """The spine over a real OpenSSH server: bootstrap, host keys, bad input, cut links."""
 
 import json
+import subprocess
 import threading
 import time
 
@@ -158,3 +159,65 @@ def test_cut_link_noticed_and_stream_resumes_without_loss_or_duplicates(netns_ho
     assert lines == ["line %d" % i for i in range(1, count + 1)]
     client.close()
     print("cut noticed after %.1f s; resumed %.2f s after the link returned" % (noticed_s, resumed_s))
+
+
+def test_inspect_and_compare_a_checkpoint_on_the_host(laptop, host_python, host_user, tmp_path):
+    from tests.checkpoint_fixtures import write_drafter
+
+    on_host = host_user.home / ("drafter-%d" % time.time_ns())
+    write_drafter(on_host, layout="specforge")
+    subprocess.run(["chown", "-R", host_user.name, str(on_host)], check=True)  # the host user's own files
+    report = json.loads(cli(laptop, host_python, "inspect", "gpuhost:%s" % on_host, "--json", check=0).stdout)
+    assert report["format"] == "specforge" and report["path"] == str(on_host)
+    assert any(t["name"] == "fc.weight" and "3 auxiliary hidden states of the target" in t["role"] for t in report["tensors"])
+    human = cli(laptop, host_python, "inspect", "gpuhost:%s" % on_host, check=0).stdout
+    assert "fc.weight" in human and "draft id -> target id" in human
+    # The same drafter here and on the host, in two layouts: compatible, by role.
+    here = write_drafter(tmp_path / "speculators", layout="speculators")
+    result = json.loads(cli(laptop, host_python, "compare", "gpuhost:%s" % on_host, here, "--json").stdout)
+    assert result["verdict"] == "compatible", result["reasons"]
+    assert {row["status"] for row in result["rows"]} == {"same"}
+    missing = cli(laptop, host_python, "inspect", "gpuhost:/no/such/checkpoint")
+    assert missing.returncode == 2 and "/no/such/checkpoint" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+
+
+def test_proxy_jump_reaches_a_host_only_the_jump_host_sees(netns_host, ssh_keys, host_user, tmp_path, monkeypatch, host_python):
+    # A second sshd on the namespace's own loopback: nothing outside the namespace can reach it,
+    # so a connection that works went through the jump host.
+    from tests.sshd_fixtures import _start_sshd
+
+    confdir = tmp_path / "inner-sshd"
+    confdir.mkdir()
+    confdir.chmod(0o755)
+    inner, log = _start_sshd(keys=ssh_keys, user=host_user, confdir=confdir, listen="127.0.0.1", port=2222,
+                             prefix=("ip", "netns", "exec", netns_host.netns))
+    assert inner is not None, log
+    try:
+        home = laptop_for(netns_host, tmp_path, monkeypatch)
+        with open(home / ".ssh" / "config", "a") as config:
+            config.write("Host inner\n    HostName 127.0.0.1\n    Port 2222\n    User %s\n    IdentityFile %s\n    ProxyJump gpuhost\n"
+                         % (host_user.name, ssh_keys.client_key))
+        with open(home / ".ssh" / "known_hosts", "a") as known:
+            known.write("[127.0.0.1]:2222 %s\n" % inner.host_key_pub)
+        result = run_cli("run", "inner", "--python", host_python, "--json", "--", "true", home=home)
+        assert result.returncode == 0, result.stderr
+        assert "Accepted publickey" in inner.log_text()
+    finally:
+        inner._stop()
+
+
+def test_ssh_agent_keys_are_used(sshd, ssh_keys, tmp_path, host_python):
+    home = sshd.client_home(tmp_path)
+    config = home / ".ssh" / "config"
+    config.write_text("\n".join(l for l in config.read_text().splitlines() if "IdentityFile" not in l and "IdentitiesOnly" not in l) + "\n")
+    agent_socket = tmp_path / "agent.sock"
+    agent = subprocess.Popen(["ssh-agent", "-D", "-a", str(agent_socket)], stdout=subprocess.DEVNULL)
+    try:
+        wait_for(agent_socket.exists, 10)
+        subprocess.run(["ssh-add", ssh_keys.client_key], env={"SSH_AUTH_SOCK": str(agent_socket)}, check=True, capture_output=True)
+        without = run_cli("jobs", "gpuhost", "--python", host_python, home=home)
+        assert without.returncode == 2 and "authentication refused" in without.stderr
+        with_agent = run_cli("jobs", "gpuhost", "--python", host_python, home=home, env={"SSH_AUTH_SOCK": str(agent_socket)})
+        assert with_agent.returncode == 0, with_agent.stderr
+    finally:
+        agent.terminate()
