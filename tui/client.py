@@ -130,10 +130,11 @@ class AgentClient:
                 if frame.get("type") == "hello":
                     return frame, reader
         except (OSError, EOFError) as exc:
-            link.close()
-            raise ConnectError(link.failure() or "the agent did not answer: %s" % exc)
-        link.close()
-        raise ConnectError(link.failure() or "the agent exited before its handshake")
+            reason = link.failure() or "the agent did not answer: %s" % exc
+        else:
+            reason = link.failure() or "the agent exited before its handshake"
+        link.close()  # after failure(): the exit status and stderr are read from the open link
+        raise ConnectError(reason)
 
     def _set_state(self, state, **detail):
         with self._state_lock:

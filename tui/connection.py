@@ -237,17 +237,19 @@ class SSHLink:
 
     def failure(self):
         """Why the agent did not start, from its stderr and exit status."""
+        # stdout's end can come before the exit status: wait for the status (bounded).
+        self.channel.status_event.wait(5)
+        err = b""
         try:
             self.channel.settimeout(2)
-            err = b""
-            while self.channel.recv_stderr_ready() or not self.channel.exit_status_ready():
+            while True:
                 chunk = self.channel.recv_stderr(65536)
                 if not chunk:
                     break
                 err += chunk
-            status = self.channel.recv_exit_status() if self.channel.exit_status_ready() else None
         except Exception:
-            return ""
+            pass  # what came is enough
+        status = self.channel.exit_status if self.channel.exit_status_ready() else None
         lines = [l for l in err.decode("utf-8", "replace").splitlines() if l.strip()]
         if status == 127:
             return "the interpreter was not found on the host (%s)" % (lines[-1] if lines else "exit 127")
