@@ -10,52 +10,18 @@
 - a cut link: time until noticed, and from the link's return until streams resume.
 """
 
-import json
+import shlex
 import shutil
 import statistics
-import struct
 import subprocess
 import time
 
 
+from tests.checkpoint_fixtures import write_k2_drafter
 from tests.conftest import laptop_for
 from tui import bootstrap
 from tui.client import AgentClient
 from tui.connection import link_factory, open_client
-
-K2_TENSORS = [  # the published K2 EAGLE-3 drafter's layout, stored here as F16 so numpy can load it
-    ("d2t", "I64", [32000]), ("t2d", "BOOL", [163840]), ("fc.weight", "F16", [7168, 21504]),
-    ("lm_head.weight", "F16", [32000, 7168]), ("midlayer.hidden_norm.weight", "F16", [7168]),
-    ("midlayer.input_layernorm.weight", "F16", [7168]), ("midlayer.mlp.down_proj.weight", "F16", [7168, 18432]),
-    ("midlayer.mlp.gate_proj.weight", "F16", [18432, 7168]), ("midlayer.mlp.up_proj.weight", "F16", [18432, 7168]),
-    ("midlayer.post_attention_layernorm.weight", "F16", [7168]), ("midlayer.self_attn.k_proj.weight", "F16", [1024, 14336]),
-    ("midlayer.self_attn.o_proj.weight", "F16", [7168, 8192]), ("midlayer.self_attn.q_proj.weight", "F16", [8192, 14336]),
-    ("midlayer.self_attn.v_proj.weight", "F16", [1024, 14336]), ("norm.weight", "F16", [7168]),
-]
-SIZES = {"I64": 8, "BOOL": 1, "F16": 2}
-
-
-def write_k2_like(path):
-    """A 2.38 GB safetensors file with real (non-hole) bytes in every tensor."""
-    header, offset = {}, 0
-    for name, dtype, shape in K2_TENSORS:
-        n = SIZES[dtype]
-        for d in shape:
-            n *= d
-        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + n]}
-        offset += n
-    raw = json.dumps(header, separators=(",", ":")).encode()
-    raw += b" " * (-len(raw) % 8)
-    block = (bytes(range(0, 256, 2)) * 8192)[: 1 << 20]  # even bytes: valid f16/bool/int values
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(raw)) + raw)
-        left = offset
-        while left:
-            chunk = block[: min(left, len(block))]
-            f.write(chunk)
-            left -= len(chunk)
-    return 8 + len(raw) + offset
-
 
 def median_time(fn, n):
     times = []
@@ -102,11 +68,12 @@ def test_spine_figures(laptop, sshd, host_python, host_ml_python, host_user):
     baseline_true = median_time(lambda: subprocess.run(ssh_argv(laptop, "true"), check=True), 5)
     line("one request's round trip", rtt, baseline_true)
 
+    # The K2 drafter's exact layout with real bytes, stored as F16 so numpy (the baseline's
+    # framework on a host without torch) can load it; same sizes as BF16.
+    write_k2_drafter(host_user.home / "k2-drafter", sparse=False, dtype_override="F16")
     drafter = host_user.home / "k2-drafter" / "model.safetensors"
-    drafter.parent.mkdir(exist_ok=True)
-    size = write_k2_like(drafter)
-    shutil.chown(drafter.parent, host_user.name)
-    shutil.chown(drafter, host_user.name)
+    size = drafter.stat().st_size
+    subprocess.run(["chown", "-R", host_user.name, str(drafter.parent)], check=True)
 
     def ours():
         from tui.checkpoint_view import format_inspect
@@ -120,10 +87,10 @@ def test_spine_figures(laptop, sshd, host_python, host_ml_python, host_user):
         "f = safe_open(%r, framework='np')\n"
         "for k in f.keys():\n    t = f.get_tensor(k); print(k, t.shape, t.dtype)\n" % str(drafter)
     )
-    baseline_listing = median_time(lambda: subprocess.run(ssh_argv(laptop, host_ml_python, "-c", json.dumps(script)), check=True, capture_output=True), 3)
+    baseline_listing = median_time(lambda: subprocess.run(ssh_argv(laptop, host_ml_python, "-c", shlex.quote(script)), check=True, capture_output=True), 3)
     line("list tensors of a %.2f GB drafter" % (size / 1e9), listing, baseline_listing)
     client.close()
-    drafter.unlink()
+    shutil.rmtree(drafter.parent)
 
 
 def test_cut_link_figures(netns_host, tmp_path, monkeypatch, host_python):
