@@ -114,7 +114,10 @@ class SpecdeckApp(App):
             if pane_class is JobsPane:
                 bindings = JobsTable.BINDINGS + bindings + LogView.BINDINGS
             sections.append((pane_class.PANE_TITLE, bindings))
-        self.push_screen(HelpScreen(sections))
+        # The keys do not change while the app runs: build the screen once, show it again after.
+        if not self.is_screen_installed("help"):
+            self.install_screen(HelpScreen(sections), name="help")
+        self.push_screen("help")
 
     # ------------------------------------------------------------------ connection
 

@@ -10,6 +10,7 @@ import re
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
+from textual.cache import LRUCache
 from textual.geometry import Size
 from textual.markup import escape
 from textual.scroll_view import ScrollView
@@ -84,10 +85,13 @@ class LogView(ScrollView, can_focus=True):
         self.note = ""  # e.g. "opening", "ended: stopped, signal 15"
         self.ended = False
         self.search_note = ""
+        self._line_style = None
+        self._strips = LRUCache(1024)  # (line index, scroll_x, width) -> Strip, while no search is shown
 
     # -- content
 
     def clear(self):
+        self._strips.clear()
         self.lines = []
         self.width = 0
         self.pattern = None
@@ -106,6 +110,7 @@ class LogView(ScrollView, can_focus=True):
         excess = len(self.lines) - self.max_lines
         if excess > self.max_lines // 10:  # drop in steps, not on every batch
             del self.lines[:excess]
+            self._strips.clear()
             if self.match_line is not None:
                 self.match_line = self.match_line - excess if self.match_line >= excess else None
             if not self.following:
@@ -136,19 +141,33 @@ class LogView(ScrollView, can_focus=True):
 
     # -- drawing
 
+    def notify_style_update(self):
+        super().notify_style_update()
+        self._line_style = None
+        self._strips.clear()
+
     def render_line(self, y):
         scroll_x, scroll_y = self.scroll_offset
         index = scroll_y + y
         width = self.size.width
-        style = self.rich_style
+        # rich_style walks every ancestor; asked once per line it was the cost of streaming.
+        style = self._line_style
+        if style is None:
+            style = self._line_style = self.rich_style
         if index >= len(self.lines):
             return Strip.blank(width, style)
+        key = (index, scroll_x, width)
+        if self.pattern is None and key in self._strips:
+            return self._strips[key]
         text = Text(_CONTROL.sub("�", self.lines[index]), style=style, no_wrap=True, end="")
         if self.pattern is not None:
             text.highlight_regex(self.pattern, style="black on yellow")
             if index == self.match_line:
                 text.stylize("reverse")
-        return Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, style)
+        strip = Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, style)
+        if self.pattern is None:
+            self._strips[key] = strip
+        return strip
 
     def get_selection(self, selection):
         return selection.extract("\n".join(self.lines)), "\n"
