@@ -1,0 +1,576 @@
+"""Moving the bytes for the download job: the ranged, resumable fetch of each file, hashed while
+it arrives, under the same file locks, partial files and .metadata records as huggingface_hub's
+local_dir layout; plus hashing files on disk and the free-space arithmetic."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import http.client
+import os
+import queue
+import re
+import threading
+import time
+
+try:  # the agent runs on Linux hosts; keep the module importable elsewhere
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+from .hub import (READ_TIMEOUT, PlanError, _endpoint, _hf_headers, _http_error, _Stopped, _token, _Transient,
+                  fmt_size, http_open, hub_origins, log, one_line, resolve_url, scrub, short)
+from .progress import FileState
+
+HASH_BLOCK = 4 * 1024 * 1024  # one reusable buffer for hashing files on disk
+NET_CHUNK = 4 * 1024 * 1024  # one network read
+NET_BUFFERS = 4  # buffers in flight between the receiving and the hashing thread, per file
+READ_SLICE = 256 * 1024  # one socket read, written to disk at once
+STOP_GRACE = 2.0  # seconds a stopped job waits for reads blocked on a stalled link
+DEFAULT_WORKERS = 4
+DEFAULT_RETRIES = 5  # per file, reset whenever bytes arrive (env SPECDECK_DOWNLOAD_RETRIES)
+
+
+# --------------------------------------------------------------------------- local layout (as huggingface_hub)
+
+
+def _short_hash(name):
+    return base64.urlsafe_b64encode(hashlib.sha1(name.encode()).digest()).decode()
+
+
+class LocalPaths:
+    """Where hf_hub_download(local_dir=...) keeps a file, its metadata, lock and partial file."""
+
+    def __init__(self, local_dir, path):
+        parts = path.split("/")
+        self.final = os.path.join(local_dir, *parts)
+        self.meta = os.path.join(local_dir, ".cache", "huggingface", "download", *parts) + ".metadata"
+        self.lock = self.meta[: -len(".metadata")] + ".lock"
+        self.meta_dir = os.path.dirname(self.meta)
+        self.meta_name = os.path.basename(self.meta)
+
+    def incomplete(self, etag):
+        return os.path.join(self.meta_dir, "%s.%s.incomplete" % (_short_hash(self.meta_name), etag))
+
+    def stray_incompletes(self, etag):
+        """Partial files of the same version left by huggingface_hub 2.x (<hash>.<etag>.<uuid>.incomplete)."""
+        prefix = "%s.%s." % (_short_hash(self.meta_name), etag)
+        try:
+            names = os.listdir(self.meta_dir)
+        except OSError:
+            return []
+        return [os.path.join(self.meta_dir, n) for n in names
+                if n.startswith(prefix) and n.endswith(".incomplete") and n != prefix + "incomplete"]
+
+
+def write_metadata(paths, commit, etag):
+    os.makedirs(paths.meta_dir, exist_ok=True)
+    tmp = paths.meta + ".tmp%d" % os.getpid()
+    with open(tmp, "w") as f:
+        f.write("%s\n%s\n%s\n" % (commit, etag, time.time()))
+    os.replace(tmp, paths.meta)
+
+
+def read_metadata(local_dir):
+    """{path: (commit, etag)} from the .metadata records under local_dir."""
+    root = os.path.join(local_dir, ".cache", "huggingface", "download")
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            if not n.endswith(".metadata"):
+                continue
+            full = os.path.join(dirpath, n)
+            rel = os.path.relpath(full, root)[: -len(".metadata")].replace(os.sep, "/")
+            try:
+                with open(full) as f:
+                    commit = f.readline().strip()
+                    etag = f.readline().strip()
+            except OSError:
+                continue
+            if etag:
+                out[rel] = (commit, etag)
+    return out
+
+
+class _FileLock:
+    """The same per-file lock hf_hub_download takes, so two downloads into one folder take turns."""
+
+    def __init__(self, path, stop):
+        self.path = path
+        self.stop = stop
+        self.fd = None
+
+    def __enter__(self):
+        if fcntl is None:
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
+        waited = False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                pass
+            except OSError as e:  # a filesystem without flock (some Lustre/NFS mounts): go on unlocked
+                log("no file locking on this filesystem (%s); not guarding against a second downloader" % e)
+                os.close(self.fd)
+                self.fd = None
+                return self
+            if not waited:
+                log("waiting for another process downloading into %s" % self.path[: -len(".lock")])
+                waited = True
+            if self.stop.wait(0.5):
+                os.close(self.fd)
+                self.fd = None
+                raise _Stopped()
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+            self.fd = None
+
+
+# --------------------------------------------------------------------------- hashing
+
+
+def new_hasher(rf, size=None):
+    """sha256 for LFS files; for the others git's blob id: sha1(b"blob <size>\\0" + data)."""
+    if rf.sha256:
+        return hashlib.sha256()
+    h = hashlib.sha1()
+    h.update(b"blob %d\0" % (rf.size if size is None else size))
+    return h
+
+
+def hash_file(path, hasher, limit=None, progress=None, stop=None, buf=None):
+    """Feed `hasher` the first `limit` bytes of `path` (all when None), 4 MiB at a time."""
+    buf = buf if buf is not None else bytearray(HASH_BLOCK)
+    view = memoryview(buf)
+    left = limit
+    with open(path, "rb", buffering=0) as f:
+        while left is None or left > 0:
+            if stop is not None and stop.is_set():
+                raise _Stopped()
+            want = len(buf) if left is None else min(len(buf), left)
+            n = f.readinto(view[:want])
+            if not n:
+                break
+            hasher.update(view[:n])
+            if left is not None:
+                left -= n
+            if progress is not None:
+                progress(n)
+    return hasher
+
+
+class StreamHasher:
+    """Hashes what is being written in a thread of its own; first the bytes already on disk."""
+
+    def __init__(self, rf, prefix_path=None, prefix_len=0, on_hashed=None):
+        self.hasher = new_hasher(rf)
+        self.free = queue.Queue()
+        for _ in range(NET_BUFFERS):
+            self.free.put(bytearray(NET_CHUNK))
+        self.work = queue.Queue()
+        self.error = None
+        self.on_hashed = on_hashed
+        self.prefix_path = prefix_path
+        self.prefix_len = prefix_len
+        self.thread = threading.Thread(target=self._run, name="hash", daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        try:
+            if self.prefix_len:
+                hash_file(self.prefix_path, self.hasher, limit=self.prefix_len, progress=self.on_hashed)
+        except BaseException as e:  # keep draining so the receiver never blocks
+            self.error = e
+        while True:
+            item = self.work.get()
+            if item is None:
+                return
+            buf, n = item
+            if self.error is None:
+                try:
+                    self.hasher.update(memoryview(buf)[:n])
+                    if self.on_hashed is not None:
+                        self.on_hashed(n)
+                except BaseException as e:
+                    self.error = e
+            self.free.put(buf)
+
+    def buffer(self):
+        return self.free.get()
+
+    def feed(self, buf, n):
+        self.work.put((buf, n))
+
+    def give_back(self, buf):
+        self.free.put(buf)
+
+    def finish(self):
+        self.work.put(None)
+        self.thread.join()
+        if self.error is not None:
+            raise self.error
+        return self.hasher.hexdigest()
+
+    def abort(self):
+        self.work.put(None)
+        self.thread.join()
+
+
+# --------------------------------------------------------------------------- disk space
+
+
+def nearest_existing(path):
+    p = os.path.abspath(path)
+    while not os.path.exists(p):
+        parent = os.path.dirname(p)
+        if parent == p:
+            break
+        p = parent
+    return p
+
+
+def mount_point(path):
+    p = os.path.realpath(path)
+    try:
+        dev = os.stat(p).st_dev
+        while p != os.path.dirname(p):
+            parent = os.path.dirname(p)
+            if os.stat(parent).st_dev != dev:
+                break
+            p = parent
+    except OSError:
+        pass
+    return p
+
+
+def free_bytes(path):
+    st = os.statvfs(nearest_existing(path))
+    return st.f_bavail * st.f_frsize
+
+
+def present_bytes(local_dir, rf):
+    """Bytes of `rf` already on disk: a final file of the right size, or a partial one."""
+    paths = LocalPaths(local_dir, rf.path)
+    try:
+        if os.path.getsize(paths.final) == rf.size:
+            return rf.size
+    except OSError:
+        pass
+    best = 0
+    for p in [paths.incomplete(rf.etag)] + paths.stray_incompletes(rf.etag):
+        try:
+            n = os.path.getsize(p)
+        except OSError:
+            continue
+        if n <= rf.size:
+            best = max(best, n)
+    return best
+
+
+def space_check(spec, resolved):
+    local_dir = spec["local_dir"]
+    have = {rf.path: present_bytes(local_dir, rf) for rf in resolved.files}
+    need = sum(rf.size - have[rf.path] for rf in resolved.files)
+    base = nearest_existing(local_dir)
+    free = free_bytes(local_dir)
+    return have, need, free, base
+
+
+# --------------------------------------------------------------------------- download
+
+
+class Downloader:
+    def __init__(self, spec, hf, resolved, progress, stop):
+        self.spec = spec
+        self.hf = hf
+        self.resolved = resolved
+        self.progress = progress
+        self.stop = stop
+        self.local_dir = spec["local_dir"]
+        self.endpoint = _endpoint(hf, spec)
+        self.headers = _hf_headers(hf)
+        self.headers["Accept-Encoding"] = "identity"
+        self.have_token = bool(_token(hf))
+        self.trusted = hub_origins(hf)
+        try:
+            self.retries = int(os.environ.get("SPECDECK_DOWNLOAD_RETRIES", DEFAULT_RETRIES))
+        except ValueError:
+            self.retries = DEFAULT_RETRIES
+        try:
+            self.workers = max(1, int(os.environ.get("SPECDECK_DOWNLOAD_WORKERS", DEFAULT_WORKERS)))
+        except ValueError:
+            self.workers = DEFAULT_WORKERS
+        self.states = {}
+
+    def run(self):
+        files = sorted(self.resolved.files, key=lambda f: -f.size)
+        for rf in self.resolved.files:
+            st = self.progress_state(rf)
+            st.bytes_done = present_bytes(self.local_dir, rf)
+        todo = queue.Queue()
+        for rf in files:
+            todo.put(rf)
+        errors = []
+
+        def worker():
+            while not self.stop.is_set():
+                try:
+                    rf = todo.get_nowait()
+                except queue.Empty:
+                    return
+                try:
+                    self.one(rf)
+                except _Stopped:
+                    return
+                except BaseException as e:  # the first failure stops the others
+                    self.states[rf.path].state = "failed"
+                    errors.append((rf, e))
+                    self.stop.set()
+                    return
+
+        threads = [threading.Thread(target=worker, name="dl%d" % i, daemon=True)
+                   for i in range(min(self.workers, len(files)))]
+        for t in threads:
+            t.start()
+        stopped_at = None
+        for t in threads:
+            while t.is_alive():
+                t.join(0.2)
+                if self.stop.is_set():
+                    stopped_at = stopped_at or time.monotonic()
+                    if time.monotonic() - stopped_at > STOP_GRACE:
+                        break  # a read blocked on a stalled link; the partial file is consistent
+        if errors:
+            rf, e = errors[0]
+            raise _worker_error(rf, e)
+        if self.stop.is_set():
+            raise _Stopped()
+        return {p: st.digest for p, st in self.states.items()}
+
+    def progress_state(self, rf):
+        st = self.states.get(rf.path)
+        if st is None:
+            st = FileState(rf.path, rf.size)
+            self.states[rf.path] = st
+        return st
+
+    def one(self, rf):
+        st = self.states[rf.path]
+        paths = LocalPaths(self.local_dir, rf.path)
+        os.makedirs(paths.meta_dir, exist_ok=True)
+        with _FileLock(paths.lock, self.stop):
+            if self._already_there(rf, st, paths):
+                return
+            self._fetch(rf, st, paths)
+
+    def _already_there(self, rf, st, paths):
+        try:
+            size = os.path.getsize(paths.final)
+        except OSError:
+            return False
+        if size != rf.size:
+            log("%s: %s on disk, %s expected; fetching it again" % (rf.path, format(size, ","), format(rf.size, ",")))
+            os.unlink(paths.final)
+            st.bytes_done = 0
+            return False
+        st.state = "checking"
+        st.bytes_checked = 0
+
+        def on_hashed(n):
+            st.bytes_checked += n
+
+        digest = hash_file(paths.final, new_hasher(rf), progress=on_hashed, stop=self.stop).hexdigest()
+        if digest == rf.etag:
+            st.digest = digest
+            st.state = "present"
+            st.bytes_done = rf.size
+            write_metadata(paths, self.resolved.revision, rf.etag)
+            log("%s: already here and intact (%s)" % (rf.path, fmt_size(rf.size)))
+            return True
+        log("%s: on disk but its %s is %s, %s expected; fetching it again"
+            % (rf.path, "sha256" if rf.sha256 else "git blob id", short(digest), short(rf.etag)))
+        os.unlink(paths.final)
+        st.bytes_done = 0
+        st.bytes_checked = 0
+        return False
+
+    def _fetch(self, rf, st, paths):
+        part = paths.incomplete(rf.etag)
+        if not os.path.exists(part):
+            strays = sorted(paths.stray_incompletes(rf.etag), key=lambda p: -os.path.getsize(p))
+            if strays and os.path.getsize(strays[0]) <= rf.size:
+                os.replace(strays[0], part)
+                log("%s: continuing a partial file left by another downloader" % rf.path)
+        f = open(part, "ab", buffering=0)
+        try:
+            have = f.tell()
+            if have > rf.size:
+                log("%s: partial file larger than the file (%d > %d); starting over" % (rf.path, have, rf.size))
+                f.truncate(0)
+                have = 0
+            st.bytes_done = have
+            st.bytes_checked = 0
+
+            def on_hashed(n):
+                st.bytes_checked += n
+
+            hasher = StreamHasher(rf, part, have, on_hashed)
+            if have:
+                log("%s: resuming at byte %s of %s" % (rf.path, format(have, ","), format(rf.size, ",")))
+            else:
+                log("%s: downloading %s" % (rf.path, fmt_size(rf.size)))
+            url = resolve_url(self.endpoint, self.spec, self.resolved.revision, rf.path)
+            left = self.retries
+            delay = 1.0
+            try:
+                while True:
+                    if self.stop.is_set():
+                        raise _Stopped()
+                    if st.bytes_done >= rf.size:
+                        break
+                    st.state = "downloading"
+                    before = st.bytes_done
+                    try:
+                        hasher = self._get(url, rf, st, f, hasher, part, on_hashed)
+                    except _Transient as e:
+                        progressed = st.bytes_done > before
+                        if progressed:  # a link that drops now and then: go on at once
+                            left = self.retries
+                            delay = 1.0
+                        if left <= 0:
+                            raise PlanError("NetworkUnreachable", "%s: download failed at byte %s of %s: %s"
+                                            % (rf.path, format(st.bytes_done, ","), format(rf.size, ","),
+                                               one_line(scrub(str(e)))))
+                        left -= 1
+                        st.state = "retrying"
+                        wait = 0.0 if progressed else delay
+                        log("%s: %s; retrying from byte %s in %.0f s" % (rf.path, one_line(scrub(str(e))),
+                                                                         format(st.bytes_done, ","), wait))
+                        if self.stop.wait(wait):
+                            raise _Stopped()
+                        if not progressed:
+                            delay = min(delay * 2, 30.0)
+                digest = hasher.finish()
+                hasher = None
+            finally:
+                if hasher is not None:
+                    hasher.abort()
+        finally:
+            empty = f.tell() == 0 and rf.size > 0
+            f.close()
+            if empty:  # stopped before a byte arrived: leave no empty partial file behind
+                try:
+                    os.unlink(part)
+                except OSError:
+                    pass
+        os.makedirs(os.path.dirname(paths.final), exist_ok=True)
+        os.replace(part, paths.final)
+        write_metadata(paths, self.resolved.revision, rf.etag)
+        st.digest = digest
+        st.state = "downloaded"
+        log("%s: done" % rf.path)
+
+    def _get(self, url, rf, st, f, hasher, part, on_hashed):
+        offset = st.bytes_done
+        headers = dict(self.headers)
+        if offset:
+            headers["Range"] = "bytes=%d-" % offset
+        try:
+            resp = http_open(url, headers, timeout=READ_TIMEOUT, trusted=self.trusted)
+        except (OSError, http.client.HTTPException) as e:
+            raise _Transient(str(e) or type(e).__name__)
+        try:
+            code = resp.getcode()
+            if code in (408, 429) or code >= 500:
+                raise _Transient("server answered HTTP %d" % code)
+            if code == 416:
+                log("%s: the server cannot continue at byte %s; starting over" % (rf.path, format(offset, ",")))
+                hasher = self._restart(rf, st, f, hasher, part, on_hashed)
+                raise _Transient("range not satisfiable")
+            if code >= 400:
+                raise _http_error(resp, self.spec, rf.path, self.have_token)
+            if code == 206:
+                m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range") or "")
+                if m is None or int(m.group(1)) != offset:
+                    raise _Transient("server answered range %r for bytes=%d-" % (resp.headers.get("Content-Range"),
+                                                                                 offset))
+            elif code == 200:
+                if offset:
+                    log("%s: the server ignored the range request; starting over" % rf.path)
+                    hasher = self._restart(rf, st, f, hasher, part, on_hashed)
+                    offset = 0
+            else:
+                raise PlanError("HubError", "%s: unexpected HTTP %d" % (rf.path, code))
+            # Read in slices (progress and stop stay responsive on slow links), write each slice
+            # at once (the partial file always holds exactly the bytes counted), and hand whole
+            # buffers to the hashing thread.
+            want = rf.size - offset
+            buf, view, filled = None, None, 0
+            try:
+                while want > 0:
+                    if self.stop.is_set():
+                        raise _Stopped()
+                    if buf is None:
+                        buf = hasher.buffer()
+                        view = memoryview(buf)
+                        filled = 0
+                    k = min(READ_SLICE, len(buf) - filled, want)
+                    try:
+                        n = resp.readinto(view[filled:filled + k])
+                    except (OSError, http.client.HTTPException, ValueError) as e:
+                        raise _Transient("connection lost: %s" % (str(e) or type(e).__name__))
+                    if not n:
+                        raise _Transient("connection closed early")
+                    _write_all(f, view[filled:filled + n])
+                    filled += n
+                    want -= n
+                    st.bytes_done += n
+                    st.fetched += n
+                    if filled == len(buf):
+                        hasher.feed(buf, filled)
+                        buf = None
+            finally:
+                if buf is not None:
+                    if filled:
+                        hasher.feed(buf, filled)
+                    else:
+                        hasher.give_back(buf)
+            return hasher
+        finally:
+            resp.close()
+
+    def _restart(self, rf, st, f, hasher, part, on_hashed):  # noqa: D401
+        hasher.abort()
+        f.truncate(0)
+        st.bytes_done = 0
+        st.bytes_checked = 0
+        return StreamHasher(rf, part, 0, on_hashed)
+
+
+def _write_all(f, view):
+    while len(view):
+        n = f.write(view)
+        if n is None or n <= 0:
+            raise OSError(28, "short write")
+        view = view[n:]
+
+
+def _worker_error(rf, e):
+    """A PlanError for what stopped the download of `rf`."""
+    if isinstance(e, PlanError):
+        return e
+    if isinstance(e, OSError) and e.errno in (28, 122):  # ENOSPC, EDQUOT
+        return PlanError("NoSpace", "disk full while writing %s: %s" % (rf.path, e.strerror or e))
+    if isinstance(e, _Transient):
+        return PlanError("NetworkUnreachable", "%s: %s" % (rf.path, one_line(scrub(str(e)))))
+    if isinstance(e, OSError):
+        return PlanError("InternalError", "%s: %s" % (rf.path, one_line(scrub(str(e)))))
+    return PlanError("InternalError", "%s: %s: %s" % (rf.path, type(e).__name__, one_line(scrub(str(e)))))
