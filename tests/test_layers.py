@@ -12,7 +12,7 @@ from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
 HOST_CORE = ["remote", "remote.protocol", "remote.daemon", "remote.relay", "remote.jobs", "remote.handlers",
-             "remote.checkpoint", "remote.download", "remote.hub", "remote.transfer", "remote.progress", "remote.capabilities", "remote.buildinfo", "remote.paths"]
+             "remote.checkpoint", "remote.safetensors_header", "remote.eagle3", "remote.compatibility", "remote.download", "remote.capabilities", "remote.buildinfo", "remote.paths"]
 FORBIDDEN = ["textual", "paramiko", "rich", "huggingface_hub", "safetensors", "numpy", "torch", "tui", "httpx", "requests"]
 
 

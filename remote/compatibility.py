@@ -1,0 +1,224 @@
+"""Compatibility verdicts from inspect reports: compare (can drafter A initialise drafter B?) and
+check_against_target (can this drafter serve the target whose config.json is given?).
+"""
+
+import json
+
+from .eagle3 import FORMAT_DESCRIPTIONS, _int_field, canonical_names, default_aux_layer_ids, effective_config
+from .safetensors_header import _d, _shape_text
+
+# Config fields that differ between any two checkpoints and say nothing about compatibility.
+_CONFIG_NOISE = {"_name_or_path", "transformers_version", "speculators_version", "auto_map",
+                 "_commit_hash"}
+
+_DIM_WORDS = {
+    "hidden_size": "hidden size",
+    "target_hidden_size": "target hidden size (fc fuses 3 x this)",
+    "draft_vocab_size": "draft vocabulary",
+    "target_vocab_size": "target vocabulary",
+    "intermediate_size": "MLP intermediate size",
+    "num_attention_heads": "attention heads",
+    "num_key_value_heads": "kv heads",
+    "head_dim": "head dim",
+}
+_SHAPE_CAUSE = (
+    ("fc.weight", "hidden size or target hidden size differs"),
+    ("lm_head.weight", "draft vocabulary or hidden size differs"),
+    ("d2t", "draft vocabulary differs"),
+    ("t2d", "target vocabulary differs"),
+    ("embed_tokens.weight", "target vocabulary or hidden size differs"),
+    ("mlp.", "intermediate or hidden size differs"),
+    ("self_attn.", "heads, head dim or hidden size differ"),
+    ("norm", "hidden size differs"),
+)
+# Tensors a drafter may lack without harm: they come from elsewhere at load time.
+_OPTIONAL = {"embed_tokens.weight": "shared from the target at load time",
+             "t2d": "only needed for training; serving uses d2t"}
+
+
+def _tensor_side(t):
+    return {"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} if t else None
+
+
+def _canonical_tensors(report):
+    names = [t["name"] for t in report.get("tensors", [])]
+    mapping = canonical_names(names, report.get("format", "unknown"))
+    return dict((mapping[t["name"]], t) for t in report.get("tensors", []))
+
+
+def compare(report_a, report_b):
+    """Side by side: can drafter A initialise drafter B (e.g. the K2 drafter for a K2.5 fine-tune)?
+
+    Works from two inspect reports, so A and B may come from different hosts. Tensors are matched
+    by role across layouts (SpecForge midlayer.X = speculators layers.0.X = vLLM model.layers.N.X).
+    """
+    broken, dims, missing, shapes, notes = [], [], [], [], []
+    fmt_a, fmt_b = report_a.get("format", "unknown"), report_b.get("format", "unknown")
+    ea, eb = report_a.get("eagle3"), report_b.get("eagle3")
+    for side, report, e in (("A", report_a, ea), ("B", report_b, eb)):
+        if e is None:
+            broken.append("%s is not an EAGLE-3 drafter (format %s: %s)"
+                          % (side, report.get("format"), FORMAT_DESCRIPTIONS.get(report.get("format"), "")))
+        errors = [p["message"] for p in report.get("problems", []) if p.get("level") == "error"]
+        if errors:
+            broken.append("%s has %d error%s in its files, first: %s"
+                          % (side, len(errors), "s" if len(errors) > 1 else "", errors[0]))
+    if fmt_a != fmt_b:
+        notes.append("layouts differ: A is %s (%s), B is %s (%s); tensors are matched by role and must be "
+                     "renamed when loading" % (fmt_a, _NAMING.get(fmt_a, "?"), fmt_b, _NAMING.get(fmt_b, "?")))
+    if ea and eb:
+        for key, words in _DIM_WORDS.items():
+            if ea.get(key) is not None and eb.get(key) is not None and ea[key] != eb[key]:
+                dims.append("%s differs: A %s, B %s" % (words, _d(ea[key]), _d(eb[key])))
+    ca, cb = _canonical_tensors(report_a), _canonical_tensors(report_b)
+    rows = []
+    for key in sorted(set(ca) | set(cb), key=_row_order):
+        a, b = ca.get(key), cb.get(key)
+        if a and b:
+            status = "shape differs" if a["shape"] != b["shape"] else "dtype differs" if a["dtype"] != b["dtype"] else "same"
+            name = a["name"] if a["name"] == b["name"] else "%s = %s" % (a["name"], b["name"])
+        else:
+            status = "only in A" if a else "only in B"
+            name = (a or b)["name"]
+        rows.append({"name": name, "a": _tensor_side(a), "b": _tensor_side(b), "status": status})
+        if status == "shape differs":
+            cause = next((c for k, c in _SHAPE_CAUSE if k in key), "")
+            shapes.append("%s: A %s, B %s%s" % (name, _shape_text(a["shape"]), _shape_text(b["shape"]),
+                                                (" (%s)" % cause) if cause else ""))
+        elif status == "only in B":
+            if key in _OPTIONAL:
+                notes.append("%s only in B: A has none (%s)" % (b["name"], _OPTIONAL[key]))
+            else:
+                missing.append("B has %s, A has none: B's copy would start from random values" % b["name"])
+        elif status == "only in A":
+            notes.append("%s only in A: not used by B%s"
+                         % (a["name"], " (B: %s)" % _OPTIONAL[key] if key in _OPTIONAL else ""))
+        elif status == "dtype differs":
+            notes.append("%s: dtype %s in A, %s in B: cast when loading" % (name, a["dtype"], b["dtype"]))
+    if len(shapes) > 5:
+        shapes = shapes[:5] + ["and %d more tensors differ in shape" % (len(shapes) - 5)]
+    fatal = broken + dims + missing + shapes
+    pitfalls = _pitfalls(report_a, report_b, ea, eb) if ea and eb else []
+    if fatal:
+        summary = "not a drop-in initialisation: " + fatal[0]
+    else:
+        summary = "drop-in initialisation: every tensor B needs is in A with the same shape"
+    return {"verdict": "incompatible" if fatal else "compatible",
+            "reasons": [summary] + fatal[1:] + notes + ["pitfall: " + p for p in pitfalls],
+            "rows": rows, "config_diff": _config_diff(report_a.get("config"), report_b.get("config"))}
+
+
+_NAMING = {"specforge": "midlayer.*", "eagle": "midlayer.* or layers.0.*", "speculators": "layers.0.*",
+           "vllm": "model.layers.N.*", "hf": "model.layers.*", "unknown": "?"}
+
+
+def _row_order(canonical):
+    order = ["fc.", "layers.", "norm.", "lm_head.", "d2t", "t2d", "embed_tokens."]
+    for i, prefix in enumerate(order):
+        if canonical.startswith(prefix):
+            return (i, canonical)
+    return (len(order), canonical)
+
+
+def _pitfalls(report_a, report_b, ea, eb):
+    found = []
+    nbr_a, nbr_b = ea.get("norm_before_residual"), eb.get("norm_before_residual")
+    if nbr_a is not None and nbr_b is not None and nbr_a != nbr_b:
+        found.append("norm_before_residual: A runs %s, B runs %s. SpecForge/SGLang drafters take the residual before "
+                     "hidden_norm (false) and do not write the field; speculators configs write it (speculators' "
+                     "training sets true) and vLLM assumes false when it is absent. Set it explicitly in B's config "
+                     "to match how A was trained." % (str(nbr_a).lower(), str(nbr_b).lower()))
+    ids_a, ids_b = ea.get("aux_layer_ids"), eb.get("aux_layer_ids")
+    if ids_a != ids_b:
+        found.append("aux layer ids: A %s, B %s (none = vLLM's default (2, L//2, L-3) of the target); fc.weight was "
+                     "trained on A's layers" % (ids_a or "none", ids_b or "none"))
+    map_a, map_b = ea.get("vocab_map_sha256"), eb.get("vocab_map_sha256")
+    if map_a and map_b and map_a != map_b:
+        found.append("d2t/t2d differ: row i of A's lm_head.weight stands for a different target token than in B; "
+                     "carry A's d2t and t2d over together with lm_head.weight")
+    embed_a, embed_b = ea.get("embed_tokens"), eb.get("embed_tokens")
+    if embed_a != embed_b:
+        found.append("embed_tokens: %s in A, %s in B" % (embed_a, embed_b))
+    cfg_a, cfg_b = effective_config(report_a.get("config")), effective_config(report_b.get("config"))
+    for key in ("rope_theta", "rope_scaling", "rms_norm_eps", "max_position_embeddings"):
+        if key in cfg_a and key in cfg_b and cfg_a[key] != cfg_b[key]:
+            found.append("%s: A %s, B %s" % (key, json.dumps(cfg_a[key]), json.dumps(cfg_b[key])))
+    return found
+
+
+def _config_diff(config_a, config_b):
+    a, b = effective_config(config_a), effective_config(config_b)
+    diff = []
+    for key in sorted(set(a) | set(b)):
+        if key in _CONFIG_NOISE:
+            continue
+        if a.get(key, _MISSING) != b.get(key, _MISSING):
+            diff.append({"field": key, "a": a.get(key), "b": b.get(key),
+                         "in": "both" if key in a and key in b else "A" if key in a else "B"})
+    return diff
+
+
+_MISSING = object()
+
+
+def _target_text_config(target_config):
+    if isinstance(target_config, dict) and "hidden_size" not in target_config \
+            and isinstance(target_config.get("text_config"), dict):
+        return target_config["text_config"]  # multimodal wrappers keep the LM's fields here
+    return target_config if isinstance(target_config, dict) else {}
+
+
+def check_against_target(report, target_config):
+    """Can this drafter serve the target whose config.json is target_config?
+
+    Checks the hidden size fc expects, the vocabulary d2t maps into, and that the aux layer ids
+    lie within the target's layers (vLLM's default (2, L//2, L-3) when the drafter names none).
+    """
+    tc = _target_text_config(target_config)
+    e = report.get("eagle3")
+    checks = []
+
+    def check(name, ok, message):
+        checks.append({"check": name, "ok": ok, "message": message})
+
+    if e is None:
+        check("eagle3", False, "not an EAGLE-3 drafter (format %s)" % report.get("format"))
+        return {"verdict": "incompatible", "reasons": [c["message"] for c in checks], "checks": checks,
+                "aux_layer_ids": None, "aux_layer_ids_source": None}
+    th, tv, layers = _int_field(tc, "hidden_size"), _int_field(tc, "vocab_size"), _int_field(tc, "num_hidden_layers")
+    dth, dh = e.get("target_hidden_size"), e.get("hidden_size")
+    if th is None:
+        check("hidden_size", False, "the target config has no hidden_size")
+    elif dth is not None:
+        check("hidden_size", dth == th, "fc.weight fuses 3 x %s target features; the target's hidden_size is %s"
+              % (_d(dth), _d(th)))
+    if th is not None and dh is not None and e.get("embed_tokens") != "present":
+        check("embedding", dh == th, "the drafter has no embed_tokens and shares the target's %s-wide embedding; "
+              "its hidden size is %s" % (_d(th), _d(dh)))
+    dtv, dv = e.get("target_vocab_size"), e.get("draft_vocab_size")
+    if tv is None:
+        check("vocab_size", False, "the target config has no vocab_size")
+    else:
+        if dtv is not None:
+            check("vocab_size", dtv == tv, "the drafter maps into a %s-token target vocabulary (t2d); the target's "
+                  "vocab_size is %s" % (_d(dtv), _d(tv)))
+        if dv is not None and dv > tv:
+            check("draft_vocab_size", False, "the draft vocabulary (%s) is larger than the target's (%s)" % (_d(dv), _d(tv)))
+    ids = e.get("aux_layer_ids")
+    source = "config"
+    if layers is None:
+        check("aux_layer_ids", False, "the target config has no num_hidden_layers: aux layer ids cannot be checked")
+    else:
+        if ids is None:
+            ids, source = default_aux_layer_ids(layers), "vllm default (2, L//2, L-3)"
+        outside = [i for i in ids if not 0 <= i < layers]
+        where = "from the drafter's config" if source == "config" else "vLLM's default for a %d-layer target" % layers
+        if outside:
+            check("aux_layer_ids", False, "aux layer ids %s (%s) include %s, outside the target's %d layers (0..%d)"
+                  % (ids, where, outside, layers, layers - 1))
+        else:
+            check("aux_layer_ids", True, "aux layer ids %s (%s) lie within the target's %d layers" % (ids, where, layers))
+    failed = [c["message"] for c in checks if not c["ok"]]
+    verdict = "incompatible" if failed else "compatible"
+    reasons = failed if failed else [c["message"] for c in checks]
+    return {"verdict": verdict, "reasons": reasons, "checks": checks, "aux_layer_ids": ids, "aux_layer_ids_source": source}
