@@ -13,8 +13,9 @@ import pytest
 
 from tui.app import SpecdeckApp
 from tui.panes.jobs import JobsTable
-from tui.widgets import LogView
-from tui.screens import ConfirmScreen, PromptScreen
+from tui.widgets.log_view import LogView
+from tui.screens.confirm import ConfirmScreen
+from tui.screens.prompt import PromptScreen
 from tui.screens.help import HelpScreen
 from tui.screens.host_key import HostKeyScreen
 from tui.screens.new_job import NewJobScreen

@@ -21,7 +21,7 @@ from .panes.jobs import JobsPane, JobsTable
 from .panes.tensors import TensorsPane
 from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
-from .widgets import LogView
+from .widgets.log_view import LogView
 from .widgets.header import ConnectionHeader
 
 PANES = (JobsPane, DownloadsPane, TensorsPane)  # in key order: 1, 2, 3

@@ -19,6 +19,7 @@ from remote.protocol import RemoteError
 from ..client import ConnectError
 from ..screens.download_form import DownloadForm
 from ..units import format_bytes, format_duration, format_rate, job_runtime
+from ..widgets.file_progress import STATE_STYLES, FileProgress
 
 POLL_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 30.0
@@ -28,18 +29,6 @@ RUNNING_STATES = ("queued", "resolving", "downloading", "verifying")
 COLUMNS = (("id", "id"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
            ("size", "size"), ("repo", "repo"))
 HINT = "n new  x cancel  r retry  v verify again  t open in Tensors"
-STATE_STYLES = {
-    "verified": "bold green",
-    "mismatch": "bold red",
-    "corrupt": "bold red",
-    "failed": "bold red",
-    "lost": "bold red",
-    "stopped": "yellow",
-    "downloading": "cyan",
-    "verifying": "cyan",
-    "resolving": "cyan",
-    "queued": "dim",
-}
 
 
 def percent(done, total):
@@ -80,46 +69,6 @@ def params_from_meta(job):
     if isinstance(meta, dict) and meta.get("repo") and meta.get("local_dir"):
         return {key: meta.get(key) for key in ("repo", "repo_type", "revision", "files", "include", "exclude", "local_dir", "endpoint", "python")}
     return None
-
-
-class FileProgress(Horizontal):
-    """One file of a download: its path, bytes and a bar."""
-
-    DEFAULT_CSS = """
-    FileProgress { height: 1; }
-    FileProgress > ProgressBar { width: 40; }
-    FileProgress > Label { width: 1fr; }
-    """
-
-    def __init__(self, entry):
-        super().__init__()
-        self.path = entry.get("path") or "?"
-        self.entry = entry
-
-    def compose(self):
-        # The bar first: it keeps its place, and a long path is cut at its end, not the bar.
-        yield ProgressBar(total=self.entry.get("bytes_total"), show_eta=False)
-        yield Label(self._label())
-
-    def on_mount(self):
-        self.call_after_refresh(self.show, self.entry)
-
-    def _label(self):
-        entry = self.entry
-        label = Text(self.path)
-        if entry.get("state"):
-            label.append("  " + entry["state"], style=STATE_STYLES.get(entry["state"], ""))
-        label.append("  %s of %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
-        return label
-
-    def show(self, entry):
-        self.entry = entry
-        try:
-            label, bar = self.query_one(Label), self.query_one(ProgressBar)
-        except NoMatches:
-            return  # not composed yet: on_mount shows the latest entry
-        label.update(self._label())
-        bar.update(total=entry.get("bytes_total"), progress=entry.get("bytes_done") or 0)
 
 
 class DownloadsPane(Vertical):

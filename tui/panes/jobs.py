@@ -10,7 +10,6 @@ import os
 import threading
 import time
 
-from rich.text import Text
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -22,40 +21,17 @@ from remote.protocol import RemoteError
 from .. import units
 from ..client import ConnectError
 from ..messages import AgentError, JobsListed, JobStopRequested, JobSubmitted, LogChunk, LogEnded, LogOpened, LogSaved
-from ..screens import ConfirmScreen, PromptScreen
+from ..screens.confirm import ConfirmScreen
 from ..screens.new_job import NewJobScreen
-from ..widgets import LogFeed, LogView, text_width
+from ..screens.prompt import PromptScreen
+from ..widgets.jobs_table import COLUMNS, JobsTable, job_cells
+from ..widgets.log_view import LogFeed, LogView, text_width
 
 TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
 LOG_MAX_LINES = 200_000
 LOG_FLUSH_S = 0.05
-NAME_WIDTH = 40
 STOP_GRACE_S = 10.0
-STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
-COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
-
-
-def job_cells(job, now=None):
-    """The table cells of one job, as the user reads them."""
-    if job.get("signal"):
-        exit_text = "sig %d" % job["signal"]
-    else:
-        exit_text = "-" if job.get("exit_code") is None else str(job["exit_code"])
-    state = Text(job.get("state") or "?", style=STATE_STYLES.get(job.get("state"), ""))
-    name = job.get("name") or ""
-    if len(name) > NAME_WIDTH:
-        name = name[: NAME_WIDTH - 1] + "…"
-    return (
-        job["id"], job.get("kind") or "", Text(name), state,
-        units.format_time(job.get("started_at")), units.format_duration(units.job_runtime(job, now)), exit_text,
-    )
-
-
-class JobsTable(DataTable):
-    """The job list; enter opens the highlighted job's log."""
-
-    BINDINGS = [Binding("enter", "select_cursor", "open", tooltip="open the job's log")]
 
 
 class JobsPane(Widget):

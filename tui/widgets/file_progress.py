@@ -1,0 +1,61 @@
+"""One file of a download: its path, state, bytes and a bar; and the colours of download states."""
+
+from rich.text import Text
+from textual.containers import Horizontal
+from textual.css.query import NoMatches
+from textual.widgets import Label, ProgressBar
+
+from ..units import format_bytes
+
+STATE_STYLES = {
+    "verified": "bold green",
+    "mismatch": "bold red",
+    "corrupt": "bold red",
+    "failed": "bold red",
+    "lost": "bold red",
+    "stopped": "yellow",
+    "downloading": "cyan",
+    "verifying": "cyan",
+    "resolving": "cyan",
+    "queued": "dim",
+}
+
+
+class FileProgress(Horizontal):
+    """One file of a download: its path, bytes and a bar."""
+
+    DEFAULT_CSS = """
+    FileProgress { height: 1; }
+    FileProgress > ProgressBar { width: 40; }
+    FileProgress > Label { width: 1fr; }
+    """
+
+    def __init__(self, entry):
+        super().__init__()
+        self.path = entry.get("path") or "?"
+        self.entry = entry
+
+    def compose(self):
+        # The bar first: it keeps its place, and a long path is cut at its end, not the bar.
+        yield ProgressBar(total=self.entry.get("bytes_total"), show_eta=False)
+        yield Label(self._label())
+
+    def on_mount(self):
+        self.call_after_refresh(self.show, self.entry)
+
+    def _label(self):
+        entry = self.entry
+        label = Text(self.path)
+        if entry.get("state"):
+            label.append("  " + entry["state"], style=STATE_STYLES.get(entry["state"], ""))
+        label.append("  %s of %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
+        return label
+
+    def show(self, entry):
+        self.entry = entry
+        try:
+            label, bar = self.query_one(Label), self.query_one(ProgressBar)
+        except NoMatches:
+            return  # not composed yet: on_mount shows the latest entry
+        label.update(self._label())
+        bar.update(total=entry.get("bytes_total"), progress=entry.get("bytes_done") or 0)

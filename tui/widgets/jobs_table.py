@@ -1,0 +1,33 @@
+"""The table of the host's jobs, and the cells of one job as the user reads them."""
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import DataTable
+
+from .. import units
+
+NAME_WIDTH = 40
+STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
+COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
+
+
+def job_cells(job, now=None):
+    """The table cells of one job, as the user reads them."""
+    if job.get("signal"):
+        exit_text = "sig %d" % job["signal"]
+    else:
+        exit_text = "-" if job.get("exit_code") is None else str(job["exit_code"])
+    state = Text(job.get("state") or "?", style=STATE_STYLES.get(job.get("state"), ""))
+    name = job.get("name") or ""
+    if len(name) > NAME_WIDTH:
+        name = name[: NAME_WIDTH - 1] + "…"
+    return (
+        job["id"], job.get("kind") or "", Text(name), state,
+        units.format_time(job.get("started_at")), units.format_duration(units.job_runtime(job, now)), exit_text,
+    )
+
+
+class JobsTable(DataTable):
+    """The job list; enter opens the highlighted job's log."""
+
+    BINDINGS = [Binding("enter", "select_cursor", "open", tooltip="open the job's log")]

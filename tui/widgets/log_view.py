@@ -1,0 +1,230 @@
+"""The log view of a job (follow, search), and the feed that turns a job's log text into the
+lines it shows.
+
+The view only appends whole lines that the feed prepared on another thread, so a job that
+prints megabytes a second costs the event loop a list extend per batch, not work per line.
+"""
+
+import re
+
+from rich.cells import cell_len
+from rich.text import Text
+from textual.binding import Binding
+from textual.cache import LRUCache
+from textual.geometry import Size
+from textual.markup import escape
+from textual.scroll_view import ScrollView
+from textual.strip import Strip
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+
+
+class LogFeed:
+    """Turns a job's log text into whole display lines, in order, each byte range once.
+
+    Used by one thread at a time: the worker that reads the tail, then the client's reader
+    thread that delivers the follow stream. A partial last line waits for its newline.
+    """
+
+    def __init__(self, next_offset):
+        self.next_offset = next_offset
+        self.partial = ""
+
+    def lines(self, text, next_offset=None):
+        """Whole lines of `text` (None when the range up to next_offset was already seen)."""
+        if next_offset is not None:
+            if next_offset <= self.next_offset:
+                return None
+            self.next_offset = next_offset
+        parts = (self.partial + text).split("\n")
+        self.partial = parts.pop()
+        return self.clean(parts)
+
+    def finish(self):
+        rest, self.partial = self.partial, ""
+        return self.clean([rest]) if rest else []
+
+    @staticmethod
+    def clean(lines):
+        """What a terminal would show: colours dropped, a bar redrawn with \\r at its last state."""
+        if not any("\x1b" in line or "\r" in line or "\t" in line for line in lines):
+            return lines
+        cleaned = []
+        for line in lines:
+            line = _ANSI.sub("", line)
+            if "\r" in line:
+                line = line.rstrip("\r").rsplit("\r", 1)[-1]
+            cleaned.append(line.expandtabs())
+        return cleaned
+
+
+def text_width(lines):
+    return max((len(line) if line.isascii() else cell_len(line) for line in lines), default=0)
+
+
+class LogView(ScrollView, can_focus=True):
+    """Lines of a log, the newest kept in view while following; n / N walk search matches."""
+
+    BINDINGS = [
+        Binding("n", "next_match", "next match"),
+        Binding("N", "previous_match", "previous match"),
+        Binding("escape", "clear_search", "clear search", show=False),
+    ]
+
+    def __init__(self, max_lines=200_000, **kwargs):
+        super().__init__(**kwargs)
+        self.max_lines = max_lines
+        self.lines = []
+        self.width = 0
+        self.following = True
+        self.pattern = None  # the compiled search, or None
+        self.term = ""
+        self.match_line = None
+        self.subject = None  # what the log is of: a job id
+        self.note = ""  # e.g. "opening", "ended: stopped, signal 15"
+        self.ended = False
+        self.search_note = ""
+        self._line_style = None
+        self._strips = LRUCache(1024)  # (line index, scroll_x, width) -> Strip, while no search is shown
+
+    # -- content
+
+    def clear(self):
+        self._strips.clear()
+        self.lines = []
+        self.width = 0
+        self.pattern = None
+        self.term = self.search_note = ""
+        self.match_line = None
+        self.virtual_size = Size(0, 0)
+        self.scroll_to(0, 0, animate=False, immediate=True)
+        self.refresh()
+
+    def append(self, lines, width=None):
+        """Add whole lines (already cleaned); old lines beyond max_lines are dropped."""
+        if not lines:
+            return
+        self.lines.extend(lines)
+        self.width = max(self.width, text_width(lines) if width is None else width)
+        excess = len(self.lines) - self.max_lines
+        if excess > self.max_lines // 10:  # drop in steps, not on every batch
+            del self.lines[:excess]
+            self._strips.clear()
+            if self.match_line is not None:
+                self.match_line = self.match_line - excess if self.match_line >= excess else None
+            if not self.following:
+                self.scroll_to(y=max(0, self.scroll_y - excess), animate=False, immediate=True)
+        self.virtual_size = Size(self.width + 1, len(self.lines))
+        if self.following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.refresh()
+
+    def set_following(self, following):
+        self.following = following
+        if following:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+        self.show_title()
+
+    def show_title(self):
+        """`log j9 (following)`, `log j9 (ended: failed, exit 1)`, with the search's place."""
+        if self.subject is None:
+            title = "log"
+        else:
+            parts = [self.note] if self.note else []
+            if not self.ended:
+                parts.append("following" if self.following else "paused")
+            title = "log %s (%s)" % (self.subject, ", ".join(parts))
+        if self.search_note:
+            title += "  " + self.search_note
+        self.border_title = escape(title)  # a search term or an error may hold [brackets]
+
+    # -- drawing
+
+    def notify_style_update(self):
+        super().notify_style_update()
+        self._line_style = None
+        self._strips.clear()
+
+    def render_line(self, y):
+        scroll_x, scroll_y = self.scroll_offset
+        index = scroll_y + y
+        width = self.size.width
+        # rich_style walks every ancestor; asked once per line it was the cost of streaming.
+        style = self._line_style
+        if style is None:
+            style = self._line_style = self.rich_style
+        if index >= len(self.lines):
+            return Strip.blank(width, style)
+        key = (index, scroll_x, width)
+        if self.pattern is None and key in self._strips:
+            return self._strips[key]
+        text = Text(_CONTROL.sub("�", self.lines[index]), style=style, no_wrap=True, end="")
+        if self.pattern is not None:
+            text.highlight_regex(self.pattern, style="black on yellow")
+            if index == self.match_line:
+                text.stylize("reverse")
+        strip = Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, style)
+        if self.pattern is None:
+            self._strips[key] = strip
+        return strip
+
+    def get_selection(self, selection):
+        return selection.extract("\n".join(self.lines)), "\n"
+
+    def selection_updated(self, selection):
+        self.refresh()
+
+    # -- search
+
+    def check_action(self, action, parameters):
+        if action in ("next_match", "previous_match", "clear_search"):
+            return self.pattern is not None  # else n belongs to the pane again (new job)
+        return True
+
+    def search(self, term):
+        """Highlight every match of `term` and jump to the next one below the top line in view."""
+        if not term:
+            self.action_clear_search()
+            return
+        flags = 0 if any(c.isupper() for c in term) else re.IGNORECASE  # smart case, like less
+        pattern = re.compile(re.escape(term), flags)
+        if self.pattern is None or self.pattern.pattern != pattern.pattern:
+            self.match_line = None
+        self.pattern, self.term = pattern, term
+        self.jump(+1)
+
+    def action_clear_search(self):
+        self.pattern = None
+        self.term = self.search_note = ""
+        self.match_line = None
+        self.refresh()
+        self.show_title()
+
+    def action_next_match(self):
+        self.jump(+1)
+
+    def action_previous_match(self):
+        self.jump(-1)
+
+    def jump(self, step):
+        if self.pattern is None or not self.lines:
+            return
+        lines = self.lines
+        start = self.match_line if self.match_line is not None else round(self.scroll_y) - (1 if step > 0 else 0)
+        found = None
+        for distance in range(1, len(lines) + 1):
+            index = (start + step * distance) % len(lines)
+            if self.pattern.search(lines[index]):
+                found = index
+                break
+        if found is None:
+            self.search_note = "/%s: no match" % self.term
+        else:
+            wrapped = found <= start if step > 0 else found >= start
+            self.match_line = found
+            self.following = False  # else the next lines would scroll the match away
+            self.scroll_to(y=max(0, found - self.size.height // 2), animate=False, immediate=True)
+            self.search_note = "/%s: line %d of %d%s" % (self.term, found + 1, len(lines), ", wrapped" if wrapped else "")
+        self.refresh()
+        self.show_title()
