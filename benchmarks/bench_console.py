@@ -97,7 +97,6 @@ def main():
         time.sleep(0.3)
         terminal.key("\r", b"step ")
         time.sleep(1.0)
-        started = time.time()
         streaming = measure(terminal, 10)
         jobs = subprocess.run(cli + ["jobs", "local", "--json"], env=env, capture_output=True, text=True).stdout
         import json
