@@ -16,7 +16,7 @@ from tui.panes.file_picker import FilePicker
 from tui.panes.tensors import TensorsPane
 
 
-async def wait_until(pilot, predicate, timeout=20.0):
+async def wait_until(pilot, predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:
