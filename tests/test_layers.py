@@ -11,8 +11,8 @@ from tests.conftest import REPO_ROOT, daemon_pid
 from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
-HOST_CORE = ["remote", "remote.protocol", "remote.daemon", "remote.relay", "remote.jobs", "remote.handlers",
-             "remote.checkpoint", "remote.safetensors_header", "remote.eagle3", "remote.compatibility", "remote.download", "remote.capabilities", "remote.buildinfo", "remote.paths"]
+# Every module of the host side: what ships in the agent's zipapp.
+HOST_CORE = ["remote"] + sorted("remote." + p.stem for p in (REPO_ROOT / "remote").glob("*.py") if p.stem not in ("__init__", "__main__"))
 FORBIDDEN = ["textual", "paramiko", "rich", "huggingface_hub", "safetensors", "numpy", "torch", "tui", "httpx", "requests"]
 
 
