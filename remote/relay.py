@@ -70,6 +70,18 @@ def connect_daemon():
         time.sleep(0.1)
 
 
+def pump(read, write, chunk_bytes=262144):
+    """Copy until end of stream or an error on either side."""
+    try:
+        while True:
+            chunk = read(chunk_bytes)
+            if not chunk:
+                return
+            write(chunk)
+    except OSError:
+        return
+
+
 def run_relay():
     protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
     # Anything else written to stdout would corrupt the protocol: send it to a log instead.
@@ -83,26 +95,12 @@ def run_relay():
     protocol_out.write(hello_line + b"\n" + rest)
 
     def daemon_to_stdout():
-        try:
-            while True:
-                chunk = sock.recv(262144)
-                if not chunk:
-                    break
-                protocol_out.write(chunk)
-        except OSError:
-            pass
-        os._exit(0)
+        pump(sock.recv, protocol_out.write)
+        os._exit(0)  # the daemon went away: so does this session
 
     threading.Thread(target=daemon_to_stdout, daemon=True).start()
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
-    try:
-        while True:
-            chunk = stdin.read(262144)
-            if not chunk:
-                break
-            sock.sendall(chunk)
-    except OSError:
-        pass
+    pump(stdin.read, sock.sendall)  # until SSH closes our stdin
     try:
         sock.shutdown(socket.SHUT_RDWR)
     except OSError:
