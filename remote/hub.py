@@ -215,8 +215,9 @@ def _import_hf():
     try:
         import huggingface_hub  # noqa: F401 (lazy on purpose)
     except ImportError:
-        raise PlanError("MissingDependency", "huggingface_hub is not installed for %s; run downloads with an "
-                        "interpreter that has it (pip install huggingface_hub)" % sys.executable)
+        raise PlanError("MissingDependency", "huggingface_hub is not installed for %s; name an interpreter "
+                        "that has it (--host-python PATH, or the download form's host python), or "
+                        "pip install huggingface_hub there" % sys.executable)
     return huggingface_hub
 
 
