@@ -28,6 +28,24 @@ def agent_home(tmp_path, monkeypatch):
     stop_daemon(home)
 
 
+def python39():
+    """A Python 3.9 interpreter (the oldest hosts run): $PYTHON39, python3.9 on the PATH, or a
+    pyenv-installed 3.9; None when this machine has none."""
+    import glob
+    import shutil
+
+    candidates = [os.environ.get("PYTHON39"), shutil.which("python3.9")]
+    candidates += sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
+    for exe in filter(None, candidates):
+        try:
+            probe = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 9))"], capture_output=True, text=True)
+        except OSError:
+            continue
+        if probe.stdout.strip() == "True":
+            return exe
+    return None
+
+
 def laptop_for(server, tmp_path, monkeypatch):
     """Make this process a laptop that knows `server` as `gpuhost` (HOME with .ssh/config)."""
     home = server.client_home(tmp_path)

@@ -12,6 +12,7 @@ import sys
 import pytest
 
 from remote import checkpoint as ck
+from tests.conftest import python39
 from tui.checkpoint_view import format_compare, format_inspect, format_size
 
 sys.path.insert(0, os.path.dirname(__file__))
@@ -596,25 +597,12 @@ def test_host_module_imports_only_the_standard_library():
     assert out.strip() == "[]"
 
 
-def _python39():
-    """A Python 3.9 interpreter: $PYTHON39, else python3.9 on the PATH (hosts run 3.9+)."""
-    exe = os.environ.get("PYTHON39") or shutil.which("python3.9")
-    if not exe:
-        return None
-    try:
-        probe = subprocess.run([exe, "-c", "import sys; print(sys.version_info[:2] == (3, 9))"],
-                               capture_output=True, text=True)
-    except OSError:
-        return None
-    return exe if probe.stdout.strip() == "True" else None
-
-
-@pytest.mark.skipif(_python39() is None, reason="no python3.9 here")
+@pytest.mark.skipif(python39() is None, reason="no python3.9 here")
 def test_inspect_runs_on_python_3_9(k2_dir):
     code = ("import sys, json; sys.path.insert(0, %r); from remote import checkpoint; "
             "r = checkpoint.inspect(%r); print(json.dumps([r['format'], r['total_bytes'], r['eagle3']['draft_vocab_size'], r['problems']]))"
             % (REPO_ROOT, k2_dir))
-    out = subprocess.run([_python39(), "-I", "-c", code], capture_output=True, text=True)
+    out = subprocess.run([python39(), "-I", "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout) == ["specforge", 2382319104, 32000, []]
 

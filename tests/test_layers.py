@@ -7,7 +7,9 @@ import shutil
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT, daemon_pid
+import pytest
+
+from tests.conftest import REPO_ROOT, daemon_pid, python39
 from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
@@ -41,3 +43,13 @@ def test_daemon_stops_when_its_home_is_removed(tmp_path, monkeypatch):
     assert pid
     shutil.rmtree(home)
     wait_for(lambda: not os.path.exists("/proc/%d" % pid) or open("/proc/%d/stat" % pid).read().split()[2] == "Z", 30)
+
+
+@pytest.mark.skipif(python39() is None, reason="no Python 3.9 on this machine")
+def test_agent_and_jobs_run_on_python_3_9(agent_home):
+    client = open_client("local", python=python39())
+    assert client.hello["capabilities"]["python"]["version"].startswith("3.9.")
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "echo on 3.9; exit 4"]})
+    done = wait_for(lambda: (lambda j: j["exit_code"] is not None and j)(client.call("jobs.get", {"id": job["id"]})), 30)
+    assert done["exit_code"] == 4 and client.call("jobs.tail", {"id": job["id"]})["text"] == "on 3.9\n"
+    client.close()
