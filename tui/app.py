@@ -78,9 +78,8 @@ class SpecdeckApp(App):
         if index >= len(self.pane_classes):
             self.notify("no pane %d yet" % (index + 1), severity="warning")
             return
-        pane_class = self.pane_classes[index]
-        self.query_one(TabbedContent).active = pane_id(pane_class)
-        self._focus_pane(pane_class)
+        # Focus follows in on_tabbed_content_tab_activated, once: each focus change restyles.
+        self.query_one(TabbedContent).active = pane_id(self.pane_classes[index])
 
     def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated):
         # A tab clicked, or switched to by a pane; a stale event must not take focus back.
