@@ -13,6 +13,8 @@ from .jobs import JobStore
 from .protocol import BadRequest, NotFound, RemoteError
 
 FOLLOW_POLL_S = 0.1
+FOLLOW_BATCH_S = 0.05
+FOLLOW_CHUNK_BYTES = 65536
 FS_LIST_MAX = 5000
 
 
@@ -115,20 +117,22 @@ class Handlers:
     def _follow(self, connection, stream_id, job_id, offset, stop):
         try:
             while not stop.is_set() and not connection.closed.is_set():
-                ended = self.jobs.describe(job_id)["process_state"] not in ("running", "starting")
-                data, next_offset = self.jobs.read_lines_from(job_id, offset, final=ended)
-                if data:
-                    sent = connection.send(
-                        {"stream": stream_id, "seq": next_offset, "data": {"offset": offset, "text": data.decode("utf-8", "replace")}}
-                    )
-                    if not sent:
+                data, next_offset = self.jobs.read_lines_from(job_id, offset)
+                if not data:
+                    # Only a quiet log makes us look at the process: a busy one is read, not described.
+                    if self.jobs.describe(job_id)["process_state"] in ("running", "starting"):
+                        stop.wait(FOLLOW_POLL_S)
+                        continue
+                    data, next_offset = self.jobs.read_lines_from(job_id, offset, final=True)
+                    if not data:
+                        connection.send({"stream": stream_id, "end": True, "seq": offset, "data": {"job": self.jobs.describe(job_id)}})
                         return
-                    offset = next_offset
-                    continue
-                if ended:
-                    connection.send({"stream": stream_id, "end": True, "seq": offset, "data": {"job": self.jobs.describe(job_id)}})
+                text = data.decode("utf-8", "replace")
+                if not connection.send({"stream": stream_id, "seq": next_offset, "data": {"offset": offset, "text": text}}):
                     return
-                stop.wait(FOLLOW_POLL_S)
+                offset = next_offset
+                if len(data) < FOLLOW_CHUNK_BYTES:
+                    stop.wait(FOLLOW_BATCH_S)  # let a chatty log gather into fewer, larger frames
         finally:
             connection.streams.pop(stream_id, None)
 
