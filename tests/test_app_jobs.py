@@ -89,7 +89,7 @@ async def test_job_from_dialog_runs_streams_its_log_in_order_and_stops(agent_hom
     app = SpecdeckApp(host="local")
     async with app.run_test(size=SIZE) as pilot:
         await connected(pilot)
-        assert "● connected" in screen_text(app)
+        await wait_until(pilot, lambda: "● connected" in screen_text(app), message='the screen to show it')
         await start_job_from_dialog(
             pilot, "bash -c 'for i in $(seq 1 100000); do echo line $i; sleep 0.02; done'", name="numbered lines")
         rows = await wait_until(pilot, lambda: job_rows(app).get("j1", {}).get("state") == "running" and job_rows(app),
@@ -105,7 +105,7 @@ async def test_job_from_dialog_runs_streams_its_log_in_order_and_stops(agent_hom
         await wait_until(pilot, lambda: len(numbered(log.lines)) >= len(first) + 20, message="more lines while following")
         seen = numbered(log.lines)
         assert seen == list(range(1, len(seen) + 1))
-        assert "log j1 (following)" in screen_text(app)
+        await wait_until(pilot, lambda: "log j1 (following)" in screen_text(app), message='the screen to show it')
 
         # s asks first; y stops it: TERM to the job, the table and the log title say so.
         app.query_one(JobsTable).focus()
@@ -269,7 +269,7 @@ async def test_unknown_host_key_is_asked_with_its_fingerprint(sshd, host_python,
         if accept:
             await connected(pilot)
             assert sshd.host_key_pub.split()[1] in (home / ".ssh" / "known_hosts").read_text()
-            assert "%s@" % sshd.user in screen_text(app)
+            await wait_until(pilot, lambda: "%s@" % sshd.user in screen_text(app), message="user@host in the header")
         else:
             await wait_until(pilot, lambda: app.connection_state == "failed", message="the refusal")
             assert "unknown host key" in header_text(app)
@@ -296,7 +296,7 @@ async def test_cut_link_shows_reconnecting_and_the_log_goes_on_without_loss(netn
         await wait_until(pilot, lambda: app.connection_state == "reconnecting", message="the cut to be noticed")
         text = header_text(app)
         assert text.startswith("○ reconnecting, ") and "(" in text, text  # when, and why
-        assert "reconnecting" in screen_text(app)
+        await wait_until(pilot, lambda: "reconnecting" in screen_text(app), message='the screen to show it')
         before = len(numbered(log.lines))
         await pilot.pause(2)
         netns_host.restore()
@@ -305,5 +305,5 @@ async def test_cut_link_shows_reconnecting_and_the_log_goes_on_without_loss(netn
         await wait_until(pilot, lambda: len(numbered(log.lines)) >= before + 150, message="the lines written while cut")
         seen = numbered(log.lines)
         assert seen == list(range(1, len(seen) + 1))
-        assert "log %s (following)" % job["id"] in screen_text(app)
+        await wait_until(pilot, lambda: "log %s (following)" % job["id"] in screen_text(app), message='the screen to show it')
         app.client.call("jobs.stop", {"id": job["id"], "grace_s": 1})
