@@ -82,7 +82,7 @@ class Handlers:
         )
 
     def jobs_list(self, params, connection):
-        return self.jobs.list()
+        return self.jobs.list(kind=_param(params, "kind", str))
 
     def jobs_get(self, params, connection):
         return self.jobs.describe(_param(params, "id", str, required=True))

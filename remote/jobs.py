@@ -257,10 +257,14 @@ class JobStore:
                     job["state"] = progress["state"]
         return job
 
-    def list(self):
+    def list(self, kind=None):
+        """Every job, oldest first; with `kind`, only those of that kind (the others are not read
+        beyond their job.json, so a pane that wants downloads does not pay for every job)."""
         ids = [n for n in os.listdir(self.root) if n.startswith("j") and n[1:].isdigit()]
         jobs = []
         for job_id in sorted(ids, key=lambda n: int(n[1:])):
+            if kind is not None and (read_json(os.path.join(self.root, job_id, "job.json")) or {}).get("kind", "command") != kind:
+                continue
             try:
                 jobs.append(self.describe(job_id))
             except NotFound:

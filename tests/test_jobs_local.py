@@ -190,3 +190,10 @@ def test_protocol_mismatch_is_a_clear_error(agent_home, monkeypatch):
     with pytest.raises(ConnectError) as error:
         open_client("local")
     assert "speaks protocol 1, this console speaks 99" in str(error.value)
+
+
+def test_list_by_kind(client, agent_home):
+    plain = client.call("jobs.submit", {"argv": ["true"]})
+    server = client.call("jobs.submit", {"argv": ["true"], "kind": "server"})
+    assert [j["id"] for j in client.call("jobs.list", {"kind": "server"})] == [server["id"]]
+    assert [j["id"] for j in client.call("jobs.list")] == [plain["id"], server["id"]]

@@ -1,9 +1,9 @@
 """The Downloads pane: the host's download jobs, per-file and total progress, then the verdict.
 
-It polls `jobs.list` once a second from a thread worker and keeps the download-kind jobs.
-The parameters of each download started from this console are kept here by job id, since
-the agent does not return them, so that `r` can start the same download again and `v` and
-`t` know the repo and directory.
+It polls `jobs.list` for download jobs once a second from a thread worker.
+Each download job carries its parameters (the agent keeps them as the job's meta), so that
+`r` can start the same download again and `v` and `t` know the repo and directory, whoever
+started it.
 """
 
 from rich.text import Text
@@ -140,7 +140,6 @@ class DownloadsPane(Vertical):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.jobs = {}  # id -> latest job dict (download kind only)
-        self.params = {}  # id -> download.start parameters, for jobs started from this console
         self.seen_states = {}  # id -> the state the last poll showed
         self.notified = set()
         self.stopped_here = set()  # ids the user cancelled: their end is no news
@@ -192,11 +191,11 @@ class DownloadsPane(Vertical):
             self.post_message(self.PollFailed("not connected to a host"))
             return
         try:
-            jobs = client.call("jobs.list", {}, timeout=CALL_TIMEOUT_S)
+            jobs = client.call("jobs.list", {"kind": "download"}, timeout=CALL_TIMEOUT_S)
         except (RemoteError, ConnectError) as exc:
             self.post_message(self.PollFailed(getattr(exc, "message", None) or str(exc)))
             return
-        self.post_message(self.JobsListed([job for job in jobs if job.get("kind") == "download"]))
+        self.post_message(self.JobsListed(jobs))
 
     def on_client_ready(self, message):
         self.poll()  # the app posts this once `app.client` is set: no need to wait for the timer
@@ -285,7 +284,7 @@ class DownloadsPane(Vertical):
             self._rebuild_files(None, [])
             return
         progress = job_progress(job)
-        params = self.params.get(job["id"]) or params_from_meta(job)
+        params = params_from_meta(job)
         text = Text()
         text.append("%s  " % job["id"], style="bold")
         text.append(job_repo(job), style="bold")
@@ -351,7 +350,6 @@ class DownloadsPane(Vertical):
             self._track_started(result["job"], result["params"], "download")
 
     def _track_started(self, job, params, what):
-        self.params[job["id"]] = params
         self.seen_states.setdefault(job["id"], "queued")  # so that its verdict is announced
         self.selected_id = job["id"]
         self._set_status("%s started: %s (%s)" % (what, job["id"], params["repo"]))
@@ -364,10 +362,10 @@ class DownloadsPane(Vertical):
         return job
 
     def _params_or_say(self, job, action):
-        params = self.params.get(job["id"]) or params_from_meta(job)
+        params = params_from_meta(job)
         if params is None:
             self._set_status(
-                "%s is not offered for %s: it was started outside this console, which does not know its repo and directory"
+                "%s is not offered for %s: the host did not record its repo and directory"
                 % (action, job["id"]),
                 error=True,
             )
@@ -409,7 +407,7 @@ class DownloadsPane(Vertical):
         job = self._selected_or_say("open")
         if job is None:
             return
-        local_dir = job_local_dir(job, self.params.get(job["id"]) or params_from_meta(job))
+        local_dir = job_local_dir(job, params_from_meta(job))
         if not local_dir:
             self._set_status("%s has not said where its files go yet: try again in a moment" % job["id"], error=True)
             return
