@@ -312,6 +312,15 @@ def resolve_offline(spec):
 # --------------------------------------------------------------------------- jobs
 
 
+def _begin(kind, spec):
+    """The progress file and the stop event of a download or verify job, signals wired to it."""
+    progress = Progress(os.environ.get("SPECDECK_JOB_DIR"), kind, spec)
+    stop = threading.Event()
+    stop.signum = None
+    _install_signals(stop)
+    return progress, stop
+
+
 def _install_signals(stop):
     def handler(signum, _frame):
         stop.set()
@@ -333,11 +342,7 @@ def _fail(progress, message, verdict=None):
 
 
 def run_download(spec):
-    job_dir = os.environ.get("SPECDECK_JOB_DIR")
-    progress = Progress(job_dir, "download", spec)
-    stop = threading.Event()
-    stop.signum = None
-    _install_signals(stop)
+    progress, stop = _begin("download", spec)
     t_start = time.monotonic()
     try:
         log("download %s%s at %s into %s" % ("dataset " if spec["repo_type"] == "dataset" else "", spec["repo"],
@@ -396,11 +401,7 @@ def run_download(spec):
 
 
 def run_verify(spec):
-    job_dir = os.environ.get("SPECDECK_JOB_DIR")
-    progress = Progress(job_dir, "verify", spec)
-    stop = threading.Event()
-    stop.signum = None
-    _install_signals(stop)
+    progress, stop = _begin("verify", spec)
     verdict = None
     code = 2
     try:
