@@ -31,7 +31,7 @@ class NewJobScreen(ModalScreen[dict]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog", id="new-job-dialog"):
             yield Label("New job on the host", classes="dialog-title")
-            yield Label("Command line (split like a shell, no pipes or $VARS: wrap those in bash -c '...')")
+            yield Label("Command line (no pipes or $VARS; for those: bash -c '...')")
             yield Input(placeholder="python train.py --epochs 3", id="command")
             yield Label("Name (optional)")
             yield Input(placeholder="the command line", id="name")
