@@ -142,6 +142,7 @@ class DownloadsPane(Vertical):
         self.jobs = {}  # id -> latest job dict (download kind only)
         self.seen_states = {}  # id -> the state the last poll showed
         self.notified = set()
+        self.preexisting = None  # ids in the first listing: jobs older than this console
         self.stopped_here = set()  # ids the user cancelled: their end is no news
         self.selected_id = None
         self.shown_files = None  # (job id, file paths) the per-file bars were built for
@@ -209,6 +210,8 @@ class DownloadsPane(Vertical):
             self._set_status(HINT if self.jobs else "no downloads on this host yet: n starts one", transient=True)
 
     def _merge(self, jobs):
+        if self.preexisting is None:
+            self.preexisting = {job["id"] for job in jobs}
         table = self.query_one("#downloads-jobs", DataTable)
         current = {job["id"]: job for job in jobs}
         for job_id in [key for key in self.jobs if key not in current]:
@@ -238,8 +241,10 @@ class DownloadsPane(Vertical):
         if state not in VERDICT_STATES or job_id in self.notified:
             return
         self.notified.add(job_id)
-        if before is None or before in VERDICT_STATES or job_id in self.stopped_here:
-            return  # it had ended before this console saw it run, or the user stopped it
+        # A job that had ended before this console opened is no news, nor one the user stopped.
+        # A newer one is announced even if it ended between two polls (a quick verify does).
+        if (job_id in self.preexisting and before in (None,) + VERDICT_STATES) or job_id in self.stopped_here:
+            return
         severity = "information" if state == "verified" else "error"
         self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity, markup=False)
 
@@ -350,7 +355,6 @@ class DownloadsPane(Vertical):
             self._track_started(result["job"], result["params"], "download")
 
     def _track_started(self, job, params, what):
-        self.seen_states.setdefault(job["id"], "queued")  # so that its verdict is announced
         self.selected_id = job["id"]
         self._set_status("%s started: %s (%s)" % (what, job["id"], params["repo"]))
         self.poll()
