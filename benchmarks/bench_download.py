@@ -7,7 +7,7 @@ One fake hub (tests/hubserver.py, loopback, no throttle, in a process of its own
 Then, into fresh directories and alternating the order, `--repeat` times:
   hf       `hf download org/bench --local-dir D` (the huggingface_hub CLI; snapshot_download
            through `python -c` when the CLI is not installed)
-  specdeck `python -c 'remote.download.main(["download", SPEC])'`: fetch + sha256 + verdict
+  specdeck `python -c 'remote.downloads.download.main(["download", SPEC])'`: fetch + sha256 + verdict
 and once, on org/big: our job's own "after the last byte" time, our `verify` subcommand, and
 `sha256sum` of the same file.
 
@@ -26,7 +26,7 @@ import tempfile
 import time
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-RUNNER = "import sys; from remote.download import main; sys.exit(main(sys.argv[1:]))"
+RUNNER = "import sys; from remote.downloads.download import main; sys.exit(main(sys.argv[1:]))"
 SNAPSHOT = ("import sys; from huggingface_hub import snapshot_download; "
             "snapshot_download(sys.argv[1], local_dir=sys.argv[2])")
 

@@ -1,7 +1,7 @@
 """Listing a 2.4 GB checkpoint: specdeck's header reader against what people do today.
 
 Side by side on the same real-data file (the K2 drafter's exact layout, 2,382,319,104 bytes):
-  ours          remote.checkpoint.inspect (headers, config.json, and the d2t/t2d check)
+  ours          remote.checkpoints.report.inspect (headers, config.json, and the d2t/t2d check)
   ours, header  read_header + check_header only (what safe_open's metadata path also does)
   safe_open metadata   keys + get_slice(k).get_shape()/get_dtype()
   safe_open get_tensor every tensor loaded, as the ad-hoc scripts did to print shapes
@@ -22,7 +22,7 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO_ROOT)
 sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
 
-from remote import checkpoint  # noqa: E402
+from remote.checkpoints import report as checkpoint  # noqa: E402
 
 DEFAULT_DIR = os.path.join(tempfile.gettempdir(), "specdeck-bench", "k2-layout-real")
 

@@ -1,4 +1,4 @@
-"""sha256 of a 2.4 GB checkpoint: remote.checkpoint.sha256_file against coreutils sha256sum.
+"""sha256 of a 2.4 GB checkpoint: remote.checkpoints.report.sha256_file against coreutils sha256sum.
 
 Same real-data file as bench_inspect.py (written once, reused). The page cache cannot be
 dropped here, so each method runs at least twice, interleaved with the others, and only warm
@@ -18,7 +18,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_inspect import DEFAULT_DIR, ensure_real_k2_file  # noqa: E402
-from remote import checkpoint  # noqa: E402
+from remote.checkpoints import report as checkpoint  # noqa: E402
 
 MIB = 1024 * 1024
 

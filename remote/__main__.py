@@ -19,20 +19,20 @@ def main(argv):
         return 2
     command, rest = argv[0], argv[1:]
     if command == "relay":
-        from .relay import run_relay
+        from .core.relay import run_relay
 
         return run_relay()
     if command == "daemon":
-        from .daemon import run_daemon
+        from .core.daemon import run_daemon
 
         return run_daemon(foreground="--foreground" in rest)
     if command == "supervise":
-        from .jobs import supervise
+        from .core.jobs import supervise
 
         supervise(rest[0])
         return 0
     if command in ("download", "download-plan", "verify"):
-        from . import download
+        from .downloads import download
 
         return download.main(argv)
     sys.stderr.write("unknown agent command %r\n%s" % (command, __doc__))

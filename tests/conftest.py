@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.protocol import FrameReader
+from remote.core.protocol import FrameReader
 
 from tests.hub_fixtures import hub  # noqa: F401
 from tests.sshd_fixtures import *  # noqa: F401,F403

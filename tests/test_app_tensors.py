@@ -11,8 +11,8 @@ from textual.widgets import DataTable, Input, OptionList, Static
 
 from tests.checkpoint_fixtures import write_drafter
 from tui.connection import open_client
-from tui.panes.compare import CompareScreen
-from tui.panes.file_picker import FilePicker
+from tui.screens.compare import CompareScreen
+from tui.screens.file_picker import FilePicker
 from tui.panes.tensors import TensorsPane
 
 

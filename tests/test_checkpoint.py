@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from remote import checkpoint as ck
+from remote.checkpoints import report as ck
 from tests.conftest import python39
 from tui.checkpoint_view import format_compare, format_inspect, format_size
 
@@ -123,7 +123,7 @@ def test_k2_inspect_reads_the_header_and_vocab_maps_only(k2_dir, monkeypatch):
         def __exit__(self, *exc):
             self.f.close()
 
-    from remote import safetensors_header
+    from remote.checkpoints import safetensors_header
 
     counting_open = lambda *a, **kw: Counting(builtins.open(*a, **kw))  # noqa: E731
     for module in (ck, safetensors_header):  # the header reader lives apart from inspect
@@ -590,7 +590,7 @@ def test_broken_config_json_is_reported(tmp_path):
 
 
 def test_host_module_imports_only_the_standard_library():
-    code = ("import sys; sys.path.insert(0, %r); import remote.checkpoint, tui.checkpoint_view; "
+    code = ("import sys; sys.path.insert(0, %r); import remote.checkpoints.report, tui.checkpoint_view; "
             "bad = [m for m in ('numpy', 'safetensors', 'textual', 'paramiko', 'rich') if m in sys.modules]; "
             "print(bad)" % REPO_ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -599,7 +599,7 @@ def test_host_module_imports_only_the_standard_library():
 
 @pytest.mark.skipif(python39() is None, reason="no python3.9 here")
 def test_inspect_runs_on_python_3_9(k2_dir):
-    code = ("import sys, json; sys.path.insert(0, %r); from remote import checkpoint; "
+    code = ("import sys, json; sys.path.insert(0, %r); from remote.checkpoints import report as checkpoint; "
             "r = checkpoint.inspect(%r); print(json.dumps([r['format'], r['total_bytes'], r['eagle3']['draft_vocab_size'], r['problems']]))"
             % (REPO_ROOT, k2_dir))
     out = subprocess.run([python39(), "-I", "-c", code], capture_output=True, text=True)

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
-from remote import checkpoint as ck
+from remote.checkpoints import report as ck
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from remote import checkpoint as ck
+from remote.checkpoints import report as ck
 from tui.checkpoint_view import format_inspect
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -1,6 +1,6 @@
 """The download job (remote/download.py) against a real HTTP fake hub (tests/hubserver.py).
 
-Every job runs as its own process, as on the host: `remote.download.main([...])` under this
+Every job runs as its own process, as on the host: `remote.downloads.download.main([...])` under this
 interpreter with HF_ENDPOINT pointing at the fake hub, HF_HOME and SPECDECK_JOB_DIR in temp dirs.
 No test asserts a duration.
 """
@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # The interpreter the jobs run under, as the user names one on the host (e.g. a venv with another
 # huggingface_hub): SPECDECK_TEST_JOB_PYTHON=/path/to/python pytest tests/test_download.py
 JOB_PYTHON = os.environ.get("SPECDECK_TEST_JOB_PYTHON") or sys.executable
-RUNNER = "import sys; from remote.download import main; sys.exit(main(sys.argv[1:]))"
+RUNNER = "import sys; from remote.downloads.download import main; sys.exit(main(sys.argv[1:]))"
 SECRET = "hf_SpecdeckTestSecret7f3a9c21d4e8b6a0"
 MB = 1024 * 1024
 
@@ -622,17 +622,17 @@ def test_module_imports_and_plans_without_huggingface_hub(dl, hub, tmp_path):  #
 INSPECTOR = r"""
 import sys, types, json
 report = json.loads(sys.argv.pop(1))
-mod = types.ModuleType("remote.checkpoint")
+mod = types.ModuleType("remote.checkpoints.report")
 mod.calls = []
 def inspect(path, sha256=False):
     mod.calls.append(path)
     print("inspect called on", path, "sha256=%s" % sha256)
     return report
 mod.inspect = inspect
-import remote
-sys.modules["remote.checkpoint"] = mod
-remote.checkpoint = mod
-from remote.download import main
+import remote.checkpoints
+sys.modules["remote.checkpoints.report"] = mod
+remote.checkpoints.report = mod
+from remote.downloads.download import main
 sys.exit(main(sys.argv[1:]))
 """
 

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from remote.jobs import process_start_ticks
-from remote.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
+from remote.core.jobs import process_start_ticks
+from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.sshd_fixtures import wait_for
 from tui.connection import open_client

@@ -6,7 +6,7 @@ import posixpath
 import zipfile
 
 import remote
-from remote import buildinfo
+from remote.core import buildinfo
 
 AGENT_DIR = ".cache/specdeck/agents"  # relative to the login directory, where SFTP and exec start
 ZIP_MAIN = b"import sys\nfrom remote.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"

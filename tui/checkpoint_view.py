@@ -1,14 +1,14 @@
 """Plain-text rendering of checkpoint reports for the CLI: problems first, then the tensors.
 
-Works on the JSON that remote.checkpoint produces (so on reports from any host) and needs
+Works on the JSON that remote.checkpoints.report produces (so on reports from any host) and needs
 nothing beyond the standard library.
 """
 
 import json
 
-from remote.checkpoint import FORMAT_DESCRIPTIONS
+from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 
-from .units import format_bytes
+from .display import format_bytes
 
 
 

@@ -21,9 +21,9 @@ import sys
 import threading
 import time
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
-from . import units
+from . import display
 from .client import ConnectError
 
 COMMANDS = ("run", "jobs", "logs", "stop", "inspect", "compare", "download", "verify")
@@ -158,8 +158,8 @@ def format_jobs(jobs):
         if job.get("signal"):
             exit_text = "sig %d" % job["signal"]
         rows.append(
-            (job["id"], job["kind"], (job["name"] or "")[:48], job["state"], units.format_time(job["started_at"]),
-             units.format_duration(units.job_runtime(job)), exit_text)
+            (job["id"], job["kind"], (job["name"] or "")[:48], job["state"], display.format_time(job["started_at"]),
+             display.format_duration(display.job_runtime(job)), exit_text)
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
@@ -229,7 +229,7 @@ def cmd_stop(args):
 
 
 def _inspect_report(args, target, sha256=False):
-    from remote import checkpoint
+    from remote.checkpoints import report as checkpoint
 
     host, path = split_host_path(target)
     if host is None:
@@ -252,7 +252,7 @@ def cmd_inspect(args):
 
 
 def cmd_compare(args):
-    from remote import checkpoint
+    from remote.checkpoints import report as checkpoint
 
     from .checkpoint_view import format_compare
 
@@ -284,8 +284,8 @@ def progress_line(job):
     percent = 100.0 * done / total if total else 0.0
     eta = progress.get("eta_s")
     return "%s  %s  %5.1f%%  %s / %s  %s  ETA %s" % (
-        job["id"], job["state"], percent, units.format_bytes(done), units.format_bytes(total),
-        units.format_rate(progress.get("rate_bytes_per_s")), units.format_duration(eta) if eta is not None else "-",
+        job["id"], job["state"], percent, display.format_bytes(done), display.format_bytes(total),
+        display.format_rate(progress.get("rate_bytes_per_s")), display.format_duration(eta) if eta is not None else "-",
     )
 
 

@@ -12,7 +12,7 @@ import threading
 import time
 
 from remote import PROTOCOL_VERSION
-from remote.protocol import FrameReader, ProtocolError, RemoteError, encode
+from remote.core.protocol import FrameReader, ProtocolError, RemoteError, encode
 
 HELLO_TIMEOUT_S = 30.0
 RETRY_DELAYS_S = (0.0, 0.25, 0.5)  # then every 0.5 s: a link that returns is used within 1 s

@@ -14,11 +14,11 @@ from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import DataTable, Label, ProgressBar, Static, TabbedContent
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
 from ..screens.download_form import DownloadForm
-from ..units import format_bytes, format_duration, format_rate, job_runtime
+from ..display import format_bytes, format_duration, format_rate, job_runtime
 from ..widgets.file_progress import STATE_STYLES, FileProgress
 
 POLL_INTERVAL_S = 1.0

@@ -16,9 +16,9 @@ from textual.binding import Binding
 from textual.widget import Widget
 from textual.widgets import DataTable, Input
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
-from .. import units
+from .. import display
 from ..client import ConnectError
 from ..messages import AgentError, JobsListed, JobStopRequested, JobSubmitted, LogChunk, LogEnded, LogOpened, LogSaved
 from ..screens.confirm import ConfirmScreen
@@ -189,7 +189,7 @@ class JobsPane(Widget):
         log = self.query_one(LogView)
         log.note = ""
         if message.offset > 0:
-            log.append(["… %s earlier in the log (w saves all of it)" % units.format_bytes(message.offset)])
+            log.append(["… %s earlier in the log (w saves all of it)" % display.format_bytes(message.offset)])
         log.append(message.lines, message.width)
         log.show_title()
 
@@ -347,7 +347,7 @@ class JobsPane(Widget):
             pass
 
     def on_log_saved(self, message: LogSaved):
-        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, units.format_bytes(message.size_bytes)), markup=False)
+        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, display.format_bytes(message.size_bytes)), markup=False)
 
     def on_unmount(self):
         with self._subscription_lock:

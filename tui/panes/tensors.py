@@ -13,12 +13,12 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from ..units import format_bytes
-from .compare import CompareScreen
-from .file_picker import FilePicker
+from ..display import format_bytes
+from ..screens.compare import CompareScreen
+from ..screens.file_picker import FilePicker
 
 INSPECT_TIMEOUT_S = 600.0
 PROBLEMS_SHOWN = 6
@@ -201,7 +201,7 @@ class TensorsPane(Vertical):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-compare")
     def _compare(self, report_a, path_b):
-        from remote import checkpoint  # the same comparison the CLI's `compare` prints
+        from remote.checkpoints import report as checkpoint  # the same comparison the CLI's `compare` prints
 
         client = self._client()
         if client is None:

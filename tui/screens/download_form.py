@@ -14,7 +14,7 @@ from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Static
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
 

@@ -5,7 +5,7 @@ from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
-from ..units import format_bytes
+from ..display import format_bytes
 
 STATE_STYLES = {
     "verified": "bold green",

@@ -4,7 +4,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
-from .. import units
+from .. import display
 
 NAME_WIDTH = 40
 STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
@@ -23,7 +23,7 @@ def job_cells(job, now=None):
         name = name[: NAME_WIDTH - 1] + "…"
     return (
         job["id"], job.get("kind") or "", Text(name), state,
-        units.format_time(job.get("started_at")), units.format_duration(units.job_runtime(job, now)), exit_text,
+        display.format_time(job.get("started_at")), display.format_duration(display.job_runtime(job, now)), exit_text,
     )
 
 

@@ -167,7 +167,7 @@ class Handlers:
     # -- checkpoints
 
     def checkpoint_inspect(self, params, connection):
-        from . import checkpoint
+        from ..checkpoints import report as checkpoint
 
         path = os.path.expanduser(_param(params, "path", str, required=True))
         try:

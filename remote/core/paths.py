@@ -53,6 +53,6 @@ def agent_env():
     """Environment for agent subprocesses: the package must stay importable when run with -m."""
     env = dict(os.environ)
     if agent_argv()[1:2] == ["-m"]:
-        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
         env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
     return env

@@ -16,7 +16,8 @@ import sys
 import threading
 import time
 
-from . import AGENT_VERSION, PROTOCOL_VERSION, buildinfo, capabilities, paths
+from .. import AGENT_VERSION, PROTOCOL_VERSION
+from . import buildinfo, capabilities, paths
 from .handlers import Handlers
 from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
 

@@ -10,7 +10,7 @@ _cached = []
 
 def package_sources():
     """[(relative name, bytes)] of the package's Python files, sorted, from a directory or a zipapp."""
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the `remote` package
     archive, _, inner = here.partition(".pyz")
     if inner or here.endswith(".pyz"):
         archive += ".pyz"
@@ -18,11 +18,14 @@ def package_sources():
             names = sorted(n for n in zf.namelist() if n.startswith("remote/") and n.endswith(".py"))
             return [(n[len("remote/") :], zf.read(n)) for n in names]
     sources = []
-    for name in sorted(os.listdir(here)):
-        if name.endswith(".py"):
-            with open(os.path.join(here, name), "rb") as f:
-                sources.append((name, f.read()))
-    return sources
+    for directory, subdirectories, names in os.walk(here):
+        subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(directory, name)
+                with open(path, "rb") as f:
+                    sources.append((os.path.relpath(path, here).replace(os.sep, "/"), f.read()))
+    return sorted(sources)
 
 
 def build_id():

@@ -17,10 +17,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from remote.protocol import RemoteError
+from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from ..units import format_bytes, format_time
+from ..display import format_bytes, format_time
 
 LIST_TIMEOUT_S = 30.0
 HINT = "Enter open/pick  o pick directory  Backspace up  / or ~ type a path  Esc cancel"

@@ -252,7 +252,7 @@ def _hf_headers(hf):
 
 def _agent_version():
     try:
-        from . import AGENT_VERSION
+        from .. import AGENT_VERSION
         return AGENT_VERSION
     except ImportError:
         return "0"

@@ -2,7 +2,7 @@
 
 The verdict and its reasons come first, then every tensor with what each side holds,
 differences highlighted, then the config fields that differ. The comparison itself is
-`remote.checkpoint.compare`, the same one `specdeck compare` prints.
+`remote.checkpoints.report.compare`, the same one `specdeck compare` prints.
 """
 
 import json
