@@ -4,6 +4,7 @@
   daemon           start the per-user daemon (detached; `--foreground` to stay)
   supervise DIR    internal: lead one job's process group and record its exit
   download SPEC, download-plan SPEC, verify SPEC   the download job's steps
+  wire-reference   print the wire's reference (every method, frame and error type)
 """
 
 import sys
@@ -35,6 +36,11 @@ def main(argv):
         from .downloads import download
 
         return download.main(argv)
+    if command == "wire-reference":
+        from .core.wire import reference
+
+        sys.stdout.write(reference())
+        return 0
     sys.stderr.write("unknown agent command %r\n%s" % (command, __doc__))
     return 2
 

@@ -2,8 +2,10 @@
 
 It answers requests from any number of relays (one per console connection), runs each
 request in its own thread so that a slow one (hashing a checkpoint) never holds up a
-ping, and streams job logs. It keeps no state of its own that matters: jobs live on
-disk (see jobs.py), so killing and restarting the daemon loses nothing.
+ping, pumps streams (streams.py) and runs its services (services.py: the job watcher, the
+history store, samplers). Its methods are registered by each area's module (wire.py). It
+keeps no state of its own that matters: jobs live on disk (see jobs.py) and samples in the
+history store, so killing and restarting the daemon loses nothing committed.
 """
 
 import errno
@@ -18,8 +20,12 @@ import time
 
 from .. import AGENT_VERSION, PROTOCOL_VERSION
 from . import buildinfo, capabilities, paths
-from .handlers import Handlers
+from . import wire
+from .job_streams import JobWatcher
+from .jobs import JobStore
 from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
+from .services import Services
+from .streams import Topic, cancel
 
 log = logging.getLogger("specdeck.daemon")
 
@@ -27,13 +33,11 @@ log = logging.getLogger("specdeck.daemon")
 class Connection:
     """One client (a relay) of the daemon: frames in, replies and stream frames out."""
 
-    def __init__(self, sock, handlers, hello):
+    def __init__(self, sock, daemon):
         self.sock = sock
-        self.handlers = handlers
-        self.hello = hello
+        self.daemon = daemon
         self._write_lock = threading.Lock()
-        self.streams = {}
-        self._stream_ids = 0
+        self.streams = {}  # stream id -> its stop event (see streams.serve)
         self.closed = threading.Event()
 
     def send(self, frame):
@@ -48,13 +52,8 @@ class Connection:
                 self.closed.set()
                 return False
 
-    def new_stream_id(self):
-        with self._write_lock:
-            self._stream_ids += 1
-            return "s%d" % self._stream_ids
-
     def serve(self):
-        self.send(self.hello)
+        self.send(self.daemon.hello)
         reader = FrameReader(self.sock.recv)
         try:
             for frame in reader:
@@ -69,8 +68,8 @@ class Connection:
             pass
         finally:
             self.closed.set()
-            for stop in list(self.streams.values()):
-                stop.set()
+            for stream_id in list(self.streams):
+                cancel(self, stream_id)
             try:
                 self.sock.close()
             except OSError:
@@ -83,7 +82,7 @@ class Connection:
             params = frame.get("params") or {}
             if not isinstance(method, str) or not isinstance(params, dict):
                 raise BadRequest("a request needs a method name and an object of params")
-            result = self.handlers.dispatch(method, params, self)
+            result = wire.dispatch(self.daemon, self, method, params)
             reply = {"id": request_id, "ok": True, "result": result}
         except RemoteError as exc:
             reply = {"id": request_id, "ok": False, "error": exc.to_wire()}
@@ -100,8 +99,11 @@ class Daemon:
     def __init__(self, build):
         self.build = build
         self.started_at = time.time()
-        self.handlers = Handlers(self)
         self.stopping = threading.Event()
+        wire.load_areas()
+        self.jobs = JobStore()
+        self.topics = {"jobs": Topic("jobs")}
+        self.services = Services()
         self.hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
@@ -113,6 +115,9 @@ class Daemon:
             "daemon_pid": os.getpid(),
             "daemon_started_at": self.started_at,
         }
+
+    def start_services(self):
+        self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
 
     def serve_forever(self, listener, socket_path):
         listener.settimeout(0.5)
@@ -130,7 +135,7 @@ class Daemon:
                     continue
                 raise
             sock.settimeout(None)
-            connection = Connection(sock, self.handlers, self.hello)
+            connection = Connection(sock, self)
             threading.Thread(target=connection.serve, daemon=True).start()
 
 
@@ -219,9 +224,11 @@ def run_daemon(foreground=False):
         notify.write(b"ok\n")
         notify.close()
     try:
+        daemon.start_services()
         daemon.serve_forever(listener, paths.socket_path())
     finally:
         log.info("daemon stopping")
+        daemon.services.stop()
         try:
             os.unlink(paths.socket_path())
         except OSError:

@@ -16,6 +16,7 @@ from disk, which is what lets a restarted daemon re-adopt running jobs.
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,8 +27,9 @@ from . import paths
 from .protocol import BadRequest, NotFound, RemoteError
 
 TAIL_MAX_BYTES = 1024 * 1024
+SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json")
 STOP_GRACE_S = 10.0
-KINDS = ("command", "download", "server", "training", "benchmark")
+KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 
 
 # ---------------------------------------------------------------- process identity
@@ -157,8 +159,10 @@ class JobStore:
     def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None):
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise BadRequest("argv must be a non-empty list of strings")
-        if kind not in KINDS:
-            raise BadRequest("unknown job kind %r (one of %s)" % (kind, ", ".join(KINDS)))
+        if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
+            raise BadRequest("a job kind is a short lower-case word (command, download, server, training), not %r" % (kind,))
+        if meta is not None and not isinstance(meta, dict):
+            raise BadRequest("meta must be an object")
         env = env or {}
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
             raise BadRequest("env must map strings to strings")
@@ -250,19 +254,37 @@ class JobStore:
         }
         if progress is not None:
             job["progress"] = progress
-            # A job that reports progress names its own state (downloading, verified, ...),
-            # unless the process ended in a way its progress file could not say.
+            # A job that reports progress names its own states (downloading, verified, ...): while
+            # it runs, and after it ends when its last word was `final` (a job killed mid-way
+            # keeps the process's state, not a stale "downloading").
             if progress.get("state") and state not in ("stopped", "lost"):
-                if state == "running" or progress.get("state") not in ("downloading", "resolving", "queued", "verifying"):
+                if state == "running" or progress.get("final"):
                     job["state"] = progress["state"]
         return job
+
+    def ids(self):
+        """Every job id, oldest first."""
+        ids = [n for n in os.listdir(self.root) if n.startswith("j") and n[1:].isdigit()]
+        return sorted(ids, key=lambda n: int(n[1:]))
+
+    def signature(self, job_id):
+        """What changes when anything about the job does (its files' sizes and times), without
+        reading them: the job watcher describes a job again only when this moves."""
+        job_dir = os.path.join(self.root, job_id)
+        marks = []
+        for name in SIGNATURE_FILES:
+            try:
+                st = os.stat(os.path.join(job_dir, name))
+                marks.append((st.st_mtime_ns, st.st_size))
+            except OSError:
+                marks.append(None)
+        return tuple(marks)
 
     def list(self, kind=None):
         """Every job, oldest first; with `kind`, only those of that kind (the others are not read
         beyond their job.json, so a pane that wants downloads does not pay for every job)."""
-        ids = [n for n in os.listdir(self.root) if n.startswith("j") and n[1:].isdigit()]
         jobs = []
-        for job_id in sorted(ids, key=lambda n: int(n[1:])):
+        for job_id in self.ids():
             if kind is not None and (read_json(os.path.join(self.root, job_id, "job.json")) or {}).get("kind", "command") != kind:
                 continue
             try:

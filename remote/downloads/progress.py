@@ -15,6 +15,9 @@ PROGRESS_INTERVAL = 0.25
 RATE_WINDOW = 5.0
 
 
+FINAL_STATES = ("verified", "mismatch", "corrupt", "failed")  # the job's own word on how it ended
+
+
 class FileState:
     __slots__ = ("path", "bytes_total", "bytes_done", "bytes_checked", "state", "fetched", "digest")
 
@@ -98,7 +101,7 @@ class Progress:
             return {
                 "job": self.job, "repo": self.spec.get("repo"), "repo_type": self.spec.get("repo_type"),
                 "revision": self.revision, "local_dir": self.spec.get("local_dir"),
-                "state": self.state, "files": files, "bytes_total": total, "bytes_done": done,
+                "state": self.state, "final": self.state in FINAL_STATES, "files": files, "bytes_total": total, "bytes_done": done,
                 "bytes_checked": checked, "rate_bytes_per_s": round(rate, 1), "eta_s": eta,
                 "verdict": self.verdict, "error": self.error,
                 "started_at": round(self.started_at, 3), "updated_at": round(now, 3),

@@ -1,0 +1,89 @@
+"""Wire methods of jobs: submit, list, describe, read and follow logs, stop, and job events."""
+
+from . import streams
+from .protocol import BadRequest
+from .job_streams import LogSource
+from .streams import TopicSource
+from .wire import method
+
+STOP_GRACE_S = 10.0
+
+
+@method("jobs.submit")
+def jobs_submit(call):
+    """Start a detached job. Params: `argv` (list of strings, required; argv[0] found on the
+    host's login PATH), `cwd`, `env` (additions), `interpreter` (run argv under it), `name`,
+    `kind` (any short lower-case word: command, download, server, training, ...; default
+    command), `meta` (an object kept with the job for the panes of its kind).
+    Reply: the job, as `jobs.get`."""
+    job = call.daemon.jobs.submit(
+        call.param("argv", list, required=True),
+        cwd=call.param("cwd", str),
+        env=call.param("env", dict, {}),
+        interpreter=call.param("interpreter", str),
+        name=call.param("name", str),
+        kind=call.param("kind", str, "command"),
+        meta=call.param("meta", dict),
+    )
+    call.daemon.services.wake("job-events")
+    return job
+
+
+@method("jobs.list")
+def jobs_list(call):
+    """Every job, oldest first. Params: `kind` (only jobs of that kind). Reply: a list of jobs,
+    each as `jobs.get`."""
+    return call.daemon.jobs.list(kind=call.param("kind", str))
+
+
+@method("jobs.get")
+def jobs_get(call):
+    """One job. Params: `id`. Reply: `{id, name, kind, argv, cwd, state, process_state, exit_code,
+    signal, submitted_at, started_at, ended_at, pid, log_bytes, error, meta, progress?}`; `state`
+    is the process's (starting, running, succeeded, failed, stopped, lost) or, for a job that
+    reports progress, its own word (downloading, verified, ...)."""
+    return call.daemon.jobs.describe(call.param("id", str, required=True))
+
+
+@method("jobs.tail")
+def jobs_tail(call):
+    """A window of a job's log. Params: `id`, `offset` (bytes; < 0 counts from the end and starts
+    on a line boundary), `max_bytes` (at most 1 MiB). Reply: `{offset, next_offset, size, text}`."""
+    return call.daemon.jobs.tail(call.param("id", str, required=True), call.param("offset", int, 0), call.param("max_bytes", int, 65536))
+
+
+@method("jobs.stop")
+def jobs_stop(call):
+    """Stop a job: TERM to what it started, KILL after the grace. Params: `id`, `grace_s`
+    (default 10). Reply: the job. Returns at once; the end follows in job events."""
+    grace_s = call.param("grace_s", float, STOP_GRACE_S)
+    if grace_s < 0:
+        raise BadRequest("grace_s must be a number of seconds >= 0")
+    job = call.daemon.jobs.stop(call.param("id", str, required=True), grace_s=grace_s)
+    call.daemon.services.wake("job-events")
+    return job
+
+
+@method("jobs.follow")
+def jobs_follow(call):
+    """Stream a job's log. Params: `id`, `stream` (the client's id for it), `after` (byte offset;
+    < 0: the last -after bytes from a line boundary). Frames: `{stream, seq, data: {offset, text}}`
+    with seq = the offset after the text; whole lines only until the job ends; then the end frame
+    with `data.job`. Reply: `{stream, offset}` (frames may come before it)."""
+    jobs = call.daemon.jobs
+    job_id = call.param("id", str, required=True)
+    jobs.job_dir(job_id)  # NotFound now rather than in the stream
+    offset = streams.serve(call.connection, call.param("stream", str, required=True), LogSource(jobs, job_id), call.param("after", int, 0))
+    return {"stream": call.params["stream"], "offset": offset}
+
+
+@method("jobs.events")
+def jobs_events(call):
+    """Stream every change of every job: subscribe once instead of polling. Params: `stream`,
+    `after` (a seq from an earlier frame; absent: from now). Frames: first, for a new subscriber
+    or one that missed records, `{snapshot: [job...], records: []}`; then `{records: [{event:
+    submitted|started|progress|ended|changed|removed, id, job}]}`. Reply: `{stream, seq}`."""
+    daemon = call.daemon
+    source = TopicSource(daemon.topics["jobs"], snapshot=daemon.jobs.list)
+    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
+    return {"stream": call.params["stream"], "seq": seq}

@@ -1,0 +1,113 @@
+"""The two streams about jobs: one job's log (seq = byte offset in output.log), and the job
+events of the whole host (submitted, started, progress, ended, removed), published by the job
+watcher, a daemon service that looks at the job directories twice a second, so that consoles
+subscribe once instead of polling `jobs.list`."""
+
+import time
+
+from .protocol import NotFound
+from .services import Service
+from .streams import Batch, Source
+
+LOG_CHUNK_BYTES = 65536
+LOG_POLL_S = 0.1
+LIVE_STATES = ("running", "starting")
+
+
+class LogSource(Source):
+    """A job's log, in whole lines; once the job has ended and the log is read to its end, the
+    stream ends with the job's description."""
+
+    gather_s = 0.05  # a chatty log goes out as ~20 frames a second, not one per line
+
+    def __init__(self, jobs, job_id):
+        self.jobs = jobs
+        self.job_id = job_id
+
+    def first_seq(self, after):
+        if after is None:
+            return 0
+        if after < 0:  # the last -after bytes, from a line boundary
+            return self.jobs.tail(self.job_id, after, 1)["offset"]
+        return after
+
+    def read(self, after):
+        data, next_offset = self.jobs.read_lines_from(self.job_id, after, LOG_CHUNK_BYTES)
+        if not data:
+            # Only a quiet log makes us look at the process: a busy one is read, not described.
+            if self.jobs.describe(self.job_id)["process_state"] in LIVE_STATES:
+                return Batch(None, after)
+            data, next_offset = self.jobs.read_lines_from(self.job_id, after, LOG_CHUNK_BYTES, final=True)
+            if not data:
+                return Batch({"job": self.jobs.describe(self.job_id)}, after, ended=True)
+        batch = Batch({"offset": after, "text": data.decode("utf-8", "replace")}, next_offset)
+        batch.more = len(data) >= LOG_CHUNK_BYTES
+        return batch
+
+    def wait(self, after, timeout_s):
+        time.sleep(min(timeout_s, LOG_POLL_S))
+
+
+class JobWatcher(Service):
+    """Publishes a record to the `jobs` topic whenever a job changes:
+    `{event: submitted|started|progress|ended|changed|removed, id, job}` (`job` is the job as
+    `jobs.get` describes it; absent for `removed`)."""
+
+    name = "job-events"
+    interval_s = 0.5
+
+    def __init__(self, jobs, topic):
+        self.jobs = jobs
+        self.topic = topic
+        self._known = {}  # id -> (signature, description)
+
+    def start(self):
+        # What exists when the daemon starts is the baseline; a new subscriber gets it as a snapshot.
+        self._known = {}
+        self._scan(publish=False)
+
+    def step(self):
+        self._scan(publish=True)
+
+    def detail(self):
+        return {"jobs": len(self._known), "last_seq": self.topic.last_seq}
+
+    def _scan(self, publish):
+        seen = set()
+        for job_id in self.jobs.ids():
+            seen.add(job_id)
+            signature = self.jobs.signature(job_id)
+            old = self._known.get(job_id)
+            # A live job can turn `lost` without touching a file (its supervisor killed): look again.
+            if old is not None and old[0] == signature and old[1]["process_state"] not in LIVE_STATES:
+                continue
+            try:
+                job = self.jobs.describe(job_id)
+            except NotFound:
+                continue  # being created this instant: next scan
+            self._known[job_id] = (signature, job)
+            if publish:
+                event = _event(old[1] if old else None, job)
+                if event:
+                    self.topic.publish({"event": event, "id": job_id, "job": job})
+        for job_id in set(self._known) - seen:
+            del self._known[job_id]
+            if publish:
+                self.topic.publish({"event": "removed", "id": job_id})
+
+
+def _event(old, new):
+    """The name of what happened between two descriptions of a job, or None when nothing a
+    console shows changed."""
+    if old is None:
+        return "submitted"
+    if old["process_state"] in LIVE_STATES and new["process_state"] not in LIVE_STATES:
+        return "ended"
+    if old["process_state"] == "starting" and new["process_state"] == "running":
+        return "started"
+    if old.get("progress") != new.get("progress"):
+        return "progress"
+    keys = ("state", "exit_code", "signal", "ended_at", "pid", "meta", "name", "error")
+    if any(old.get(k) != new.get(k) for k in keys):
+        return "changed"
+    return None

@@ -1,0 +1,132 @@
+"""The wire's methods: each area registers its own from its own module, with a docstring
+that gives the parameters and the reply; `reference()` turns the registry into the
+document that lists them all (docs/wire.md is generated from it).
+
+A method is `function(call)`: `call.params` (a dict), `call.connection` (the client's
+connection, for streams) and `call.daemon` (services, the job store, the stream hub).
+"""
+
+import importlib
+import inspect
+import math
+
+from .protocol import BadRequest, RemoteError
+
+# The modules whose import registers methods, in the order the reference lists them.
+AREAS = (
+    "remote.core.methods",
+    "remote.core.job_methods",
+    "remote.checkpoints.methods",
+    "remote.downloads.methods",
+)
+
+METHODS = {}
+
+
+class Call:
+    """One request as a method sees it."""
+
+    __slots__ = ("daemon", "connection", "params")
+
+    def __init__(self, daemon, connection, params):
+        self.daemon = daemon
+        self.connection = connection
+        self.params = params
+
+    def param(self, name, kind, default=None, required=False):
+        return param(self.params, name, kind, default, required)
+
+
+def method(name):
+    """Register the decorated function as wire method `name`."""
+
+    def register(function):
+        if name in METHODS and METHODS[name] is not function:
+            raise RuntimeError("wire method %s registered twice" % name)
+        METHODS[name] = function
+        function.wire_name = name
+        return function
+
+    return register
+
+
+def load_areas():
+    for module in AREAS:
+        importlib.import_module(module)
+    return METHODS
+
+
+def param(params, name, kind, default=None, required=False):
+    """params[name] checked against `kind` (int, float, str, list, dict, bool); BadRequest if wrong."""
+    value = params.get(name, default)
+    if value is None:
+        if required:
+            raise BadRequest("missing parameter %r" % name)
+        return None
+    if kind is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise BadRequest("parameter %r must be a finite number" % name)
+        return float(value)
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest("parameter %r has the wrong type" % name)
+    return value
+
+
+def dispatch(daemon, connection, method_name, params):
+    function = METHODS.get(method_name)
+    if function is None:
+        raise RemoteError("UnknownMethod", "the host agent has no method %r" % method_name)
+    return function(Call(daemon, connection, params))
+
+
+# ---------------------------------------------------------------- the reference
+
+FRAMES = (
+    ("hello", "first frame from the agent: `{type: hello, protocol, agent_version, build, capabilities, "
+     "hostname, user, daemon_pid, daemon_started_at}`"),
+    ("request", "`{id, method, params}`; `id` is the client's, echoed in the reply"),
+    ("reply", "`{id, ok: true, result}` or `{id, ok: false, error: {type, message}}`; every request gets one"),
+    ("stream", "`{stream, seq, data}`: one record (or a batch) of an open stream; `seq` only grows, "
+     "so a client resumes with `after: seq` and drops what it has already seen"),
+    ("stream end", "`{stream, end: true, seq, data}`: the stream is over (the job ended, or it was cancelled); "
+     "`data.error` says why when it failed"),
+    ("notice", "`{type: notice, level, message}`: something the client should log (a bad frame skipped)"),
+)
+
+ERRORS = (
+    ("BadRequest", "a parameter is missing, of the wrong type or out of range"),
+    ("NotFound", "no such job, stream, file or directory on the host"),
+    ("UnknownMethod", "the agent has no such method (an older agent)"),
+    ("TooLarge", "the reply would exceed the 16 MiB frame bound"),
+    ("PermissionDenied", "the host refused access to a path"),
+    ("IOError", "a file could not be read (a checkpoint on a failing disk)"),
+    ("NoSpace", "the disk is full"),
+    ("InternalError", "the agent failed unexpectedly; the message names the exception (a bug)"),
+    ("Busy", "the daemon has too much work from this connection; try again"),
+    ("(download errors)", "RepoNotFound, FileNotFound, RevisionNotFound, AuthRequired, NetworkUnreachable, "
+     "PlanFailed, MissingDependency: why a download could not start"),
+)
+
+
+def reference():
+    """The wire reference as Markdown: every method (with its docstring), frame type and error type."""
+    load_areas()
+    lines = [
+        "# The wire",
+        "",
+        "Generated from the registry in `remote/core/wire.py` (`python -m remote wire-reference`); "
+        "a test fails when it is stale or when a method has no docstring.",
+        "",
+        "One JSON object per line, UTF-8, at most 16 MiB. Unknown fields are ignored.",
+        "",
+        "## Frames",
+        "",
+    ]
+    lines += ["- **%s**: %s" % (name, text) for name, text in FRAMES]
+    lines += ["", "## Error types", ""]
+    lines += ["- **%s**: %s" % (name, text) for name, text in ERRORS]
+    lines += ["", "## Methods", ""]
+    for function in sorted(METHODS.values(), key=lambda f: (AREAS.index(f.__module__), f.wire_name)):
+        lines += ["### `%s`" % function.wire_name, "", "In `%s.py`." % function.__module__.replace(".", "/"), ""]
+        lines += [inspect.cleandoc(function.__doc__ or ""), ""]
+    return "\n".join(lines).rstrip() + "\n"
