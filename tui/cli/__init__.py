@@ -1,0 +1,1 @@
+"""`specdeck` on the command line: one module per capability, each adding its commands."""

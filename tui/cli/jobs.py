@@ -1,0 +1,131 @@
+"""Jobs from the command line: run, jobs, logs, stop."""
+
+import json
+import sys
+import threading
+import time
+
+from .. import display
+from .common import EXIT_FAILED, CommandError, connect, emit
+
+
+def add_commands(commands):
+    p = commands.add_parser("run", help="start a detached job on the host")
+    p.set_defaults(func=cmd_run)
+    p.add_argument("host")
+    p.add_argument("argv", nargs="*", metavar="-- CMD ARGS", help="the command, after --")
+    p.add_argument("--name", help="a name for the job (default: the command line)")
+    p.add_argument("--cwd", help="working directory on the host (default: home)")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
+    p.add_argument("--interpreter", metavar="PATH", help="run CMD with this interpreter, e.g. a venv's python")
+    p.add_argument("--kind", default="command", choices=("command", "server", "training", "benchmark"))
+
+    p = commands.add_parser("jobs", help="list the host's jobs")
+    p.set_defaults(func=cmd_jobs)
+    p.add_argument("host")
+
+    p = commands.add_parser("logs", help="print a job's log")
+    p.set_defaults(func=cmd_logs)
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows, across reconnects")
+    p.add_argument("--tail", type=int, metavar="BYTES", help="start this many bytes before the end")
+
+    p = commands.add_parser("stop", help="stop a job: TERM to its process group, KILL after the grace period")
+    p.set_defaults(func=cmd_stop)
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between TERM and KILL (default 10)")
+    p.add_argument("--wait", action="store_true", help="return once the job has ended")
+
+
+def cmd_run(args):
+    argv = args.argv
+    if not argv:
+        raise CommandError("nothing to run: give the command after --, e.g. specdeck run HOST -- python train.py")
+    env = {}
+    for item in args.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CommandError("--env wants KEY=VALUE, not %r" % item)
+        env[key] = value
+    client = connect(args, args.host)
+    job = client.call(
+        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "interpreter": args.interpreter, "name": args.name, "kind": args.kind}
+    )
+    emit(args, {"id": job["id"]}, job["id"])
+    return 0
+
+
+def format_jobs(jobs):
+    rows = [("ID", "KIND", "NAME", "STATE", "STARTED", "RUNTIME", "EXIT")]
+    for job in jobs:
+        exit_text = "-" if job["exit_code"] is None else str(job["exit_code"])
+        if job.get("signal"):
+            exit_text = "sig %d" % job["signal"]
+        rows.append(
+            (job["id"], job["kind"], (job["name"] or "")[:48], job["state"], display.format_time(job["started_at"]),
+             display.format_duration(display.job_runtime(job)), exit_text)
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
+
+
+def cmd_jobs(args):
+    jobs = connect(args, args.host).call("jobs.list")
+    emit(args, jobs, lambda: format_jobs(jobs) if jobs else "no jobs on this host")
+    return 0
+
+
+def cmd_logs(args):
+    out = sys.stdout
+    if not args.follow:
+        client = connect(args, args.host)
+        offset = -args.tail if args.tail else 0
+        while True:
+            chunk = client.call("jobs.tail", {"id": args.job, "offset": offset, "max_bytes": 1 << 20})
+            if args.json:
+                print(json.dumps({"offset": chunk["offset"], "text": chunk["text"]}))
+            else:
+                out.write(chunk["text"])
+            if chunk["next_offset"] >= chunk["size"]:
+                break
+            offset = chunk["next_offset"]
+        out.flush()
+        return 0
+    client = connect(args, args.host, reconnect=True)
+    done = threading.Event()
+    result = {}
+
+    def on_data(data, seq):
+        if args.json:
+            out.write(json.dumps({"offset": data["offset"], "text": data["text"]}) + "\n")
+        else:
+            out.write(data["text"])
+        out.flush()
+
+    def on_end(data):
+        result.update(data)
+        done.set()
+
+    client.subscribe("jobs.follow", {"id": args.job, "after": -args.tail if args.tail else 0}, on_data, on_end)
+    try:
+        while not done.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        return 130
+    job = result.get("job") or {}
+    if result.get("error"):
+        raise CommandError(result["error"], EXIT_FAILED)
+    return 0 if job.get("exit_code") == 0 else EXIT_FAILED
+
+
+def cmd_stop(args):
+    client = connect(args, args.host)
+    job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
+    if args.wait:
+        while job["process_state"] in ("running", "starting"):
+            time.sleep(0.2)
+            job = client.call("jobs.get", {"id": args.job})
+    emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))
+    return 0

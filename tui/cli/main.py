@@ -1,0 +1,86 @@
+"""`specdeck`: the console, and every console action as a headless command with --json.
+
+  specdeck [HOST]                          open the console (no host: this machine)
+  specdeck run HOST -- CMD ARGS...         start a detached job, print its id
+  specdeck jobs HOST                       list jobs
+  specdeck logs HOST JOB [--follow]        print a job's log
+  specdeck stop HOST JOB                   stop a job (TERM, KILL after a grace period)
+  specdeck inspect [HOST:]PATH             list and check a safetensors checkpoint
+  specdeck compare [HOST:]A [HOST:]B       side by side, with a verdict
+  specdeck download HOST REPO [FILE...] --local-dir DIR
+  specdeck verify [HOST:]DIR --repo REPO
+
+HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
+"""
+
+import argparse
+import sys
+
+from remote.core.protocol import RemoteError
+
+from ..client import ConnectError
+from . import checkpoints, downloads, jobs
+from .common import EXIT_FAILED, EXIT_USAGE, CommandError, connection_options
+
+AREAS = (jobs, checkpoints, downloads)  # each adds its commands to the parser
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="specdeck", description=__doc__.split("\n")[0])
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for area in AREAS:
+        area.add_commands(commands)
+    for p in commands.choices.values():
+        connection_options(p)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.command_names = frozenset(commands.choices)
+    return parser
+
+
+def open_console(argv):
+    parser = argparse.ArgumentParser(prog="specdeck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("host", nargs="?", default="local", help="ssh destination, or local (default)")
+    connection_options(parser)
+    args = parser.parse_args(argv)
+    from ..app import SpecdeckApp
+
+    SpecdeckApp(host=args.host, python=args.python, accept_new=args.accept_new).run()
+    return 0
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser()
+    if not argv or argv[0] not in parser.command_names:
+        if argv and argv[0] in ("-h", "--help"):
+            parser.print_help()
+            return 0
+        return open_console(argv)
+    command_argv = []
+    if argv[0] == "run" and "--" in argv:
+        # Everything after -- is the job's own command line, options and all.
+        split = argv.index("--")
+        argv, command_argv = argv[:split], argv[split + 1 :]
+    args = parser.parse_args(argv)
+    if args.command == "run":
+        args.argv = args.argv + command_argv
+    try:
+        return args.func(args)
+    except CommandError as exc:
+        sys.stderr.write("specdeck: %s\n" % exc)
+        return exc.code
+    except ConnectError as exc:
+        sys.stderr.write("specdeck: %s\n" % exc)
+        return EXIT_USAGE
+    except RemoteError as exc:
+        sys.stderr.write("specdeck: %s\n" % exc.message)
+        return EXIT_FAILED
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `specdeck jobs HOST | head`: the reader left, nothing to say
+        sys.stderr.close()
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
