@@ -1,4 +1,5 @@
-"""Numbers for people: sizes in both decimal and binary units, durations, times."""
+"""How the console writes things for people, in one place: sizes in both decimal and binary
+units, rates, durations, ages, times, tensor shapes, a job's exit, and the colour of each state."""
 
 import time
 
@@ -56,3 +57,48 @@ def job_runtime(job, now=None):
     if not start:
         return None
     return (job.get("ended_at") or now or time.time()) - start
+
+
+def format_age(seconds):
+    """How long ago, compactly, for chart axes: `now`, `45s`, `10m`, `2h`, `3d`."""
+    seconds = abs(seconds)
+    if seconds < 1:
+        return "now"
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds >= size:
+            value = seconds / size
+            return ("%d%s" if value >= 10 or value == int(value) else "%.1f%s") % (value, unit)
+    return "%ds" % seconds
+
+
+def format_shape(shape):
+    """`[7168, 21504]`; `?` when the shape is unknown."""
+    if shape is None:
+        return "?"
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def exit_text(job):
+    """How a job ended, in the Jobs table's words: `0`, `1`, `sig 9`, or `-` while it runs."""
+    if job.get("signal"):
+        return "sig %d" % job["signal"]
+    return "-" if job.get("exit_code") is None else str(job["exit_code"])
+
+
+# The colour of every state a job (or a download file) can be in, so all panes agree.
+STATE_STYLES = {
+    "running": "green",
+    "starting": "cyan",
+    "stopping": "yellow",
+    "succeeded": "",
+    "verified": "bold green",
+    "failed": "bold red",
+    "mismatch": "bold red",
+    "corrupt": "bold red",
+    "lost": "bold red",
+    "stopped": "yellow",
+    "downloading": "cyan",
+    "verifying": "cyan",
+    "resolving": "cyan",
+    "queued": "dim",
+}

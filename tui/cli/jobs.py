@@ -60,12 +60,9 @@ def cmd_run(args):
 def format_jobs(jobs):
     rows = [("ID", "KIND", "NAME", "STATE", "STARTED", "RUNTIME", "EXIT")]
     for job in jobs:
-        exit_text = "-" if job["exit_code"] is None else str(job["exit_code"])
-        if job.get("signal"):
-            exit_text = "sig %d" % job["signal"]
         rows.append(
             (job["id"], job["kind"], (job["name"] or "")[:48], job["state"], display.format_time(job["started_at"]),
-             display.format_duration(display.job_runtime(job)), exit_text)
+             display.format_duration(display.job_runtime(job)), display.exit_text(job))
         )
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)

@@ -19,7 +19,8 @@ from remote.core.protocol import RemoteError
 from ..client import ConnectError
 from ..screens.download_form import DownloadForm
 from ..display import format_bytes, format_duration, format_rate, job_runtime
-from ..widgets.file_progress import STATE_STYLES, FileProgress
+from ..display import STATE_STYLES
+from ..widgets.file_progress import FileProgress
 
 POLL_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 30.0

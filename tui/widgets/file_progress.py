@@ -1,24 +1,12 @@
-"""One file of a download: its path, state, bytes and a bar; and the colours of download states."""
+"""One file of a download: its path, state, bytes and a bar."""
 
 from rich.text import Text
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
-from ..display import format_bytes
+from ..display import STATE_STYLES, format_bytes
 
-STATE_STYLES = {
-    "verified": "bold green",
-    "mismatch": "bold red",
-    "corrupt": "bold red",
-    "failed": "bold red",
-    "lost": "bold red",
-    "stopped": "yellow",
-    "downloading": "cyan",
-    "verifying": "cyan",
-    "resolving": "cyan",
-    "queued": "dim",
-}
 
 
 class FileProgress(Horizontal):

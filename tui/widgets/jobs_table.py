@@ -7,23 +7,18 @@ from textual.widgets import DataTable
 from .. import display
 
 NAME_WIDTH = 40
-STATE_STYLES = {"running": "green", "succeeded": "", "verified": "green", "failed": "bold red", "stopped": "yellow", "lost": "red"}
 COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
 
 
 def job_cells(job, now=None):
     """The table cells of one job, as the user reads them."""
-    if job.get("signal"):
-        exit_text = "sig %d" % job["signal"]
-    else:
-        exit_text = "-" if job.get("exit_code") is None else str(job["exit_code"])
-    state = Text(job.get("state") or "?", style=STATE_STYLES.get(job.get("state"), ""))
+    state = Text(job.get("state") or "?", style=display.STATE_STYLES.get(job.get("state"), ""))
     name = job.get("name") or ""
     if len(name) > NAME_WIDTH:
         name = name[: NAME_WIDTH - 1] + "…"
     return (
         job["id"], job.get("kind") or "", Text(name), state,
-        display.format_time(job.get("started_at")), display.format_duration(display.job_runtime(job, now)), exit_text,
+        display.format_time(job.get("started_at")), display.format_duration(display.job_runtime(job, now)), display.exit_text(job),
     )
 
 
