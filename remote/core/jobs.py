@@ -156,7 +156,10 @@ class JobStore:
 
     # -- submit
 
-    def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None):
+    def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None, reserved=None, secret_env=None):
+        """Start a job. `reserved`: (job_id, job_dir) from `reserve`, for a caller that put files
+        in the directory first. `secret_env`: variables (a token) the job's process gets that are
+        never written anywhere: they go to the supervisor over a pipe, not into job.json."""
         if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
             raise BadRequest("argv must be a non-empty list of strings")
         if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
@@ -169,12 +172,14 @@ class JobStore:
         cwd = os.path.expanduser(cwd) if cwd else os.path.expanduser("~")
         if not os.path.isdir(cwd):
             raise BadRequest("working directory does not exist on the host: %s" % cwd)
-        search_path = env.get("PATH") or login_path()
+        program = interpreter or argv[0]
+        # An absolute program needs no PATH: spare the login shell.
+        search_path = env.get("PATH") or ("" if os.sep in program else login_path())
         if interpreter:
             argv = [resolve_executable(interpreter, cwd, search_path)] + list(argv)
         else:
             argv = [resolve_executable(argv[0], cwd, search_path)] + list(argv[1:])
-        job_id, job_dir = self._new_job_dir()
+        job_id, job_dir = reserved or self._new_job_dir()
         spec = {
             "id": job_id,
             "name": name or " ".join([os.path.basename(argv[0])] + argv[1:])[:200],
@@ -190,14 +195,26 @@ class JobStore:
         # The supervisor forks itself away and returns at once; waiting for it reaps it.
         launcher = subprocess.Popen(
             paths.agent_argv() + ["supervise", job_dir],
-            stdin=subprocess.DEVNULL,
+            stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
             env=paths.agent_env(),
             close_fds=True,
         )
-        launcher.wait()
+        launcher.communicate(json.dumps(secret_env or {}).encode())
         return self.describe(job_id)
+
+    def reserve(self):
+        """(job_id, job_dir): a new empty job directory for a caller that writes files there
+        before `submit(..., reserved=...)`; `discard` removes one never submitted. Without
+        job.json it is no job yet: listings and the job watcher skip it."""
+        return self._new_job_dir()
+
+    def discard(self, job_id):
+        """Remove a reserved directory that was never submitted."""
+        path = os.path.join(self.root, job_id)
+        if not os.path.exists(os.path.join(path, "job.json")):
+            shutil.rmtree(path, ignore_errors=True)
 
     def _new_job_dir(self):
         with self._id_lock:
@@ -411,6 +428,18 @@ def supervise(job_dir):
     Forks once so that the caller (the daemon) can reap us at once; the child leads a new
     session, which makes its pid the job's process group id.
     """
+    # Secret variables come on stdin (the launcher writes them and waits for us): read them
+    # before the fork, keep them in memory only.
+    received = b""
+    try:
+        while not os.isatty(0):
+            chunk = os.read(0, 65536)
+            if not chunk:
+                break
+            received += chunk
+        secret_env = json.loads(received.decode() or "{}")
+    except (OSError, ValueError):
+        secret_env = {}
     if os.fork() > 0:
         os._exit(0)
     os.setsid()
@@ -423,6 +452,7 @@ def supervise(job_dir):
     for key in ("PYTHONPATH",):
         env.pop(key, None)
     env.update(spec.get("env") or {})
+    env.update(secret_env if isinstance(secret_env, dict) else {})
     env["SPECDECK_JOB_DIR"] = job_dir
     env["SPECDECK_JOB_ID"] = spec["id"]
     env.setdefault("PYTHONUNBUFFERED", "1")
