@@ -4,6 +4,7 @@
   daemon           start the per-user daemon (detached; `--foreground` to stay)
   supervise DIR    internal: lead one job's process group and record its exit
   download SPEC, download-plan SPEC, verify SPEC   the download job's steps
+  serving-bench SPEC   the A/B benchmark job (baseline server, then speculative)
   wire-reference   print the wire's reference (every method, frame and error type)
 """
 
@@ -36,6 +37,10 @@ def main(argv):
         from .downloads import download
 
         return download.main(argv)
+    if command == "serving-bench":
+        from .serving import bench
+
+        return bench.main(argv)
     if command == "wire-reference":
         from .core.wire import reference
 

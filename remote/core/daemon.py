@@ -22,6 +22,7 @@ from .. import AGENT_VERSION, PROTOCOL_VERSION
 from . import buildinfo, capabilities, paths
 from . import wire
 from .job_streams import JobWatcher
+from ..serving.sampler import SpeculationSampler
 from .jobs import JobStore
 from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
 from .services import Services
@@ -118,6 +119,7 @@ class Daemon:
 
     def start_services(self):
         self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
+        self.services.add(SpeculationSampler(self))
 
     def serve_forever(self, listener, socket_path):
         listener.settimeout(0.5)

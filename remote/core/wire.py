@@ -18,6 +18,7 @@ AREAS = (
     "remote.core.job_methods",
     "remote.checkpoints.methods",
     "remote.downloads.methods",
+    "remote.serving.methods",
 )
 
 METHODS = {}
