@@ -1,0 +1,155 @@
+"""The A/B benchmark job: the same prompts through a baseline server (no drafter) and then a
+speculative one, on the same GPUs, one after the other; tokens/s of each, the accept length, the
+measured cycle time and where the drafter stands against break-even.
+
+Run as `agent serving-bench SPEC.json` (a job of kind `benchmark`); SPEC is what the
+`serving.bench` method wrote. Requests go one at a time, so tokens/s is one sequence's decode
+rate, the rate break-even is about: a speculative cycle yields accept_length tokens in
+cycle_s = accept_length / spec_tps, and breaks even at cycle_s x baseline_tps. progress.json
+says which phase runs; its `result` holds the figures; the last stdout line is the result as
+JSON.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+from ..core.jobs import write_json
+from . import breakeven, engines, metrics
+
+READY_TIMEOUT_S = 900.0
+BUILTIN_PROMPTS = (
+    "Explain speculative decoding in one paragraph.",
+    "Write a Python function that reverses a linked list.",
+    "List five uses of a hash map.",
+    "Summarise the plot of a heist film in three sentences.",
+    "What is the difference between a process and a thread?",
+    "Describe how a GPU executes a matrix multiplication.",
+    "Give three tips for writing clear commit messages.",
+    "Translate 'the model is ready' into French and German.",
+)
+
+
+class Progress:
+    def __init__(self, total):
+        self.path = os.path.join(os.environ.get("SPECDECK_JOB_DIR", "."), "progress.json")
+        self.value = {"state": "starting-baseline", "done": 0, "total": total, "result": None, "error": None}
+        self.write()
+
+    def write(self, **changes):
+        self.value.update(changes)
+        self.value["updated_at"] = time.time()
+        final = self.value["state"] in ("done", "failed")
+        write_json(self.path, dict(self.value, final=final))
+
+
+def _post(url, payload, timeout_s=600.0):
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+        return json.loads(reply.read())
+
+
+def run_requests(url, model, prompts, max_tokens, on_done=None):
+    """(completion tokens, seconds) of the prompts sent one at a time to /v1/completions."""
+    tokens, elapsed_s = 0, 0.0
+    for index, prompt in enumerate(prompts):
+        began = time.monotonic()
+        reply = _post(url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                                                 "temperature": 0.0, "ignore_eos": True})
+        elapsed_s += time.monotonic() - began
+        tokens += reply["usage"]["completion_tokens"]
+        if on_done:
+            on_done(index + 1)
+    return tokens, elapsed_s
+
+
+def _scrape(url):
+    status, body = engines.http_get(url + "/metrics", 5.0)
+    return metrics.parse(body.decode("utf-8", "replace"), time.time()) if status == 200 else None
+
+
+def _start(spec, drafter, log):
+    argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, spec["k"], spec["port"], engine_args=spec["engine_args"])
+    env = dict(os.environ)
+    env.update(engines.server_env(spec.get("gpus"), spec.get("env")))
+    log.write(("specdeck bench: starting %s\n" % " ".join(argv)).encode())
+    log.flush()
+    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+
+
+def _wait_ready(process, url, log_path):
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            with open(log_path, "rb") as f:
+                reason, _ = engines.death_reason(f.read()[-65536:].decode("utf-8", "replace"))
+            raise RuntimeError("the server died while starting: %s" % reason)
+        if engines.is_ready(url):
+            return
+        time.sleep(0.5)
+    raise RuntimeError("the server did not answer within %d s" % READY_TIMEOUT_S)
+
+
+def _stop(process):
+    if process.poll() is None:
+        os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(30)
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+
+def _phase(spec, drafter, prompts, progress, offset, state):
+    url = engines.base_url(spec["port"])
+    log_path = os.path.join(os.environ.get("SPECDECK_JOB_DIR", "."), "%s.log" % state)
+    with open(log_path, "ab") as log:
+        process = _start(spec, drafter, log)
+        try:
+            _wait_ready(process, url, log_path)
+            progress.write(state=state)
+            before = _scrape(url)
+            tokens, elapsed_s = run_requests(url, spec["target"], prompts, spec["max_tokens"], lambda n: progress.write(done=offset + n))
+            after = _scrape(url)
+        finally:
+            _stop(process)
+    figures = metrics.window(before, after) if before and after else {}
+    return tokens / elapsed_s if elapsed_s > 0 else None, figures
+
+
+def run(spec):
+    prompts = list(spec.get("prompts") or BUILTIN_PROMPTS)
+    prompts = [prompts[i % len(prompts)] for i in range(spec["requests"])]
+    progress = Progress(2 * len(prompts))
+    try:
+        baseline_tps, _ = _phase(spec, None, prompts, progress, 0, "baseline")
+        progress.write(state="starting-speculative")
+        spec_tps, figures = _phase(spec, spec["drafter"], prompts, progress, len(prompts), "speculative")
+        accept_length = figures.get("accept_length")
+        cycle_s = accept_length / spec_tps if accept_length and spec_tps else None
+        break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
+        result = {
+            "baseline_tps": baseline_tps, "spec_tps": spec_tps,
+            "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
+            "accept_length": accept_length, "per_position": figures.get("per_position"),
+            "cycle_ms": cycle_s * 1000.0 if cycle_s else None, "break_even_accept_length": break_even_length,
+            "k": spec["k"], "requests": len(prompts), "max_tokens": spec["max_tokens"],
+            "verdict": breakeven.verdict(accept_length, break_even_length),
+        }
+        progress.write(state="done", result=result)
+        print(json.dumps(result))
+        return 0
+    except Exception as exc:
+        progress.write(state="failed", error="%s: %s" % (type(exc).__name__, exc))
+        print("specdeck bench failed: %s" % exc, file=sys.stderr)
+        return 1
+
+
+def main(argv):
+    with open(argv[1]) as f:
+        spec = json.load(f)
+    return run(spec)

@@ -1,0 +1,98 @@
+"""How each engine is started and asked whether it is up: the command line of a vLLM or SGLang
+server (with an EAGLE-3 drafter, or a baseline without one), its health and metrics URLs, the
+drafter check that refuses a drafter the target cannot load, and the lines of a log that say why
+a server died while starting."""
+
+import json
+import os
+import re
+import urllib.error
+import urllib.request
+
+from ..core.protocol import BadRequest, RemoteError
+
+ENGINES = ("vllm", "sglang")
+DEFAULT_PORT = 8000
+# Lines that name why a server died: the first one of these near the end of its log.
+_REASON = re.compile(
+    r"(out of memory|OutOfMemoryError|size mismatch|shape|Error:|Exception:|error:|No such file|not found|"
+    r"Address already in use|Traceback)", re.IGNORECASE)
+
+
+def server_argv(engine, target, drafter=None, k=3, port=DEFAULT_PORT, host="127.0.0.1", engine_args=()):
+    """The engine's command line, to run under the job's interpreter (`python -m ...`)."""
+    if engine == "vllm":
+        argv = ["-m", "vllm.entrypoints.cli.main", "serve", target, "--host", host, "--port", str(port)]
+        if drafter:
+            config = {"method": "eagle3", "model": drafter, "num_speculative_tokens": int(k)}
+            argv += ["--speculative-config", json.dumps(config)]
+    elif engine == "sglang":
+        argv = ["-m", "sglang.launch_server", "--model-path", target, "--host", host, "--port", str(port), "--enable-metrics"]
+        if drafter:
+            # One chain of K drafts (topk 1), as vLLM's num_speculative_tokens: K steps, K+1 tokens verified.
+            argv += ["--speculative-algorithm", "EAGLE3", "--speculative-draft-model-path", drafter,
+                     "--speculative-num-steps", str(int(k)), "--speculative-eagle-topk", "1",
+                     "--speculative-num-draft-tokens", str(int(k) + 1)]
+    else:
+        raise BadRequest("engine must be one of %s, not %r" % (", ".join(ENGINES), engine))
+    return argv + list(engine_args)
+
+
+def server_env(gpus=None, extra=None):
+    env = dict(extra or {})
+    if gpus:
+        env["CUDA_VISIBLE_DEVICES"] = gpus
+    return env
+
+
+def base_url(port, host="127.0.0.1"):
+    return "http://%s:%d" % (host, int(port))
+
+
+def http_get(url, timeout_s=2.0):
+    """(status, body bytes) of a GET; status None when nothing answers."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as reply:
+            return reply.status, reply.read()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read() if exc.fp else b""
+    except (OSError, ValueError):
+        return None, b""
+
+
+def is_ready(url, timeout_s=2.0):
+    status, _ = http_get(url.rstrip("/") + "/health", timeout_s)
+    return status == 200
+
+
+def check_drafter(target, drafter):
+    """Refuse a drafter that cannot serve the target: RemoteError("DrafterMismatch") with the
+    reasons of the checkpoint comparison. Returns the verdict (None when the target is not a
+    local directory with a config.json, e.g. a hub id: nothing to compare against here)."""
+    from ..checkpoints import compatibility, report
+
+    config_path = os.path.join(os.path.expanduser(target), "config.json")
+    if not os.path.isfile(config_path):
+        return None
+    if not os.path.exists(os.path.expanduser(drafter)):
+        raise RemoteError("NotFound", "no drafter at %s on the host" % drafter)
+    try:
+        with open(config_path) as f:
+            target_config = json.load(f)
+        drafter_report = report.inspect(os.path.expanduser(drafter))
+    except (OSError, ValueError) as exc:
+        raise RemoteError("DrafterMismatch", "could not read the checkpoints to compare them: %s" % exc)
+    verdict = compatibility.check_against_target(drafter_report, target_config)
+    if verdict["verdict"] != "compatible":
+        raise RemoteError("DrafterMismatch", "the drafter cannot load with this target: %s" % "; ".join(verdict["reasons"]))
+    return verdict
+
+
+def death_reason(log_text, max_lines=20):
+    """(reason line or None, the last lines) of a server's log after it died."""
+    lines = [line for line in log_text.splitlines() if line.strip()]
+    tail = lines[-max_lines:]
+    for line in reversed(lines[-200:]):
+        if _REASON.search(line) and not line.lstrip().startswith("File "):
+            return line.strip(), tail
+    return (tail[-1].strip() if tail else None), tail

@@ -1,0 +1,225 @@
+"""Wire methods of serving: start a server job (refusing a drafter the target cannot load),
+attach one started elsewhere, ask whether it is up, its speculation figures over a window, follow
+them live, the break-even arithmetic, and the A/B benchmark job."""
+
+import json
+import os
+import uuid
+
+from ..core import paths, streams
+from ..core.jobs import login_path, resolve_executable
+from ..core.protocol import BadRequest, NotFound, RemoteError
+from ..core.streams import TopicSource
+from ..core.wire import method
+from . import breakeven, engines
+
+LIVE = ("running", "starting")
+
+
+def sampler(call):
+    service = call.daemon.services.get("speculation")
+    if service is None:
+        raise RemoteError("NotFound", "this agent's daemon runs no speculation sampler")
+    return service
+
+
+def _interpreter(call):
+    python = call.param("python", str) or call.daemon.hello["capabilities"]["python"]["executable"]
+    return resolve_executable(python, os.path.expanduser("~"), login_path())
+
+
+def _server_params(call):
+    engine = call.param("engine", str, "vllm")
+    if engine not in engines.ENGINES:
+        raise BadRequest("engine must be one of %s, not %r" % (", ".join(engines.ENGINES), engine))
+    k = call.param("k", int, 3)
+    if k < 1:
+        raise BadRequest("k (tokens drafted per cycle) must be at least 1")
+    port = call.param("port", int, engines.DEFAULT_PORT)
+    if not 0 < port < 65536:
+        raise BadRequest("port must be 1..65535")
+    engine_args = call.param("engine_args", list, [])
+    env = call.param("env", dict, {})
+    if not all(isinstance(a, str) for a in engine_args) or not all(isinstance(v, str) for v in env.values()):
+        raise BadRequest("engine_args and env values must be strings")
+    return {
+        "engine": engine, "target": call.param("target", str, required=True), "drafter": call.param("drafter", str),
+        "k": k, "port": port, "gpus": call.param("gpus", str), "env": env, "engine_args": engine_args,
+    }
+
+
+@method("serving.start")
+def serving_start(call):
+    """Start an inference server as a job of kind `server`. Params: `target` (model path or id,
+    required), `drafter` (an EAGLE-3 drafter; absent: a baseline server), `k` (drafted tokens
+    per cycle, default 3), `engine` (vllm|sglang, default vllm), `port` (default 8000), `gpus`
+    (CUDA_VISIBLE_DEVICES), `python` (an interpreter with the engine), `env` (additions),
+    `engine_args` (list, appended to the engine's command line). A drafter is first compared
+    with the target's config.json and refused (error DrafterMismatch, with the reasons) when it
+    cannot load. Reply: the job, as `jobs.get`; its meta holds {engine, target, drafter, k,
+    port, url, gpus}."""
+    spec = _server_params(call)
+    if spec["drafter"]:
+        engines.check_drafter(spec["target"], spec["drafter"])
+    interpreter = _interpreter(call)
+    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], engine_args=spec["engine_args"])
+    url = engines.base_url(spec["port"])
+    meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
+            "port": spec["port"], "url": url, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
+    what = "%s + %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"]) \
+        if spec["drafter"] else "%s baseline" % os.path.basename(spec["target"].rstrip("/"))
+    job = call.daemon.jobs.submit(argv, env=engines.server_env(spec["gpus"], spec["env"]), interpreter=interpreter,
+                                  name="%s %s :%d" % (spec["engine"], what, spec["port"]), kind="server", meta=meta)
+    call.daemon.services.wake("job-events")
+    return job
+
+
+def _server_url(call, server_id):
+    """(url, job or None, log path or None) of a server job or an attached server."""
+    if server_id.startswith("u"):
+        from .sampler import attached_entries
+
+        entry = attached_entries().get(server_id)
+        if entry is None:
+            raise NotFound("no attached server %s" % server_id)
+        return entry["url"], None, entry.get("log_path")
+    job = call.daemon.jobs.describe(server_id)
+    url = (job.get("meta") or {}).get("url")
+    if job["kind"] != "server" or not url:
+        raise BadRequest("job %s is not a server" % server_id)
+    return url, job, call.daemon.jobs.log_path(server_id)
+
+
+@method("serving.status")
+def serving_status(call):
+    """Is a server up? Params: `id` (a server job, or an attached server `uN`). Reply: `{id,
+    url, ready, state, reason, last_lines}`: `state` is starting, ready, died (the job ended) or
+    unreachable (an attached server that does not answer); for a dead server `reason` is the log
+    line that says why (out of memory, a shape mismatch, ...) and `last_lines` its log's end."""
+    server_id = call.param("id", str, required=True)
+    url, job, log_path = _server_url(call, server_id)
+    ready = engines.is_ready(url)
+    reply = {"id": server_id, "url": url, "ready": ready, "state": "ready" if ready else "starting", "reason": None, "last_lines": []}
+    if job is not None and job["process_state"] not in LIVE:
+        text = call.daemon.jobs.tail(server_id, -65536, 65536)["text"]
+        reply["state"] = "died"
+        reply["ready"] = False
+        reply["reason"], reply["last_lines"] = engines.death_reason(text)
+        if reply["reason"] is None:
+            reply["reason"] = "the server exited (%s) without a word in its log" % (job.get("exit_code") if job.get("exit_code") is not None else job.get("state"))
+    elif job is None and not ready:
+        reply["state"] = "unreachable"
+    return reply
+
+
+@method("serving.attach")
+def serving_attach(call):
+    """Sample a server started some other way. Params: `url` (its base URL, required), `log`
+    (its log file on the host, read when /metrics cannot be), `name`. Reply: `{id, url}`
+    (`id` is `uN`, used wherever a server job id is)."""
+    url = call.param("url", str, required=True)
+    if not url.startswith(("http://", "https://")):
+        raise BadRequest("url must start with http:// or https://")
+    log_path = call.param("log", str)
+    if log_path:
+        log_path = os.path.abspath(os.path.expanduser(log_path))
+        if not os.path.isfile(log_path):
+            raise NotFound("no log file %s on the host" % log_path)
+    server_id = sampler(call).attach(url, log_path, call.param("name", str))
+    call.daemon.services.wake("speculation")
+    return {"id": server_id, "url": url}
+
+
+@method("serving.detach")
+def serving_detach(call):
+    """Stop sampling an attached server. Params: `id`. Reply: `{id, detached}`."""
+    server_id = call.param("id", str, required=True)
+    return {"id": server_id, "detached": sampler(call).detach(server_id)}
+
+
+@method("serving.stats")
+def serving_stats(call):
+    """A server's speculation figures over a window. Params: `id`, `window_s` (absent: since the
+    sampler first read it; it keeps an hour). Reply: `{accept_length, per_position,
+    draft_acceptance_rate, num_drafts, accepted_tps, drafted_tps, generation_tps, window_s,
+    source, engine, running, waiting, kv_cache_usage, reset, server, time, error?}`; `source` is
+    metrics, or log when only the server's log lines could be read; `reset`: a counter went down
+    inside the window (the server restarted) and the parts on both sides were added up."""
+    server_id = call.param("id", str, required=True)
+    window_s = call.param("window_s", float)
+    if window_s is not None and window_s <= 0:
+        raise BadRequest("window_s must be positive")
+    _server_url(call, server_id)
+    service = sampler(call)
+    if service.server(server_id) is None:
+        call.daemon.services.wake("speculation")  # a server just started: read it now
+        import time
+
+        deadline = time.monotonic() + 3.0
+        while service.server(server_id) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+    figures = service.window_figures(server_id, window_s)
+    if figures is None:
+        raise NotFound("server %s is not being sampled (not running)" % server_id)
+    return figures
+
+
+@method("serving.follow")
+def serving_follow(call):
+    """Stream every server's speculation figures, one record per server per second. Params:
+    `stream`, `after` (a seq; absent: from now). Frames: first `{snapshot: {id: record},
+    records: []}`, then `{records: [record...]}` with records as `serving.stats` (over the last
+    second) plus `server`. Reply: `{stream, seq}`."""
+    service = sampler(call)
+    source = TopicSource(call.daemon.topics["serving"], snapshot=service.snapshot)
+    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
+    return {"stream": call.params["stream"], "seq": seq}
+
+
+@method("serving.breakeven")
+def serving_breakeven(call):
+    """Break-even arithmetic. Params: `cycle_ms`, `baseline_tps` (required), `k`, `target_tps`.
+    Reply: `{break_even_accept_length, target_accept_length, max_accept_length, reachable,
+    required_acceptance_rate}`."""
+    try:
+        return breakeven.break_even(call.param("cycle_ms", float, required=True), call.param("baseline_tps", float, required=True),
+                                    call.param("k", int), call.param("target_tps", float))
+    except ValueError as exc:
+        raise BadRequest(str(exc))
+
+
+@method("serving.bench")
+def serving_bench(call):
+    """Start an A/B benchmark as a job of kind `benchmark`: the same prompts through a baseline
+    server, then a speculative one, on the same GPUs, one after the other. Params: `target`,
+    `drafter` (required), `k`, `engine`, `port`, `gpus`, `python`, `env`, `engine_args`,
+    `prompts` (a list of strings; absent: a built-in set), `requests` (default 16),
+    `max_tokens` (per request, default 64). Reply: the job; its `progress` (in job events) is
+    `{state: starting-baseline|baseline|starting-speculative|speculative|done|failed, done,
+    total, result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, cycle_ms,
+    break_even_accept_length, verdict}`."""
+    spec = _server_params(call)
+    if not spec["drafter"]:
+        raise BadRequest("a benchmark needs a drafter")
+    engines.check_drafter(spec["target"], spec["drafter"])
+    prompts = call.param("prompts", list)
+    if prompts is not None and not all(isinstance(p, (str, list)) for p in prompts):
+        raise BadRequest("prompts must be strings or lists of token ids")
+    spec.update(python=_interpreter(call), prompts=prompts, requests=call.param("requests", int, 16),
+                max_tokens=call.param("max_tokens", int, 64))
+    if spec["requests"] < 1 or spec["max_tokens"] < 1:
+        raise BadRequest("requests and max_tokens must be at least 1")
+    spec_dir = os.path.join(paths.state_dir(), "specs")
+    os.makedirs(spec_dir, mode=0o700, exist_ok=True)
+    spec_path = os.path.join(spec_dir, "bench-%s.json" % uuid.uuid4().hex)
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    prefix = paths.agent_argv()
+    env = dict(spec["env"])
+    if prefix[1:2] == ["-m"]:
+        env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
+    meta = dict((k, spec[k]) for k in ("engine", "target", "drafter", "k", "port", "gpus", "requests", "max_tokens"))
+    name = "bench %s vs %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"])
+    job = call.daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta)
+    call.daemon.services.wake("job-events")
+    return job

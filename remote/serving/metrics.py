@@ -1,0 +1,198 @@
+"""An inference server's speculation numbers: its Prometheus text read into one snapshot of
+counters and gauges, two snapshots turned into the figures of the window between them, and the
+engines' own log lines read as a fallback.
+
+vLLM exports counters (drafts, drafted tokens, accepted tokens, accepted tokens per position),
+so any window's accept length is 1 + Δaccepted / Δdrafts. SGLang exports gauges that already
+hold an average over its last logging interval. The text is parsed with prometheus-client's
+parser (carried in the agent's zipapp; imported when first needed, so this module stays
+importable with the standard library alone). vLLM also writes `<counter>_created` samples
+(creation times, ~1.8e9) in the same family: only the `_total` sample is a count.
+"""
+
+import re
+
+VLLM_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+    "vllm:generation_tokens": "generation_tokens",
+}
+VLLM_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+VLLM_GAUGES = {
+    "vllm:num_requests_running": "running",
+    "vllm:num_requests_waiting": "waiting",
+    "vllm:kv_cache_usage_perc": "kv_cache_usage",
+    "vllm:gpu_cache_usage_perc": "kv_cache_usage",  # before vLLM's V1 engine
+}
+SGLANG_GAUGES = {
+    "sglang:spec_accept_length": "accept_length",
+    "sglang:spec_accept_rate": "accept_rate",
+    "sglang:gen_throughput": "generation_tps",
+    "sglang:num_running_reqs": "running",
+    "sglang:num_queue_reqs": "waiting",
+    "sglang:token_usage": "kv_cache_usage",
+}
+COUNTER_FIELDS = ("drafts", "draft_tokens", "accepted_tokens", "generation_tokens")
+
+
+class MissingParser(RuntimeError):
+    """prometheus-client is not importable here (neither carried nor installed)."""
+
+
+def _parser():
+    try:
+        from prometheus_client.parser import text_string_to_metric_families
+    except ImportError as exc:  # pragma: no cover - the zipapp always carries it
+        raise MissingParser("prometheus-client's parser is not available to the agent (%s)" % exc)
+    return text_string_to_metric_families
+
+
+def parse(text, time_s):
+    """One snapshot of a server's /metrics text taken at `time_s`:
+    `{"time", "engine", "counters": {field: value}, "per_position": {pos: value},
+    "gauges": {field: value}}`; engine is "vllm", "sglang" or None (neither's metrics seen).
+    Series with several label sets (one per engine or rank) are summed (counters, request
+    counts) or averaged (rates and averages)."""
+    counters, per_position, gauges, gauge_counts = {}, {}, {}, {}
+    engine = None
+    for family in _parser()(text):
+        name = family.name
+        if name.endswith("_total"):  # older parsers keep the suffix on the family name
+            name = name[: -len("_total")]
+        if name in VLLM_COUNTERS or name == VLLM_PER_POSITION:
+            engine = "vllm"
+            for sample in family.samples:
+                if sample.name != name + "_total":  # skip `_created` (a timestamp, not a count)
+                    continue
+                if name == VLLM_PER_POSITION:
+                    position = int(sample.labels.get("position", 0))
+                    per_position[position] = per_position.get(position, 0.0) + sample.value
+                else:
+                    field = VLLM_COUNTERS[name]
+                    counters[field] = counters.get(field, 0.0) + sample.value
+        elif name in VLLM_GAUGES or name in SGLANG_GAUGES:
+            field = VLLM_GAUGES.get(name) or SGLANG_GAUGES[name]
+            if name in SGLANG_GAUGES:
+                engine = engine or "sglang"
+            for sample in family.samples:
+                if sample.name != family.name:
+                    continue
+                gauges[field] = gauges.get(field, 0.0) + sample.value
+                gauge_counts[field] = gauge_counts.get(field, 0) + 1
+        elif name.startswith("vllm:"):
+            engine = engine or "vllm"
+    for field in ("accept_length", "accept_rate", "kv_cache_usage"):
+        if gauge_counts.get(field, 0) > 1:
+            gauges[field] /= gauge_counts[field]
+    return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges}
+
+
+def _delta(old, new):
+    """How much a counter grew; a counter that went down was reset (the server restarted), and
+    then everything it holds counts as new, as Prometheus's rate() takes it."""
+    if old is None:
+        return None
+    return new - old if new >= old else new
+
+
+def window(old, new):
+    """The figures of the window between two snapshots of one server (old may be None: only
+    gauges then). Keys are those of `spec HOST JOB --json`, plus running, waiting,
+    kv_cache_usage and `reset` (a counter went down inside the window)."""
+    result = {
+        "accept_length": None, "per_position": [], "draft_acceptance_rate": None, "num_drafts": None,
+        "accepted_tps": None, "drafted_tps": None, "generation_tps": None, "window_s": None,
+        "running": new["gauges"].get("running"), "waiting": new["gauges"].get("waiting"),
+        "kv_cache_usage": new["gauges"].get("kv_cache_usage"), "reset": False,
+    }
+    if new["engine"] == "sglang" or ("accept_length" in new["gauges"] and not new["counters"]):
+        # Its gauges are already averages over the engine's own interval.
+        result["accept_length"] = new["gauges"].get("accept_length")
+        result["draft_acceptance_rate"] = new["gauges"].get("accept_rate")
+        result["generation_tps"] = new["gauges"].get("generation_tps")
+        return result
+    if old is None:
+        return result
+    span_s = new["time"] - old["time"]
+    result["window_s"] = span_s
+    deltas = {}
+    for field in COUNTER_FIELDS:
+        if field in new["counters"]:
+            before = old["counters"].get(field, 0.0)
+            deltas[field] = _delta(before, new["counters"][field])
+            result["reset"] = result["reset"] or new["counters"][field] < before
+    drafts = deltas.get("drafts")
+    result["num_drafts"] = int(drafts) if drafts is not None else None
+    if drafts:
+        result["accept_length"] = 1.0 + deltas.get("accepted_tokens", 0.0) / drafts
+        positions = sorted(new["per_position"])
+        result["per_position"] = [
+            _delta(old["per_position"].get(p, 0.0), new["per_position"][p]) / drafts for p in positions
+        ]
+    if deltas.get("draft_tokens"):
+        result["draft_acceptance_rate"] = deltas.get("accepted_tokens", 0.0) / deltas["draft_tokens"]
+    if span_s > 0:
+        for field, key in (("accepted_tokens", "accepted_tps"), ("draft_tokens", "drafted_tps"), ("generation_tokens", "generation_tps")):
+            if deltas.get(field) is not None:
+                result[key] = deltas[field] / span_s
+    return result
+
+
+# ---------------------------------------------------------------- log lines
+
+_VLLM_LINE = re.compile(
+    r"SpecDecoding metrics: Mean acceptance length: (?P<accept_length>[\d.]+), "
+    r"Accepted throughput: (?P<accepted_tps>[\d.]+) tokens/s, Drafted throughput: (?P<drafted_tps>[\d.]+) tokens/s, "
+    r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens, "
+    r"Per-position acceptance rate: (?P<per_position>[\d., ]+?), Avg Draft acceptance rate: (?P<rate>[\d.]+)%"
+)
+_SGLANG_LINE = re.compile(r"Decode batch[.,] .*?accept len: (?P<accept_length>[\d.]+)")
+_SGLANG_FIELDS = {
+    "accept rate": ("draft_acceptance_rate", float),
+    "gen throughput (token/s)": ("generation_tps", float),
+    "#running-req": ("running", int),
+    "#queue-req": ("waiting", int),
+    "token usage": ("kv_cache_usage", float),
+}
+
+
+def parse_log_line(line):
+    """The speculation figures of one engine log line, or None when it has none:
+    vLLM's `SpecDecoding metrics: ...` or SGLang's `Decode batch, ... accept len: ...`.
+    Keys as `window`, plus `accepted_tokens`/`drafted_tokens` (vLLM) and `engine`."""
+    match = _VLLM_LINE.search(line)
+    if match:
+        return {
+            "engine": "vllm",
+            "accept_length": float(match.group("accept_length")),
+            "accepted_tps": float(match.group("accepted_tps")),
+            "drafted_tps": float(match.group("drafted_tps")),
+            "accepted_tokens": int(match.group("accepted")),
+            "drafted_tokens": int(match.group("drafted")),
+            "per_position": [float(v) for v in match.group("per_position").split(",") if v.strip()],
+            "draft_acceptance_rate": float(match.group("rate")) / 100.0,
+        }
+    match = _SGLANG_LINE.search(line)
+    if match:
+        result = {"engine": "sglang", "accept_length": float(match.group("accept_length"))}
+        for part in line[match.start():].split(", "):
+            key, _, value = part.partition(": ")
+            key = key.replace("Decode batch, ", "").replace("Decode batch. ", "").strip()
+            if key in _SGLANG_FIELDS:
+                field, kind = _SGLANG_FIELDS[key]
+                try:
+                    result[field] = kind(value.strip().rstrip(",").rstrip("%"))
+                except ValueError:
+                    pass
+        return result
+    return None
+
+
+def last_log_figures(text):
+    """The figures of the last speculation line in a piece of log text, or None."""
+    for line in reversed(text.splitlines()):
+        figures = parse_log_line(line)
+        if figures is not None:
+            return figures
+    return None
