@@ -8,7 +8,6 @@ in a moment. Problems come first, then the EAGLE-3 shape of the drafter, then th
 from rich.text import Text
 from textual import on, work
 from textual.binding import Binding
-from textual.containers import Vertical
 from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
@@ -19,6 +18,7 @@ from ..client import ConnectError
 from ..display import format_bytes
 from ..screens.compare import CompareScreen
 from ..screens.file_picker import FilePicker
+from .base import Pane
 
 INSPECT_TIMEOUT_S = 600.0
 PROBLEMS_SHOWN = 6
@@ -92,7 +92,7 @@ def filter_tensors(tensors, text):
     return [t for t in tensors if needle in t["name"].lower() or needle in (t.get("role") or "").lower()]
 
 
-class TensorsPane(Vertical):
+class TensorsPane(Pane):
     """A checkpoint's tensors, problems and EAGLE-3 summary; `open_path` loads one."""
 
     PANE_TITLE = "Tensors"
