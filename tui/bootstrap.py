@@ -1,7 +1,10 @@
 """Ship the agent: `remote/` packed as one zipapp named by its content hash, uploaded over
 SFTP only when the host lacks that hash."""
 
+import hashlib
+import importlib.util
 import io
+import os
 import posixpath
 import zipfile
 
@@ -9,6 +12,10 @@ import remote
 from remote.core import buildinfo
 
 AGENT_DIR = ".cache/specdeck/agents"  # relative to the login directory, where SFTP and exec start
+# Pure-Python field libraries the agent carries (each module with what it imports), so the
+# host needs nothing installed: prometheus-client's text parser reads the engines' /metrics.
+# Its own __init__ (which loads the whole client) is replaced by an empty one.
+CARRIED = {"prometheus_client": ("parser.py", "metrics_core.py", "samples.py", "validation.py")}
 ZIP_MAIN = b"import sys\nfrom remote.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
 _built = {}
 
@@ -19,13 +26,32 @@ def build_agent():
         build = buildinfo.build_id()
         buffer = io.BytesIO()
         with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-            for name, data in [("__main__.py", ZIP_MAIN)] + [("remote/" + n, d) for n, d in buildinfo.package_sources()]:
+            carried = carried_sources()
+            for name, data in [("__main__.py", ZIP_MAIN)] + [("remote/" + n, d) for n, d in buildinfo.package_sources()] + carried:
                 info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
                 info.external_attr = 0o644 << 16
                 info.compress_type = zipfile.ZIP_DEFLATED
                 zf.writestr(info, data)
-        _built["value"] = ("agent-%s-%s.pyz" % (remote.AGENT_VERSION, build), buffer.getvalue())
+        # The carried libraries name the file too: a new parser version is a new upload.
+        extra = hashlib.sha256(b"".join(n.encode() + d for n, d in carried)).hexdigest()[:6]
+        _built["value"] = ("agent-%s-%s-%s.pyz" % (remote.AGENT_VERSION, build, extra), buffer.getvalue())
     return _built["value"]
+
+
+def carried_sources():
+    """[(name in the zip, bytes)] of the CARRIED modules, read from this laptop's installs; a
+    library missing here is left out (the agent then says what it lacks when it needs it)."""
+    sources = []
+    for package, modules in sorted(CARRIED.items()):
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        directory = list(spec.submodule_search_locations)[0]
+        sources.append(("%s/__init__.py" % package, b'"""Only the modules specdeck\'s agent needs, carried in its zipapp."""\n'))
+        for module in modules:
+            with open(os.path.join(directory, module), "rb") as f:
+                sources.append(("%s/%s" % (package, module), f.read()))
+    return sources
 
 
 def ensure_agent(transport):
