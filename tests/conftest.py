@@ -22,7 +22,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def agent_home(tmp_path, monkeypatch):
     """SPECDECK_HOME for agents started on this machine (`local`); their daemon is stopped after."""
     home = tmp_path / "specdeck-home"
-    home.mkdir()
+    home.mkdir(mode=0o700)  # private from the start: the agent never chmods a SPECDECK_HOME it did not create
     monkeypatch.setenv("SPECDECK_HOME", str(home))
     yield home
     stop_daemon(home)
