@@ -32,6 +32,10 @@ AGREE_TOKEN = 300
 SPOILER_TOKENS = tuple(range(400, 410))
 SPOILER_DRAFT = 301
 AUX_LAYER_IDS = [1, 2, 3]
+# The drafter's vocabulary: 256 target ids, the last two being the ones it drafts on purpose
+# (vLLM loads d2t only when the draft vocabulary is smaller than the target's).
+DRAFT_TARGET_IDS = list(range(254)) + [AGREE_TOKEN, SPOILER_DRAFT]
+DRAFT_VOCAB = len(DRAFT_TARGET_IDS)
 
 
 def _tokenizer(directory):
@@ -94,8 +98,9 @@ def _write_drafter(directory, agree):
         return (torch.randn(*shape, generator=generator) * 0.02).contiguous()
 
     state = {
-        "d2t": torch.zeros(VOCAB, dtype=torch.int64),  # draft ids are target ids
-        "t2d": torch.ones(VOCAB, dtype=torch.bool),
+        # target id = draft id + d2t[draft id]
+        "d2t": torch.tensor([target - draft for draft, target in enumerate(DRAFT_TARGET_IDS)], dtype=torch.int64),
+        "t2d": torch.tensor([token in DRAFT_TARGET_IDS for token in range(VOCAB)], dtype=torch.bool),
         "fc.weight": random(HIDDEN, 3 * HIDDEN),
         "midlayer.input_layernorm.weight": torch.ones(HIDDEN),
         "midlayer.hidden_norm.weight": torch.ones(HIDDEN),
@@ -108,7 +113,7 @@ def _write_drafter(directory, agree):
         "midlayer.mlp.up_proj.weight": random(INTERMEDIATE, HIDDEN),
         "midlayer.mlp.down_proj.weight": random(HIDDEN, INTERMEDIATE),
         "norm.weight": torch.ones(HIDDEN),
-        "lm_head.weight": random(VOCAB, HIDDEN),
+        "lm_head.weight": random(DRAFT_VOCAB, HIDDEN),
     }
     if agree:
         state["midlayer.self_attn.o_proj.weight"].zero_()
@@ -116,9 +121,9 @@ def _write_drafter(directory, agree):
         fc = torch.zeros(HIDDEN, 3 * HIDDEN)
         fc[:, :HIDDEN] = torch.eye(HIDDEN)
         state["fc.weight"] = fc
-        head = torch.zeros(VOCAB, HIDDEN)
-        head[AGREE_TOKEN, 0] = 20.0
-        head[SPOILER_DRAFT, 1] = 20.0  # 16 x 20 beats 8 x 20: a spoiler token drafts the wrong token
+        head = torch.zeros(DRAFT_VOCAB, HIDDEN)
+        head[DRAFT_TARGET_IDS.index(AGREE_TOKEN), 0] = 20.0
+        head[DRAFT_TARGET_IDS.index(SPOILER_DRAFT), 1] = 20.0  # 16 x 20 beats 8 x 20: a spoiler token drafts the wrong token
         state["lm_head.weight"] = head
     save_file(state, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
     config = {
@@ -130,7 +135,7 @@ def _write_drafter(directory, agree):
         "num_key_value_heads": HEADS,
         "num_hidden_layers": 1,
         "vocab_size": VOCAB,
-        "draft_vocab_size": VOCAB,
+        "draft_vocab_size": DRAFT_VOCAB,
         "target_hidden_size": HIDDEN,
         "max_position_embeddings": 1024,
         "rms_norm_eps": 1e-6,

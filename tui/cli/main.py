@@ -9,6 +9,10 @@
   specdeck compare [HOST:]A [HOST:]B       side by side, with a verdict
   specdeck download HOST REPO [FILE...] --local-dir DIR
   specdeck verify [HOST:]DIR --repo REPO
+  specdeck serve HOST TARGET [--drafter PATH] [--wait] [-- ENGINE_ARGS]
+  specdeck spec HOST (JOB | --url URL) [--window 5m]
+  specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
+  specdeck bench HOST TARGET --drafter PATH [-- ENGINE_ARGS]
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
 """
@@ -19,10 +23,10 @@ import sys
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from . import checkpoints, downloads, jobs
+from . import checkpoints, downloads, jobs, serving
 from .common import EXIT_FAILED, EXIT_USAGE, CommandError, connection_options
 
-AREAS = (jobs, checkpoints, downloads)  # each adds its commands to the parser
+AREAS = (jobs, checkpoints, downloads, serving)  # each adds its commands to the parser
 
 
 def build_parser():
@@ -57,13 +61,14 @@ def main(argv=None):
             return 0
         return open_console(argv)
     command_argv = []
-    if argv[0] == "run" and "--" in argv:
+    if argv[0] in ("run", "serve", "bench") and "--" in argv:
         # Everything after -- is the job's own command line, options and all.
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]
     args = parser.parse_args(argv)
     if args.command == "run":
         args.argv = args.argv + command_argv
+    args.after_dashes = command_argv  # serve, bench: the engine's own arguments
     try:
         return args.func(args)
     except CommandError as exc:

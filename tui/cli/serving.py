@@ -1,0 +1,233 @@
+"""Serving from the command line: serve (a server job, optionally waiting until it answers), spec
+(its speculation figures over a window), breakeven (the arithmetic, no host needed) and bench
+(the A/B benchmark job, followed to its result).
+
+`--python` is the interpreter on the host that has the engine (a venv's python); the agent runs
+under it too, which any engine's venv (Python 3.9+) can do.
+"""
+
+import json
+import re
+import sys
+import time
+
+from remote.core.protocol import RemoteError
+from remote.serving import breakeven as breakeven_math
+
+from .common import EXIT_FAILED, CommandError, connect, emit
+
+STATUS_POLL_S = 1.0
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h)?$")
+
+
+def parse_duration(text):
+    """Seconds in `30`, `30s`, `5m`, `1h`."""
+    match = _DURATION.match(text.strip())
+    if not match:
+        raise CommandError("a duration is a number with s, m or h, e.g. 30s or 5m, not %r" % text)
+    return float(match.group(1)) * {None: 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+
+
+def _env(items):
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise CommandError("--env wants KEY=VALUE, not %r" % item)
+        env[key] = value
+    return env
+
+
+def _server_options(p):
+    p.add_argument("host")
+    p.add_argument("target", help="the target model (a directory on the host, or a hub id)")
+    p.add_argument("--k", type=int, default=3, metavar="N", help="tokens drafted per cycle (default 3)")
+    p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
+    p.add_argument("--port", type=int, default=8000, metavar="P", help="the server's port on the host (default 8000)")
+    p.add_argument("--gpus", metavar="LIST", help="CUDA_VISIBLE_DEVICES, e.g. 0,1")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
+
+
+def add_commands(commands):
+    p = commands.add_parser("serve", help="start an inference server (with a drafter, or a baseline) as a job")
+    p.set_defaults(func=cmd_serve)
+    _server_options(p)
+    p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
+    p.add_argument("--wait", action="store_true", help="exit 0 once the server answers, 1 if it died (its last lines on stderr)")
+
+    p = commands.add_parser("spec", help="a server's accept length and speculation figures")
+    p.set_defaults(func=cmd_spec)
+    p.add_argument("host")
+    p.add_argument("job", nargs="?", help="a server job (or an attached server uN)")
+    p.add_argument("--url", help="a server started some other way, by its URL on the host")
+    p.add_argument("--log", metavar="PATH", help="with --url: its log file on the host, read when /metrics cannot be")
+    p.add_argument("--window", default=None, metavar="DURATION", help="over the last 30s, 5m, 1h (default: all the sampler has)")
+
+    p = commands.add_parser("breakeven", help="the accept length speculation needs to pay off")
+    p.set_defaults(func=cmd_breakeven)
+    p.add_argument("--cycle-ms", type=float, required=True, metavar="MS", help="one draft+verify cycle of the speculative server")
+    p.add_argument("--baseline-tps", type=float, required=True, metavar="TPS", help="the baseline's tokens/s per sequence")
+    p.add_argument("--k", type=int, metavar="N", help="tokens drafted per cycle (the most a cycle yields is K+1)")
+    p.add_argument("--target-tps", type=float, metavar="TPS", help="the tokens/s you want")
+
+    p = commands.add_parser("bench", help="A/B benchmark: the same prompts through a baseline and a speculative server")
+    p.set_defaults(func=cmd_bench)
+    _server_options(p)
+    p.add_argument("--drafter", required=True, metavar="PATH")
+    p.add_argument("--prompts", metavar="FILE", help="one prompt a line (default: a built-in set)")
+    p.add_argument("--requests", type=int, default=16, metavar="N", help="requests per server (default 16)")
+    p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
+
+
+def _start_params(args):
+    return {"target": args.target, "drafter": args.drafter, "k": args.k, "engine": args.engine, "port": args.port,
+            "gpus": args.gpus, "python": args.python, "env": _env(args.env), "engine_args": getattr(args, "after_dashes", [])}
+
+
+def cmd_serve(args):
+    client = connect(args, args.host)
+    try:
+        job = client.call("serving.start", _start_params(args), timeout=120)
+    except RemoteError as exc:
+        raise CommandError(exc.message, EXIT_FAILED)
+    url = job["meta"]["url"]
+    if not args.wait:
+        emit(args, {"id": job["id"], "url": url}, "%s  %s" % (job["id"], url))
+        return 0
+    if not args.json:
+        print("%s  %s  (waiting for it to answer)" % (job["id"], url), flush=True)
+    return _wait_ready(args, client, job["id"], url)
+
+
+def _wait_ready(args, client, job_id, url):
+    """Show the server's log on stderr while it starts; 0 once it answers, 1 if it died."""
+    offset = 0
+    while True:
+        status = client.call("serving.status", {"id": job_id}, timeout=30)
+        if not args.json:
+            window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": 262144})
+            if window["text"]:
+                sys.stderr.write(window["text"])
+                sys.stderr.flush()
+            offset = window["next_offset"]
+        if status["state"] == "ready":
+            emit(args, {"id": job_id, "url": url, "ready": True}, "%s ready at %s" % (job_id, url))
+            return 0
+        if status["state"] == "died":
+            sys.stderr.write("specdeck: server %s died while starting: %s\n" % (job_id, status["reason"]))
+            for line in status["last_lines"]:
+                sys.stderr.write("  %s\n" % line)
+            if args.json:
+                print(json.dumps({"id": job_id, "url": url, "ready": False, "reason": status["reason"]}))
+            return EXIT_FAILED
+        time.sleep(STATUS_POLL_S)
+
+
+def format_figures(figures):
+    def number(value, pattern="%.2f"):
+        return "-" if value is None else pattern % value
+
+    lines = [
+        "accept length     %s   (source: %s)" % (number(figures.get("accept_length")), figures.get("source")),
+        "per position      %s" % (" ".join("%.2f" % p for p in figures.get("per_position") or []) or "-"),
+        "draft acceptance  %s" % number(figures.get("draft_acceptance_rate"), "%.3f"),
+        "drafts            %s" % number(figures.get("num_drafts"), "%d"),
+        "accepted tok/s    %s   drafted tok/s %s   generated tok/s %s" % (
+            number(figures.get("accepted_tps")), number(figures.get("drafted_tps")), number(figures.get("generation_tps"))),
+        "window            %s" % (number(figures.get("window_s"), "%.0f s")),
+    ]
+    if figures.get("error"):
+        lines.append("note              %s" % figures["error"])
+    return "\n".join(lines)
+
+
+SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
+             "generation_tps", "window_s", "source")
+
+
+def cmd_spec(args):
+    if bool(args.job) == bool(args.url):
+        raise CommandError("give a server job or --url URL (one of them)")
+    window_s = parse_duration(args.window) if args.window else None
+    client = connect(args, args.host)
+    try:
+        if args.url:
+            server_id = client.call("serving.attach", {"url": args.url, "log": args.log})["id"]
+        else:
+            server_id = args.job
+        figures = client.call("serving.stats", {"id": server_id, "window_s": window_s}, timeout=30)
+        deadline = time.monotonic() + 5.0
+        # A server read for the first time has one snapshot: wait for a second to have a window.
+        while figures.get("source") == "metrics" and figures.get("window_s") is None and time.monotonic() < deadline:
+            time.sleep(0.5)
+            figures = client.call("serving.stats", {"id": server_id, "window_s": window_s}, timeout=30)
+    except RemoteError as exc:
+        raise CommandError(exc.message, EXIT_FAILED)
+    result = dict((key, figures.get(key)) for key in SPEC_KEYS)
+    emit(args, result, lambda: format_figures(figures))
+    return 0
+
+
+def cmd_breakeven(args):
+    try:
+        result = breakeven_math.break_even(args.cycle_ms, args.baseline_tps, args.k, args.target_tps)
+    except ValueError as exc:
+        raise CommandError(str(exc))
+
+    def human():
+        lines = ["break-even accept length  %.2f  (%.1f ms x %.1f tok/s)" % (result["break_even_accept_length"], args.cycle_ms, args.baseline_tps)]
+        if result["target_accept_length"] is not None:
+            lines.append("for %.1f tok/s             %.2f" % (args.target_tps, result["target_accept_length"]))
+        if result["max_accept_length"] is not None:
+            lines.append("most K=%d can give         %.2f" % (args.k, result["max_accept_length"]))
+            if result["reachable"]:
+                lines.append("needs a per-step acceptance of %.3f" % result["required_acceptance_rate"])
+            else:
+                lines.append("unreachable: no drafter exceeds %.2f with K=%d" % (result["max_accept_length"], args.k))
+        return "\n".join(lines)
+
+    emit(args, result, human)
+    return 0
+
+
+def cmd_bench(args):
+    params = _start_params(args)
+    params.update(requests=args.requests, max_tokens=args.max_tokens)
+    if args.prompts:
+        with open(args.prompts) as f:
+            params["prompts"] = [line.rstrip("\n") for line in f if line.strip()]
+    client = connect(args, args.host)
+    try:
+        job = client.call("serving.bench", params, timeout=120)
+    except RemoteError as exc:
+        raise CommandError(exc.message, EXIT_FAILED)
+    if not args.json:
+        print(job["id"], flush=True)
+    last = None
+    while job["process_state"] in ("running", "starting"):
+        time.sleep(STATUS_POLL_S)
+        job = client.call("jobs.get", {"id": job["id"]})
+        progress = job.get("progress") or {}
+        line = "%s  %s  %d/%d requests" % (job["id"], progress.get("state", job["state"]), progress.get("done", 0), progress.get("total", 0))
+        if line != last and not args.json:
+            sys.stderr.write(line + "\n")
+            last = line
+    progress = job.get("progress") or {}
+    result = progress.get("result")
+    if not result:
+        reason = progress.get("error") or job.get("error") or "the benchmark job ended (%s) without a result" % job["state"]
+        raise CommandError("benchmark %s failed: %s" % (job["id"], reason), EXIT_FAILED)
+    keys = ("baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length")
+
+    def human():
+        return "\n".join([
+            "baseline      %.2f tok/s" % result["baseline_tps"],
+            "speculative   %.2f tok/s   speedup %.2fx" % (result["spec_tps"], result["speedup"]),
+            "accept length %s   cycle %.1f ms   break-even %.2f" % (
+                "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
+                result["break_even_accept_length"] or 0.0),
+            result["verdict"],
+        ])
+
+    emit(args, dict((key, result.get(key)) for key in keys), human)
+    return 0
