@@ -1,8 +1,8 @@
-"""The download job (remote/download.py) against a real HTTP fake hub (tests/hubserver.py).
+"""The download job (remote/downloads/download.py) against a real HTTP fake hub (tests/hubserver.py).
 
-Every job runs as its own process, as on the host: `remote.downloads.download.main([...])` under this
-interpreter with HF_ENDPOINT pointing at the fake hub, HF_HOME and SPECDECK_JOB_DIR in temp dirs.
-No test asserts a duration.
+Every job runs as its own process, as on the host: `remote.downloads.download.main([STEP, JOB_DIR])`
+under this interpreter, JOB_DIR holding spec.json as the wire method writes it, with HF_ENDPOINT
+pointing at the fake hub and HF_HOME in a temp dir. No test asserts a duration.
 """
 
 import hashlib
@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.hub_fixtures import blob
+from tests.hubserver import FakeHub
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The interpreter the jobs run under, as the user names one on the host (e.g. a venv with another
@@ -37,6 +38,11 @@ class Result:
     @property
     def progress(self):
         with open(os.path.join(self.job_dir, "progress.json")) as f:
+            return json.load(f)
+
+    @property
+    def plan(self):
+        with open(os.path.join(self.job_dir, "plan.json")) as f:
             return json.load(f)
 
     @property
@@ -64,23 +70,24 @@ class Runner:
         env = {k: v for k, v in os.environ.items()
                if k not in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HF_HUB_OFFLINE", "HF_TOKEN_PATH", "HF_ENDPOINT")}
         env.update(HF_ENDPOINT=self.hub.url, HF_HOME=str(self.tmp / "hf_home"), HF_HUB_DISABLE_TELEMETRY="1",
-                   HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(REPO_ROOT), SPECDECK_JOB_DIR=job_dir,
-                   PYTHONUNBUFFERED="1")
+                   HF_HUB_DISABLE_PROGRESS_BARS="1", PYTHONPATH=str(REPO_ROOT), PYTHONUNBUFFERED="1")
         if token is not None:
             env["HF_TOKEN"] = token
         env.update(extra or {})
         return env
 
     def _prepare(self, spec):
+        """A job directory with spec.json in it, as download.start leaves it."""
         self.count += 1
-        job_dir = str(self.tmp / ("job%d" % self.count))
-        spec_path = self.tmp / ("spec%d.json" % self.count)
-        spec_path.write_text(json.dumps(spec))
-        return job_dir, str(spec_path)
+        job_dir = self.tmp / ("job%d" % self.count)
+        job_dir.mkdir()
+        (job_dir / "spec.json").write_text(json.dumps(spec))
+        return str(job_dir)
 
-    def run(self, cmd, spec, token=None, env=None, code=None):
-        job_dir, spec_path = self._prepare(spec)
-        p = subprocess.run([JOB_PYTHON, "-c", RUNNER, cmd, spec_path], cwd=str(self.tmp),
+    def run(self, cmd, spec, token=None, env=None, code=None, job_dir=None):
+        """Run one step; `job_dir`: a step after another one in the same job (download after its plan)."""
+        job_dir = job_dir or self._prepare(spec)
+        p = subprocess.run([JOB_PYTHON, "-c", RUNNER, cmd, job_dir], cwd=str(self.tmp),
                            env=self.env(job_dir, token, env), capture_output=True, text=True)
         r = Result(p.returncode, p.stdout, p.stderr, job_dir)
         if code is not None:
@@ -88,9 +95,9 @@ class Runner:
         return r
 
     def start(self, cmd, spec, token=None, env=None):
-        job_dir, spec_path = self._prepare(spec)
+        job_dir = self._prepare(spec)
         out = open(self.tmp / ("job%d.log" % self.count), "w+")
-        p = subprocess.Popen([JOB_PYTHON, "-c", RUNNER, cmd, spec_path], cwd=str(self.tmp),
+        p = subprocess.Popen([JOB_PYTHON, "-c", RUNNER, cmd, job_dir], cwd=str(self.tmp),
                              env=self.env(job_dir, token, env), stdout=out, stderr=subprocess.STDOUT, text=True)
         p.job_dir = job_dir
         p.log = out
@@ -197,9 +204,7 @@ def test_full_download_is_verified_and_identical(dl, hub):  # noqa: F811
 def test_plan_lists_files_sizes_hashes_and_space(dl, hub):  # noqa: F811
     sha = make_repo(hub)
     r = dl.run("download-plan", dl.spec("org/drafter"), code=0)
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1
-    plan = json.loads(lines[0])
+    plan = r.plan
     assert plan["ok"] is True and plan["revision"] == sha
     files = {f["path"]: f for f in plan["files"]}
     assert files["model.safetensors"]["size"] == len(WEIGHTS)
@@ -213,7 +218,7 @@ def test_plan_lists_files_sizes_hashes_and_space(dl, hub):  # noqa: F811
 def test_include_exclude_and_explicit_files(dl, hub):  # noqa: F811
     make_repo(hub)
     spec = dl.spec("org/drafter", include=["*.json", "tok/"], exclude=["tok/*"])
-    plan = dl.run("download-plan", spec, code=0).json_line
+    plan = dl.run("download-plan", spec, code=0).plan
     assert [f["path"] for f in plan["files"]] == ["config.json"]
 
     spec = dl.spec("org/drafter", files=["model.safetensors", "tok/tokenizer.json"])
@@ -264,10 +269,37 @@ def test_two_jobs_into_one_folder_take_turns(dl, hub):  # noqa: F811
     assert (Path(spec["local_dir"]) / "model.safetensors").read_bytes() == WEIGHTS
 
 
-def test_spec_endpoint_wins_over_environment(dl, hub):  # noqa: F811
+def test_spec_endpoint_wins_over_environment(dl, hub, tmp_path):  # noqa: F811
+    # Two hubs with the same repo: the spec names one, HF_ENDPOINT the other. The bytes must
+    # come from the one the spec names, and the other must not be asked anything.
     make_repo(hub)
-    spec = dl.spec("org/drafter", endpoint=hub.url, files=["config.json"])
-    dl.run("download", spec, env={"HF_ENDPOINT": "http://127.0.0.1:9"}, code=0)
+    decoy = FakeHub(root=str(tmp_path / "decoy")).start()
+    try:
+        make_repo(decoy)
+        spec = dl.spec("org/drafter", endpoint=hub.url, files=["config.json"])
+        r = dl.run("download", spec, env={"HF_ENDPOINT": decoy.url}, code=0)
+        assert r.progress["state"] == "verified"
+        assert hub.bytes_served("org/drafter", "config.json") == len(CONFIG)
+        assert [q for q in hub.requests if "/api/" in q["path"]]
+        assert decoy.requests == []
+    finally:
+        decoy.stop()
+
+
+def test_download_reuses_the_plan_without_asking_the_hub_again(dl, hub):  # noqa: F811
+    sha = make_repo(hub)
+    spec = dl.spec("org/drafter")
+    planned = dl.run("download-plan", spec, code=0)
+    asked_by_plan = len(hub.requests)
+    assert any("/api/" in q["path"] for q in hub.requests)
+    r = dl.run("download", spec, job_dir=planned.job_dir, code=0)
+    assert r.progress["state"] == "verified" and r.progress["revision"] == sha
+    assert "(as planned)" in r.stdout
+    # Only file bytes were asked for: no repo info, no tree listing, no HEAD probe.
+    asked_by_download = hub.requests[asked_by_plan:]
+    assert asked_by_download and all(q["method"] == "GET" and "/resolve/" in q["path"] for q in asked_by_download)
+    check_tree(spec["local_dir"], {"config.json": CONFIG, "model.safetensors": WEIGHTS,
+                                   "tok/tokenizer.json": TOKENIZER})
 
 
 def test_complete_files_are_not_fetched_again(dl, hub):  # noqa: F811
@@ -489,9 +521,7 @@ def test_verify_without_the_hub_uses_recorded_hashes(dl, hub):  # noqa: F811
 
 def _plan_error(dl, spec, **kw):
     r = dl.run("download-plan", spec, code=2, **kw)
-    lines = [line for line in r.stdout.splitlines() if line.strip()]
-    assert len(lines) == 1, r
-    answer = json.loads(lines[0])
+    answer = r.plan
     assert answer["ok"] is False
     err = answer["error"]
     assert "\n" not in err["message"] and err["message"].strip() == err["message"] and err["message"]
@@ -533,7 +563,7 @@ def test_plan_errors(dl, hub, case, etype, words):  # noqa: F811
 def test_gated_repo_with_the_right_token_plans_and_downloads(dl, hub):  # noqa: F811
     make_repo(hub, "org/gated", gated=True)
     spec = dl.spec("org/gated")
-    assert dl.run("download-plan", spec, token=hub.token, code=0).json_line["ok"] is True
+    assert dl.run("download-plan", spec, token=hub.token, code=0).plan["ok"] is True
     dl.run("download", spec, token=hub.token, code=0)
 
 
@@ -638,8 +668,8 @@ sys.exit(main(sys.argv[1:]))
 
 
 def _run_with_inspector(dl, spec, report):
-    job_dir, spec_path = dl._prepare(spec)
-    p = subprocess.run([JOB_PYTHON, "-c", INSPECTOR, json.dumps(report), "download", spec_path],
+    job_dir = dl._prepare(spec)
+    p = subprocess.run([JOB_PYTHON, "-c", INSPECTOR, json.dumps(report), "download", job_dir],
                        env=dl.env(job_dir), capture_output=True, text=True)
     return Result(p.returncode, p.stdout, p.stderr, job_dir)
 
@@ -678,7 +708,6 @@ def test_checkpoint_inspection_skipped_for_a_partial_shard_set(dl, hub):  # noqa
     assert "skipped" in r.progress["verdict"]["message"]
 
 
-@pytest.mark.skipif(not (REPO_ROOT / "remote" / "checkpoint.py").exists(), reason="remote/checkpoint.py not there yet")
 def test_truncated_safetensors_served_consistently_is_corrupt(dl, hub):  # noqa: F811
     np = pytest.importorskip("numpy")
     st = pytest.importorskip("safetensors.numpy")

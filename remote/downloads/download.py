@@ -2,12 +2,15 @@
 
 Runs on the GPU host as a detached process of its own, under an interpreter that has
 huggingface_hub (imported lazily here, so the stdlib-only agent can import this module and
-still get a clear answer when it is missing). Entry point `main(argv)`:
+still get a clear answer when it is missing). Entry point `main(argv)`, each step given the
+job's own directory, which holds spec.json (written by the wire method before anything runs):
 
-  download SPEC.json        resolve, fetch (resuming what is there), verify; exit 0 verified,
+  download-plan JOB_DIR     writes JOB_DIR/plan.json: the files, sizes, hashes, free space, or
+                            the error; exit 0 when the plan is good
+  download JOB_DIR          fetch (resuming what is there) and verify the files of plan.json
+                            (resolving them again only when there is no plan); exit 0 verified,
                             1 mismatch or corrupt, 2 any other failure
-  download-plan SPEC.json   one JSON line: the files, sizes, hashes, free space, or the error
-  verify SPEC.json          verify an existing directory without downloading; the last stdout
+  verify JOB_DIR            verify an existing directory without downloading; the last stdout
                             line is the verdict as JSON
 
 SPEC: {"repo": "org/name", "repo_type": "model"|"dataset", "revision": null|str,
@@ -30,7 +33,7 @@ hf_hub_download writes, so `hf download --local-dir` sees them as up to date. Ea
 while it arrives (sha256 for LFS files, the git blob sha1 for the others) in a thread of its own,
 so verification after the last byte compares digests instead of reading gigabytes again.
 
-progress.json (in $SPECDECK_JOB_DIR, replaced atomically, at most ~4 times a second):
+progress.json (in JOB_DIR, replaced atomically, at most ~4 times a second):
   {"job": "download"|"verify", "repo", "repo_type", "revision", "local_dir",
    "state": "queued"|"resolving"|"downloading"|"verifying"|"verified"|"mismatch"|"corrupt"|"failed",
    "files": [{"path", "bytes_total", "bytes_done", "bytes_checked", "state"}],
@@ -46,8 +49,9 @@ SIGTERM/SIGINT stop the job (exit 2, partial files kept for the next run); SIGHU
 a job started under nohup outlives its shell. Environment knobs: SPECDECK_DOWNLOAD_WORKERS
 (files in parallel, 4), SPECDECK_DOWNLOAD_RETRIES (per file, 5, reset whenever bytes arrive).
 
-No token ever reaches the log, progress.json or an error message: every string that leaves the
-job is scrubbed of the token huggingface_hub finds (HF_TOKEN or the host's login).
+No token ever reaches the log, progress.json, plan.json or an error message: every string that
+leaves the job is scrubbed of the token huggingface_hub finds (HF_TOKEN, which the console's token
+arrives as, in the job's environment only, or the host's login).
 
 The job is split by concern: hub.py talks to the hub (the spec and its file selection, resolving
 the file list, classifying failures into PlanError types, HTTP that keeps the token with the hub),
@@ -68,16 +72,15 @@ import sys
 import threading
 import time
 
-if not __package__:  # run as a file (python remote/download.py): import the sibling modules as remote.*
-    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    __package__ = "remote"
-
 from .hub import (PlanError, RemoteFile, Resolved, _endpoint, _hf_headers, _http_error, _import_hf, _Stopped,
                   _token, _Transient, classify, fmt_gb, fmt_size, http_open, load_spec, log, normalize_spec,
                   one_line, resolve, resolve_url, scrub, select_paths, short)
 from .progress import FileState, Progress
 from .transfer import (HASH_BLOCK, Downloader, LocalPaths, hash_file, mount_point, new_hasher, read_metadata,
                        space_check)
+
+SPEC_FILE = "spec.json"
+PLAN_FILE = "plan.json"
 
 
 # --------------------------------------------------------------------------- plan
@@ -101,7 +104,41 @@ def plan(spec):
         files.append(d)
     return {"ok": True, "repo": spec["repo"], "repo_type": spec["repo_type"], "revision": resolved.revision,
             "files": files, "total_bytes": sum(rf.size for rf in resolved.files), "to_fetch_bytes": need,
-            "free_bytes": free, "local_dir": spec["local_dir"]}
+            "free_bytes": free, "local_dir": spec["local_dir"], "all_paths": resolved.all_paths}
+
+
+def write_plan(job_dir, answer):
+    """plan.json in the job's directory (atomically: the wire method reads it once we exit)."""
+    path = os.path.join(job_dir, PLAN_FILE)
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(scrub(json.dumps(answer, ensure_ascii=False)) + "\n")
+    os.replace(tmp, path)
+
+
+def read_plan(job_dir, spec):
+    """The good plan of this job's spec written by download-plan, or None (then the job plans)."""
+    try:
+        with open(os.path.join(job_dir, PLAN_FILE), encoding="utf-8") as f:
+            answer = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(answer, dict) or not answer.get("ok"):
+        return None
+    if (answer.get("repo"), answer.get("repo_type"), answer.get("local_dir")) != (
+            spec["repo"], spec["repo_type"], spec["local_dir"]):
+        return None
+    return answer
+
+
+def resolved_from_plan(spec, hf, answer):
+    """The plan's files as resolve() gives them, without asking the hub again."""
+    revision = answer["revision"]
+    asked = spec.get("revision") or "main"
+    spec["_endpoint_label"] = _endpoint(hf, spec)
+    spec["_revision_label"] = asked if asked == revision else "%s (%s)" % (asked, revision[:7])
+    files = [RemoteFile(f["path"], f["size"], f.get("sha256"), f.get("blob_id")) for f in answer["files"]]
+    return Resolved(revision, files, answer.get("all_paths") or [f.path for f in files])
 
 
 def _plan(spec, hf):
@@ -155,14 +192,9 @@ def compare(rf, size, digest):
 
 def _checkpoint_module():
     try:
-        if __package__:
-            import importlib
-            return importlib.import_module(__package__ + ".checkpoint")
-        import checkpoint  # type: ignore
-        return checkpoint
+        from ..checkpoints import report
+        return report
     except ImportError as e:
-        if e.name and e.name.endswith("checkpoint"):
-            return None
         log("checkpoint inspection unavailable: %s" % e)
         return None
 
@@ -312,9 +344,9 @@ def resolve_offline(spec):
 # --------------------------------------------------------------------------- jobs
 
 
-def _begin(kind, spec):
+def _begin(kind, spec, job_dir):
     """The progress file and the stop event of a download or verify job, signals wired to it."""
-    progress = Progress(os.environ.get("SPECDECK_JOB_DIR"), kind, spec)
+    progress = Progress(job_dir, kind, spec)
     stop = threading.Event()
     stop.signum = None
     _install_signals(stop)
@@ -341,8 +373,8 @@ def _fail(progress, message, verdict=None):
     return 2
 
 
-def run_download(spec):
-    progress, stop = _begin("download", spec)
+def run_download(spec, job_dir):
+    progress, stop = _begin("download", spec, job_dir)
     t_start = time.monotonic()
     try:
         log("download %s%s at %s into %s" % ("dataset " if spec["repo_type"] == "dataset" else "", spec["repo"],
@@ -350,13 +382,19 @@ def run_download(spec):
         progress.set(state="resolving")
         try:
             hf = _import_hf()
-            resolved, have, need, free = _plan(spec, hf)
+            planned = read_plan(job_dir, spec)
+            if planned is not None:  # the start-up planned it a moment ago: do not ask the hub again
+                _token(hf)
+                resolved = resolved_from_plan(spec, hf, planned)
+                need, free = planned["to_fetch_bytes"], planned["free_bytes"]
+            else:
+                resolved, have, need, free = _plan(spec, hf)
         except PlanError as e:
             return _fail(progress, "%s: %s" % (e.type, e.message))
         total = sum(rf.size for rf in resolved.files)
-        log("revision %s: %d file%s, %s; %s to fetch, %s free" % (
+        log("revision %s: %d file%s, %s; %s to fetch, %s free%s" % (
             resolved.revision, len(resolved.files), "" if len(resolved.files) == 1 else "s", fmt_size(total),
-            fmt_size(need), fmt_gb(free)))
+            fmt_size(need), fmt_gb(free), " (as planned)" if planned is not None else ""))
         dl = Downloader(spec, hf, resolved, progress, stop)
         progress.files = [dl.progress_state(rf) for rf in resolved.files]
         progress.set(revision=resolved.revision, state="downloading")
@@ -400,8 +438,8 @@ def run_download(spec):
         progress.close()
 
 
-def run_verify(spec):
-    progress, stop = _begin("verify", spec)
+def run_verify(spec, job_dir):
+    progress, stop = _begin("verify", spec, job_dir)
     verdict = None
     code = 2
     try:
@@ -462,27 +500,28 @@ def run_verify(spec):
     return code
 
 
-USAGE = "usage: download|download-plan|verify SPEC.json"
+USAGE = "usage: download|download-plan|verify JOB_DIR  (JOB_DIR holds spec.json)"
 
 
 def main(argv=None):
     argv = list(sys.argv[1:] if argv is None else argv)
-    if len(argv) != 2 or argv[0] not in ("download", "download-plan", "verify"):
+    if len(argv) != 2 or argv[0] not in ("download", "download-plan", "verify") or not os.path.isdir(argv[1]):
         print(USAGE, file=sys.stderr)
         return 2
-    cmd, spec_path = argv
+    cmd, job_dir = argv
+    job_dir = os.path.abspath(job_dir)
+    spec_path = os.path.join(job_dir, SPEC_FILE)
     if cmd == "download-plan":
         try:
-            spec = load_spec(spec_path)
-            answer = plan(spec)
+            answer = plan(load_spec(spec_path))
         except PlanError as e:
             answer = {"ok": False, "error": e.to_json()}
-        print(scrub(json.dumps(answer, ensure_ascii=False)), flush=True)
+        write_plan(job_dir, answer)
         return 0 if answer.get("ok") else 2
     try:
         spec = load_spec(spec_path)
     except PlanError as e:
-        progress = Progress(os.environ.get("SPECDECK_JOB_DIR"), cmd, {})
+        progress = Progress(job_dir, cmd, {})
         try:
             if cmd == "verify":
                 verdict = {"status": "error", "message": e.message, "type": e.type}
@@ -493,8 +532,8 @@ def main(argv=None):
         finally:
             progress.close()
     if cmd == "download":
-        return run_download(spec)
-    return run_verify(spec)
+        return run_download(spec, job_dir)
+    return run_verify(spec, job_dir)
 
 
 if __name__ == "__main__":

@@ -215,9 +215,9 @@ def _import_hf():
     try:
         import huggingface_hub  # noqa: F401 (lazy on purpose)
     except ImportError:
-        raise PlanError("MissingDependency", "huggingface_hub is not installed for %s; name an interpreter "
-                        "that has it (--host-python PATH, or the download form's host python), or "
-                        "pip install huggingface_hub there" % sys.executable)
+        raise PlanError("MissingDependency", "huggingface_hub is not installed for %s; remember an interpreter "
+                        "that has it with `specdeck config HOST --ml-python PATH` (--host-python PATH for once), "
+                        "or pip install huggingface_hub there" % sys.executable)
     return huggingface_hub
 
 

@@ -3,12 +3,14 @@
 import json
 import os
 import subprocess
-import uuid
 
 from ..core import paths
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, RemoteError
 from ..core.wire import method, param
+from .interpreters import missing_hub_message, with_huggingface_hub
+
+PLAN_TIMEOUT_S = 120
 
 
 def _download_spec(params, local_dir_required=True):
@@ -25,68 +27,94 @@ def _download_spec(params, local_dir_required=True):
     if spec["repo_type"] not in ("model", "dataset"):
         raise BadRequest("repo type must be model or dataset, not %r" % spec["repo_type"])
     spec["local_dir"] = os.path.abspath(os.path.expanduser(spec["local_dir"]))
-    spec_dir = os.path.join(paths.state_dir(), "specs")
-    os.makedirs(spec_dir, mode=0o700, exist_ok=True)
-    spec_path = os.path.join(spec_dir, "%s.json" % uuid.uuid4().hex)
-    with open(spec_path, "w") as f:
+    return spec
+
+
+def _write_spec(job_dir, spec):
+    with open(os.open(os.path.join(job_dir, "spec.json"), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(spec, f)
-    return spec, spec_path
+
+
+def _secret_env(call):
+    """The console's hub token, for the job's environment only (never a file, argv or log)."""
+    token = call.param("token", str)
+    return {"HF_TOKEN": token} if token and token.strip() else {}
 
 
 def _agent_under(call):
-    """argv prefix and env additions that run this agent under the job's interpreter."""
+    """(interpreter, argv prefix, env additions) that run this agent under the job's interpreter,
+    the interpreter resolved here once (the jobs get its absolute path)."""
     interpreter = call.param("python", str) or call.daemon.hello["capabilities"]["python"]["executable"]
     prefix = paths.agent_argv()
     env = {}
     if prefix[1:2] == ["-m"]:
         env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
-    interpreter = resolve_executable(interpreter, os.path.expanduser("~"), login_path())
-    return [interpreter] + prefix[1:], env
+    home = os.path.expanduser("~")
+    interpreter = resolve_executable(interpreter, home, "" if os.sep in interpreter else login_path())
+    return interpreter, [interpreter] + prefix[1:], env
 
 
-def _run_plan(command, spec_path, env):
+def _run_plan(interpreter, command, job_dir, env, secret_env):
+    """The plan the download-plan step leaves in job_dir/plan.json; RemoteError when it is no good."""
     run_env = dict(os.environ)
     run_env.pop("PYTHONPATH", None)
     run_env.update(env)
+    run_env.update(secret_env)
     try:
-        out = subprocess.run(
-            command + ["download-plan", spec_path], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=run_env, timeout=120
-        )
+        out = subprocess.run(command + ["download-plan", job_dir], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                             stderr=subprocess.PIPE, env=run_env, timeout=PLAN_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        raise RemoteError("NetworkUnreachable", "resolving the file list took over 120 s; is the hub reachable from the host?")
-    lines = out.stdout.decode("utf-8", "replace").strip().splitlines()
+        raise RemoteError("NetworkUnreachable", "resolving the file list took over %d s; is the hub reachable from the host?" % PLAN_TIMEOUT_S)
     try:
-        plan = json.loads(lines[-1])
-    except (IndexError, ValueError):
+        with open(os.path.join(job_dir, "plan.json"), encoding="utf-8") as f:
+            plan = json.load(f)
+    except (OSError, ValueError):
         detail = out.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise RemoteError("PlanFailed", "could not resolve the download: %s" % (detail[-1] if detail else "no output"))
+        raise RemoteError("PlanFailed", "could not resolve the download: %s" % (detail[-1] if detail else "no plan and no error from %s" % interpreter))
     if not plan.get("ok"):
         error = plan.get("error") or {}
+        if error.get("type") == "MissingDependency":
+            found = with_huggingface_hub(exclude=(interpreter,))
+            raise RemoteError("MissingDependency", missing_hub_message(interpreter, found))
         raise RemoteError(error.get("type", "PlanFailed"), error.get("message", "could not resolve the download"))
     return plan
+
+
+def _submit(call, spec, step, name, plan_first):
+    """Reserve the job's directory, put the spec (and the plan) there, then start the job on them.
+    A refusal before the start leaves no job and no file behind."""
+    interpreter, command, env = _agent_under(call)
+    secret_env = _secret_env(call)
+    jobs = call.daemon.jobs
+    job_id, job_dir = jobs.reserve()
+    try:
+        _write_spec(job_dir, spec)
+        if plan_first:
+            _run_plan(interpreter, command, job_dir, env, secret_env)
+        # The spec rides along as the job's meta, so a console can retry or verify it later.
+        meta = dict(spec, python=call.params.get("python"))
+        return jobs.submit(command + [step, job_dir], env=env, name=name % (spec["repo"], spec["local_dir"]), kind="download",
+                           meta=meta, reserved=(job_id, job_dir), secret_env=secret_env)
+    except BaseException:
+        jobs.discard(job_id)
+        raise
 
 
 @method("download.start")
 def download_start(call):
     """Resolve a repo's files on the hub, then download and verify them as a job of kind `download`.
     Params: `repo`, `repo_type` (model|dataset), `revision`, `files`, `include`, `exclude` (globs),
-    `local_dir` (required), `endpoint`, `python` (an interpreter with huggingface_hub).
+    `local_dir` (required), `endpoint`, `python` (an interpreter with huggingface_hub), `token`
+    (the console's hub token: the job gets it in its environment only; without it, the host's own).
     Reply: the job (as `jobs.get`); its `progress` follows in job events. Errors: RepoNotFound,
-    FileNotFound, RevisionNotFound, AuthRequired, NoSpace, NetworkUnreachable, PlanFailed, before
-    any job is made."""
-    spec, spec_path = _download_spec(call.params)
-    command, env = _agent_under(call)
-    _run_plan(command, spec_path, env)
-    name = "%s -> %s" % (spec["repo"], spec["local_dir"])
-    # The spec rides along as the job's meta, so a console can retry or verify it later.
-    return call.daemon.jobs.submit(command + ["download", spec_path], env=env, name=name, kind="download", meta=dict(spec, python=call.params.get("python")))
+    FileNotFound, RevisionNotFound, AuthRequired, NoSpace, NetworkUnreachable, MissingDependency
+    (naming this host's interpreters that have huggingface_hub), PlanFailed, before any job is made."""
+    return _submit(call, _download_spec(call.params), "download", "%s -> %s", plan_first=True)
 
 
 @method("download.verify")
 def download_verify(call):
     """Verify a directory against the hub's hashes without downloading, as a job of kind `download`.
     Params: as `download.start`. Reply: the job."""
-    spec, spec_path = _download_spec(call.params)
-    command, env = _agent_under(call)
-    name = "verify %s in %s" % (spec["repo"], spec["local_dir"])
-    return call.daemon.jobs.submit(command + ["verify", spec_path], env=env, name=name, kind="download", meta=dict(spec, python=call.params.get("python")))
+    spec = _download_spec(call.params)
+    return _submit(call, spec, "verify", "verify %s in %s", plan_first=False)

@@ -1,5 +1,5 @@
 """progress.json of the download and verify jobs: each file's state and bytes, the totals, the
-receive rate and ETA, rewritten atomically in $SPECDECK_JOB_DIR at most ~4 times a second."""
+receive rate and ETA, rewritten atomically in the job's directory at most ~4 times a second."""
 
 from __future__ import annotations
 
