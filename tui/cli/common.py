@@ -1,8 +1,23 @@
-"""What every command shares: the one-line error, connecting, --json output, HOST:PATH."""
+"""What every command shares: the one-line error, connecting, --json output, HOST:PATH, logging.
+
+Errors: one line on stderr (`specdeck: ...`), or with --json one JSON object on stderr,
+`{"error": {"type": ..., "message": ...}}`, with the same exit codes (1: the host refused or
+the work failed, 2: a usage or connection problem). `type` is the agent's error type for a
+refusal (e.g. NotFound), the exception's class for a connection failure (ConnectError,
+HostKeyChanged, HostKeyRevoked, HostKeyUnknown, AuthenticationRefused), or UsageError.
+
+Logging: warnings (a malformed frame from the agent, paramiko's own tracebacks) go to
+specdeck.log under $XDG_STATE_HOME/specdeck (default ~/.local/state/specdeck); -v also prints
+the client's info on stderr, -vv everything including paramiko's.
+"""
 
 import json
+import logging
+import logging.handlers
 import os
 import re
+import sys
+import time
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -19,6 +34,7 @@ class CommandError(Exception):
 def connection_options(parser):
     parser.add_argument("--python", default="python3", metavar="PATH", help="interpreter that runs the agent on the host (default python3)")
     parser.add_argument("--accept-new", action="store_true", help="accept and remember an unknown host key (check its fingerprint first)")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr as well (-vv: also paramiko's debug)")
 
 
 def split_host_path(text):
@@ -35,9 +51,88 @@ def accept_new_policy(args):
 
 
 def connect(args, host, reconnect=False):
+    """A started client; with `reconnect`, a notice on stderr each time the link drops and heals."""
     from ..connection import open_client
 
-    return open_client(host, python=args.python, accept_new=accept_new_policy(args), reconnect=reconnect)
+    on_state = ReconnectNotices(host or "local", getattr(args, "json", False)) if reconnect else None
+    return open_client(host, python=args.python, accept_new=accept_new_policy(args), reconnect=reconnect, on_state=on_state)
+
+
+class ReconnectNotices:
+    """Says on stderr that a following command is reconnecting, and when it is back.
+
+    One line when the link drops, another when the reason changes or the wait grows long
+    (so a minutes-long outage is never silent), one when it is back.
+    """
+
+    LONG_WAIT_S = 2.0
+
+    def __init__(self, host, as_json=False):
+        self.host = host
+        self.as_json = as_json
+        self.last_reason = None
+
+    def __call__(self, state, detail):
+        if state == "reconnecting":
+            reason = detail.get("error") or "the link dropped"
+            wait_s = detail.get("next_try_in_s") or 0.0
+            if reason == self.last_reason and wait_s < self.LONG_WAIT_S:
+                return
+            self.last_reason = reason
+            when = "next try in %d s" % round(wait_s) if wait_s >= 0.5 else "trying now"
+            self.say("reconnecting", "reconnecting to %s: %s (%s)" % (self.host, reason, when), next_try_in_s=round(wait_s, 2))
+        elif state == "connected" and self.last_reason is not None:
+            self.last_reason = None
+            self.say("reconnected", "reconnected to %s" % self.host)
+
+    def say(self, event, message, **fields):
+        if self.as_json:
+            line = json.dumps({"notice": dict({"type": event, "message": message, "at": time.time()}, **fields)})
+        else:
+            line = "specdeck: %s" % message
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+
+
+def report_error(exc_type, message, as_json):
+    """Write the one line (or JSON object) for a failure on stderr."""
+    if as_json:
+        sys.stderr.write(json.dumps({"error": {"type": exc_type, "message": message}}) + "\n")
+    else:
+        sys.stderr.write("specdeck: %s\n" % message)
+
+
+def log_path():
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "specdeck", "specdeck.log")
+
+
+class _QuietParamiko(logging.Filter):
+    """paramiko logs each failed handshake as a traceback: only for -vv on stderr."""
+
+    def filter(self, record):
+        return not record.name.startswith("paramiko")
+
+
+def setup_logging(verbosity=0, to_stderr=True):
+    """Warnings to the log file (opened on the first record); -v: info on stderr, -vv: debug."""
+    root = logging.getLogger()
+    root.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
+    path = log_path()
+    try:
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        to_file = logging.handlers.RotatingFileHandler(path, maxBytes=1 << 20, backupCount=1, delay=True)
+        to_file.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+        to_file.setLevel(logging.WARNING if not verbosity else logging.DEBUG)
+        root.addHandler(to_file)
+    except OSError:
+        pass  # no writable state directory: logging is not worth failing a command over
+    if to_stderr and verbosity:
+        to_stderr_handler = logging.StreamHandler(sys.stderr)
+        to_stderr_handler.setFormatter(logging.Formatter("specdeck: %(name)s: %(message)s"))
+        if verbosity < 2:
+            to_stderr_handler.addFilter(_QuietParamiko())
+        root.addHandler(to_stderr_handler)
 
 
 def emit(args, value, human):
