@@ -6,6 +6,7 @@ import threading
 import time
 
 from .. import display
+from ..client import ConnectError
 from .common import EXIT_FAILED, CommandError, connect, emit
 
 
@@ -105,10 +106,14 @@ def cmd_logs(args):
         result.update(data)
         done.set()
 
-    client.subscribe("jobs.follow", {"id": args.job, "after": -args.tail if args.tail else 0}, on_data, on_end)
+    after = 0
+    if args.tail:  # from the window's first whole line, as without --follow
+        after = client.call("jobs.tail", {"id": args.job, "offset": -args.tail, "max_bytes": args.tail})["offset"]
+    client.subscribe("jobs.follow", {"id": args.job, "after": after}, on_data, on_end)
     try:
         while not done.wait(0.5):
-            pass
+            if client.state == "failed":  # e.g. the host key changed: reconnecting cannot help
+                raise ConnectError(client.state_detail.get("error") or "the connection failed")
     except KeyboardInterrupt:
         return 130
     job = result.get("job") or {}
