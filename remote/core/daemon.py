@@ -21,6 +21,7 @@ import time
 from .. import AGENT_VERSION, PROTOCOL_VERSION
 from . import buildinfo, capabilities, paths
 from . import wire
+from .history import HistoryService
 from .job_streams import JobWatcher
 from ..serving.sampler import SpeculationSampler
 from .jobs import JobStore
@@ -118,6 +119,7 @@ class Daemon:
         }
 
     def start_services(self):
+        self.history = self.services.add(HistoryService())  # first: samplers record into it
         self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
         self.services.add(SpeculationSampler(self))
 

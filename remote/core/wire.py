@@ -16,6 +16,7 @@ from .protocol import BadRequest, RemoteError
 AREAS = (
     "remote.core.methods",
     "remote.core.job_methods",
+    "remote.core.history_methods",
     "remote.checkpoints.methods",
     "remote.downloads.methods",
     "remote.serving.methods",

@@ -1,0 +1,67 @@
+"""Wire methods of the history store (history.py): windows of recorded series, what is
+recorded, and how big the store is. They read through the daemon's history service
+(`daemon.history`), each on a read connection of its own."""
+
+from .history_query import HistoryUnavailable
+from .protocol import BadRequest, RemoteError
+from .wire import method
+
+
+def _store(call):
+    service = getattr(call.daemon, "history", None)
+    if service is None:
+        raise RemoteError("Busy", "the history service is not running yet; try again")
+    return service.store
+
+
+def _reading(function, *args, **kwargs):
+    try:
+        return function(*args, **kwargs)
+    except HistoryUnavailable as exc:
+        raise RemoteError("Busy", "%s; try again" % exc)
+
+
+@method("history.query")
+def history_query(call):
+    """A window of recorded series at a resolution. Params: `source` and `name` (required, e.g.
+    `gpu`, `utilization_percent`), `labels` (an object: only series whose labels include these;
+    absent: every series of that name), `start`, `end` (s since the epoch; default the last
+    hour), `resolution_s` (default: the window in 500 points). Points come from the coarsest tier
+    (raw, 10 s, 1 min) that meets the resolution, the rest of the window from the others, so a
+    window across tiers has no hole; raw points give min = mean = max. The resolution is widened
+    so a series has at most 5,000 points and the reply at most 100,000.
+    Reply: `{series: [{labels, points: [[t, min, mean, max], ...]}], resolution_s}` (`t`: the
+    start of each group, s since the epoch; `resolution_s`: the one used)."""
+    resolution_s = call.param("resolution_s", float)
+    if resolution_s is not None and resolution_s <= 0:
+        raise BadRequest("resolution_s must be a number of seconds > 0")
+    labels = call.param("labels", dict)
+    if labels and not all(isinstance(v, (str, int, float)) for v in labels.values()):
+        raise BadRequest("labels must map names to strings or numbers")
+    series, used_s = _reading(_store(call).query, call.param("source", str, required=True), call.param("name", str, required=True),
+                              labels=labels, start=call.param("start", float), end=call.param("end", float), resolution_s=resolution_s)
+    return {"series": series, "resolution_s": used_s}
+
+
+@method("history.series")
+def history_series(call):
+    """What is recorded. Params: `source` (only that source's series). Reply: `{series: [{source,
+    name, labels, first, last, points: {raw, 10s, 1m}}]}`: `first`/`last` the times (s since the
+    epoch) of its first and last point, `points` how many the store keeps of it in each tier."""
+    return {"series": _reading(_store(call).series, call.param("source", str))}
+
+
+@method("history.latest")
+def history_latest(call):
+    """The last committed value of each series of a source. Params: `source` (required), `name`.
+    Reply: `{series: [{name, labels, time, value}]}`."""
+    return {"series": _reading(_store(call).latest, call.param("source", str, required=True), call.param("name", str))}
+
+
+@method("history.status")
+def history_status(call):
+    """The store's file and bound. Params: none. Reply: `{path, file_bytes, wal_bytes, used_bytes,
+    max_bytes (the cap: above it the oldest buckets are dropped), series, tiers: [{name, bucket_s,
+    retention_s, points, rolled_until, kept_from}], buffered_points, dropped_points, recovered
+    (null, or {reason, kept_as, at} when a corrupt or locked file was moved aside), time}`."""
+    return _reading(_store(call).status)
