@@ -24,6 +24,7 @@ from . import wire
 from .history import HistoryService
 from .job_streams import JobWatcher
 from ..serving.sampler import SpeculationSampler
+from ..telemetry.sampler import TelemetrySampler
 from .jobs import JobStore
 from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
 from .services import Services
@@ -122,6 +123,7 @@ class Daemon:
         self.history = self.services.add(HistoryService())  # first: samplers record into it
         self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
         self.services.add(SpeculationSampler(self))
+        self.services.add(TelemetrySampler(self))
 
     def serve_forever(self, listener, socket_path):
         listener.settimeout(0.5)

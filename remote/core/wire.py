@@ -20,6 +20,7 @@ AREAS = (
     "remote.checkpoints.methods",
     "remote.downloads.methods",
     "remote.serving.methods",
+    "remote.telemetry.methods",
 )
 
 METHODS = {}

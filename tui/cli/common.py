@@ -32,7 +32,7 @@ class CommandError(Exception):
 
 
 def connection_options(parser):
-    parser.add_argument("--python", default="python3", metavar="PATH", help="interpreter that runs the agent on the host (default python3)")
+    parser.add_argument("--python", metavar="PATH", help="interpreter that runs the agent on the host (default: what `specdeck config HOST --agent-python` remembers, else python3)")
     parser.add_argument("--accept-new", action="store_true", help="accept and remember an unknown host key (check its fingerprint first)")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr as well (-vv: also paramiko's debug)")
 
@@ -50,12 +50,19 @@ def accept_new_policy(args):
     return (lambda host_key: True) if args.accept_new else (lambda host_key: False)
 
 
+def agent_python(args, host):
+    """--python, else the interpreter remembered for the host, else python3 (on `local`: this one)."""
+    from .. import config
+
+    return args.python or config.remembered(host, "agent_python") or "python3"
+
+
 def connect(args, host, reconnect=False):
     """A started client; with `reconnect`, a notice on stderr each time the link drops and heals."""
     from ..connection import open_client
 
     on_state = ReconnectNotices(host or "local", getattr(args, "json", False)) if reconnect else None
-    return open_client(host, python=args.python, accept_new=accept_new_policy(args), reconnect=reconnect, on_state=on_state)
+    return open_client(host, python=agent_python(args, host), accept_new=accept_new_policy(args), reconnect=reconnect, on_state=on_state)
 
 
 class ReconnectNotices:

@@ -23,10 +23,10 @@ import sys
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from . import checkpoints, downloads, jobs, serving
-from .common import EXIT_FAILED, EXIT_USAGE, CommandError, connection_options, report_error, setup_logging
+from . import checkpoints, config, downloads, jobs, serving
+from .common import EXIT_FAILED, EXIT_USAGE, CommandError, agent_python, connection_options, report_error, setup_logging
 
-AREAS = (jobs, checkpoints, downloads, serving)  # each adds its commands to the parser
+AREAS = (jobs, checkpoints, downloads, serving, config)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.
@@ -87,7 +87,7 @@ def open_console(argv):
     setup_logging(args.verbose, to_stderr=False)  # the screen is the terminal's: log to the file only
     from ..app import SpecdeckApp
 
-    SpecdeckApp(host=args.host, python=args.python, accept_new=args.accept_new).run()
+    SpecdeckApp(host=args.host, python=agent_python(args, args.host), accept_new=args.accept_new).run()
     return 0
 
 

@@ -1,0 +1,37 @@
+"""`specdeck config HOST`: show or set what is remembered for a host (tui/config.py), so that
+--python and --host-python are typed once."""
+
+import json
+
+from .. import config
+from .common import CommandError
+
+OPTIONS = (
+    ("agent_python", "--agent-python", "interpreter that runs the agent on the host (what --python defaults to)"),
+    ("ml_python", "--ml-python", "interpreter with huggingface_hub (and torch...) on the host (what --host-python defaults to)"),
+    ("download_dir", "--download-dir", "where downloads go on the host"),
+    ("checkpoint_dir", "--checkpoint-dir", "where checkpoints are on the host"),
+)
+
+
+def add_commands(commands):
+    p = commands.add_parser("config", help="show or set what is remembered for a host (interpreters, directories)")
+    p.set_defaults(func=cmd_config)
+    p.add_argument("host", help="as you name it in other commands (user@host, an ssh alias, local)")
+    for key, flag, help_text in OPTIONS:
+        p.add_argument(flag, dest=key, metavar="PATH", help=help_text + "; an empty value forgets it")
+
+
+def cmd_config(args):
+    changes = {key: (getattr(args, key) or None) for key, _flag, _help in OPTIONS if getattr(args, key) is not None}
+    try:
+        table = config.remember(args.host, changes) if changes else dict(config.load().get("hosts", {}).get(config.host_key(args.host)) or {})
+    except (config.ConfigError, OSError) as exc:
+        raise CommandError(str(exc))
+    if args.json:
+        print(json.dumps({"host": config.host_key(args.host), "path": config.config_path(), "settings": table}))
+        return 0
+    print("%s  (%s)" % (config.host_key(args.host), config.config_path()))
+    for key, flag, _help in OPTIONS:
+        print("  %-15s %s" % (key, table.get(key) or "-  (set with %s PATH)" % flag))
+    return 0
