@@ -1,0 +1,170 @@
+"""Wire methods of telemetry: the latest sample, its stream, history windows, the alert settings,
+and the alerts that fired (with what a console has already seen)."""
+
+import time
+
+from ..core import streams
+from ..core.protocol import BadRequest, RemoteError
+from ..core.streams import TopicSource
+from ..core.wire import method
+from .sample import GPU_SERIES, GPU_SOURCE, HOST_SERIES, HOST_SOURCE, samples_from_series
+
+LATEST_WAIT_S = 5.0
+SAMPLES_MAX = 2000  # per `telemetry.samples` reply: a week at 1 Hz would not fit in a frame
+
+
+def sampler(call):
+    found = call.daemon.services.get("telemetry")
+    if found is None:
+        raise RemoteError("NotFound", "this agent runs no telemetry sampler")
+    return found
+
+
+def history_store(call):
+    history = getattr(call.daemon, "history", None)
+    if history is None:
+        raise RemoteError("NotFound", "this agent keeps no history store")
+    return history.store
+
+
+def window(call):
+    """(start, end) from `start`/`end` (s since the epoch) or `since_s` (the last so many seconds)."""
+    end = call.param("end", float) or time.time()
+    since_s = call.param("since_s", float)
+    start = call.param("start", float)
+    if start is None:
+        start = end - (since_s if since_s is not None else 3600.0)
+    if start >= end:
+        raise BadRequest("the window is empty: start must come before end")
+    return start, end
+
+
+@method("telemetry.latest")
+def telemetry_latest(call):
+    """The newest sample. Params: none. Reply: `{time, host: {cpu_count, cpu_percent,
+    memory_used_bytes, memory_total_bytes, load_1m, load_5m, load_15m, network_rx_bytes_per_s,
+    network_tx_bytes_per_s, disks: [{path, role, free_bytes, total_bytes}]}, nvml: {available,
+    reason, driver_version}, gpus: [{index, name, uuid, pci_bus_id, utilization_percent,
+    memory_utilization_percent, memory_used_bytes, memory_total_bytes, temperature_c,
+    memory_temperature_c, power_w, power_limit_w, sm_clock_mhz, sm_clock_max_mhz,
+    memory_clock_mhz, throttle_reasons: [word], pcie_rx_bytes_per_s, pcie_tx_bytes_per_s,
+    nvlink_count, nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s, ecc_corrected_errors,
+    ecc_uncorrected_errors, xid_errors, last_xid, lost?}], processes: [{pid, gpu_index,
+    memory_bytes, kind, job_id, command, started_at} or {pid, gpu_index, memory_bytes, kind,
+    other_namespace: true}]}`. A field the GPU or driver does not report is null; rates are null
+    in the first sample."""
+    service = sampler(call)
+    deadline = time.monotonic() + LATEST_WAIT_S
+    while service.latest_sample() is None and time.monotonic() < deadline:
+        time.sleep(0.05)  # the daemon has just started: the first sample is a second away
+    latest = service.latest_sample()
+    if latest is None:
+        raise RemoteError("NotFound", "no telemetry sample yet (see the telemetry service's status)")
+    return latest
+
+
+@method("telemetry.follow")
+def telemetry_follow(call):
+    """Stream the samples, once a second. Params: `stream`, `after` (a seq; absent: from now).
+    Frames: first `{snapshot: sample (as telemetry.latest), records: []}`; then `{records:
+    [delta]}`, each delta holding `time` and only what changed: `host` (changed keys), `nvml`,
+    `gpus` ([{index, changed keys}]), `processes` (the whole list, when it changed); a delta
+    with `full: true` is a whole sample (the set of GPUs changed). remote/telemetry/sample.py
+    `apply_delta` rebuilds the sample. Reply: `{stream, seq}`."""
+    service = sampler(call)
+    source = TopicSource(service.topic, snapshot=service.latest_sample)
+    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
+    return {"stream": call.params["stream"], "seq": seq}
+
+
+@method("telemetry.history")
+def telemetry_history(call):
+    """One metric over a window, per GPU (or for the host), from the history store. Params:
+    `metric` (a GPU series: utilization_percent, memory_utilization_percent, memory_used_bytes,
+    temperature_c, power_w, sm_clock_mhz, memory_clock_mhz, pcie_rx_bytes_per_s,
+    pcie_tx_bytes_per_s, nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s; or a host series:
+    cpu_percent, memory_used_bytes, load_1m, network_rx_bytes_per_s, network_tx_bytes_per_s
+    with `host: true`), `gpu` (one index; default all), `start`/`end` or `since_s` (default the
+    last hour), `resolution_s` (default: about 500 points). Reply: `{metric, resolution_s,
+    series: [{gpu_index, points: [[time, min, mean, max], ...]}]}` (`gpu_index` null for the host)."""
+    metric = call.param("metric", str, required=True)
+    host = call.param("host", bool, False)
+    if metric not in (HOST_SERIES if host else GPU_SERIES):
+        raise BadRequest("no %s series %r (there are: %s)" % ("host" if host else "GPU", metric, ", ".join(HOST_SERIES if host else GPU_SERIES)))
+    start, end = window(call)
+    gpu = call.param("gpu", int)
+    labels = {} if host or gpu is None else {"gpu": str(gpu)}
+    found, resolution_s = history_store(call).query(HOST_SOURCE if host else GPU_SOURCE, metric, labels, start, end, call.param("resolution_s", float))
+    series = [{"gpu_index": None if host else int(s["labels"]["gpu"]), "points": s["points"]} for s in found]
+    series.sort(key=lambda s: -1 if s["gpu_index"] is None else s["gpu_index"])
+    return {"metric": metric, "resolution_s": resolution_s, "series": series}
+
+
+@method("telemetry.samples")
+def telemetry_samples(call):
+    """Every sample of a window at the store's resolution (1 s for the last 6 hours, then 10 s,
+    then 1 min; coarser where the window would exceed 2,000 samples). Params: `start`/`end` or
+    `since_s`. Reply: `{resolution_s, samples: [record]}`, each record shaped as
+    `telemetry.latest` with the stored fields (bucket means), names and totals from the latest
+    sample, and no processes."""
+    start, end = window(call)
+    store = history_store(call)
+    resolution_s = max(1.0, (end - start) / SAMPLES_MAX)
+    host_series, gpu_series, used = {}, {}, resolution_s
+    for name in HOST_SERIES:
+        found, used = store.query(HOST_SOURCE, name, {}, start, end, resolution_s)
+        for series in found:
+            host_series[name] = series["points"]
+    for name in GPU_SERIES:
+        found, used = store.query(GPU_SOURCE, name, {}, start, end, resolution_s)
+        for series in found:
+            gpu_series[(int(series["labels"]["gpu"]), name)] = series["points"]
+    samples = samples_from_series(host_series, gpu_series, sampler(call).latest_sample())
+    return {"resolution_s": used, "samples": samples}
+
+
+@method("telemetry.configure")
+def telemetry_configure(call):
+    """Set this host's alert rules and the directories whose free space is shown; kept in the
+    state directory, so they hold while no console is connected. Params: `alerts` ({rule:
+    {setting: value}}, merged over what is set; rules: gpu_idle, memory_full, temperature
+    {enabled, threshold, duration_s}: utilisation % below which a GPU held by a running job is
+    idle, % of GPU memory used, °C; throttle {enabled, reasons: [word], duration_s}; job_failed
+    {enabled}), `checkpoint_dirs` (list of paths). Reply: `{alerts, checkpoint_dirs}` in force."""
+    service = sampler(call)
+    try:
+        return service.configure(alerts=call.param("alerts", dict), checkpoint_dirs=call.param("checkpoint_dirs", list))
+    except ValueError as exc:
+        raise BadRequest(str(exc))
+
+
+@method("telemetry.alerts")
+def telemetry_alerts(call):
+    """Alerts that fired. Params: `since` (s since the epoch: those that fired or ended after
+    it), `unseen` (true: those after the time a console last marked seen). Reply: `{alerts:
+    [{id, kind: gpu_idle|memory_full|temperature|throttle|job_failed, gpu_index, job_id,
+    started_at, fired_at, ended_at, value, message}], seen_until}`; `ended_at` is null while the
+    condition lasts."""
+    log = sampler(call).alert_log
+    since = call.param("since", float)
+    seen_until = log.seen_until()
+    if call.param("unseen", bool, False):
+        since = max(since or 0.0, seen_until)
+    return {"alerts": log.list(since), "seen_until": seen_until}
+
+
+@method("telemetry.alerts_seen")
+def telemetry_alerts_seen(call):
+    """Mark the alerts up to `until` (s since the epoch; default now) as seen by a console.
+    Reply: `{seen_until}`."""
+    return {"seen_until": sampler(call).alert_log.mark_seen(call.param("until", float) or time.time())}
+
+
+@method("telemetry.alerts_follow")
+def telemetry_alerts_follow(call):
+    """Stream alerts as they fire and end. Params: `stream`, `after` (a seq; absent: from now).
+    Frames: `{records: [alert]}` (as in telemetry.alerts; an alert that ends comes again with
+    `ended_at`). Reply: `{stream, seq}`."""
+    source = TopicSource(sampler(call).alert_topic)
+    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
+    return {"stream": call.params["stream"], "seq": seq}

@@ -1,0 +1,140 @@
+"""Who holds a GPU: a process id from NVML, mapped to the host's process (its command and start)
+and to the specdeck job that owns it.
+
+A job's processes carry SPECDECK_JOB_ID in their environment (the supervisor sets it, and
+children inherit it); where the environment cannot be read (another user's process), the
+process's session is matched against the sessions of running jobs (each job's supervisor leads
+one, see remote/core/jobs.py). A pid that our /proc does not have belongs to another PID
+namespace (a container): it is reported as such, never guessed. So is a pid that our /proc
+has but that holds no NVIDIA device open: the same number, another namespace's process.
+Each process is looked up once; after that only its /proc/PID/stat is read, to notice a
+recycled pid.
+"""
+
+import json
+import os
+
+from ..core import paths
+
+JOBS_REFRESH_S = 5.0
+COMMAND_MAX_CHARS = 200
+JOB_ID_MARK = b"SPECDECK_JOB_ID="
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def stat_fields(pid):
+    """Fields 3.. of /proc/PID/stat (state first), or None when no such process here."""
+    data = read_bytes("/proc/%d/stat" % pid)
+    if data is None:
+        return None
+    return data[data.rfind(b")") + 2:].split()
+
+
+def boot_time():
+    data = read_bytes("/proc/stat") or b""
+    for line in data.splitlines():
+        if line.startswith(b"btime "):
+            return int(line.split()[1])
+    return None
+
+
+def holds_nvidia_device(pid):
+    """True or False when /proc/PID/fd can be read; None when it cannot (another user's)."""
+    directory = "/proc/%d/fd" % pid
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return None
+    for name in names:
+        try:
+            if os.readlink(os.path.join(directory, name)).startswith("/dev/nvidia"):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def job_from_environment(pid):
+    """SPECDECK_JOB_ID from the process's environment; None when absent or unreadable."""
+    data = read_bytes("/proc/%d/environ" % pid)
+    if not data:
+        return None
+    for entry in data.split(b"\0"):
+        if entry.startswith(JOB_ID_MARK):
+            return entry[len(JOB_ID_MARK):].decode("ascii", "replace")
+    return None
+
+
+class ProcessMapper:
+    """`describe(pid, now_monotonic)`: {pid, command, started_at, job_id} or {pid, other_namespace}."""
+
+    def __init__(self, jobs_root=None):
+        self.jobs_root = jobs_root or paths.jobs_dir()
+        self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
+        self.boot_time = boot_time()
+        self._known = {}  # pid -> (start ticks, description)
+        self._job_sessions = {}  # session id -> job id, of running jobs
+        self._job_sessions_at = None
+
+    def describe_all(self, pids, now_monotonic):
+        described = {pid: self.describe(pid, now_monotonic) for pid in pids}
+        for pid in set(self._known) - set(described):
+            del self._known[pid]  # gone from every GPU
+        return described
+
+    def describe(self, pid, now_monotonic):
+        fields = stat_fields(pid)
+        if fields is None or fields[0] == b"Z":
+            return {"pid": pid, "other_namespace": True}
+        start_ticks = int(fields[19])
+        known = self._known.get(pid)
+        if known is not None and known[0] == start_ticks:
+            return known[1]
+        description = self._look_up(pid, fields, start_ticks, now_monotonic)
+        self._known[pid] = (start_ticks, description)
+        return description
+
+    def _look_up(self, pid, fields, start_ticks, now_monotonic):
+        if holds_nvidia_device(pid) is False:
+            return {"pid": pid, "other_namespace": True}
+        raw = read_bytes("/proc/%d/cmdline" % pid) or b""
+        command = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")[:COMMAND_MAX_CHARS]
+        started_at = self.boot_time + start_ticks / float(self.clock_ticks_per_s) if self.boot_time else None
+        job_id = job_from_environment(pid)
+        if job_id is None:
+            job_id = self._job_of_session(int(fields[3]), now_monotonic)
+        return {"pid": pid, "command": command or None, "started_at": started_at, "job_id": job_id}
+
+    def _job_of_session(self, session_id, now_monotonic):
+        if self._job_sessions_at is None or now_monotonic - self._job_sessions_at >= JOBS_REFRESH_S:
+            self._job_sessions = running_job_sessions(self.jobs_root)
+            self._job_sessions_at = now_monotonic
+        return self._job_sessions.get(session_id)
+
+
+def running_job_sessions(jobs_root):
+    """{session id: job id} of the jobs whose supervisor has not recorded an exit."""
+    sessions = {}
+    try:
+        names = os.listdir(jobs_root)
+    except OSError:
+        return sessions
+    for name in names:
+        directory = os.path.join(jobs_root, name)
+        if os.path.exists(os.path.join(directory, "exit.json")):
+            continue
+        try:
+            with open(os.path.join(directory, "run.json")) as f:
+                run = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if run.get("pgid"):
+            sessions[run["pgid"]] = name
+    return sessions
