@@ -7,23 +7,19 @@ import os
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from textual.app import App
 from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent, TabPane
 
 from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import build_drafter, wait_until
 from tui.connection import open_client
+from tui.pane_host import PaneHost
 from tui.panes.downloads import DownloadsPane, FileProgress
 from tui.panes.tensors import TensorsPane
 from tui.screens.download_form import DownloadForm
 
 
-class DownloadsHost(App):
-    """Downloads and Tensors in tabs, the way the console composes them."""
-
-    def __init__(self, client):
-        super().__init__()
-        self.client = client
+class DownloadsHost(PaneHost):
+    """Downloads and Tensors in tabs, the way the console composes them, with its job events."""
 
     def compose(self):
         with TabbedContent(initial="downloads"):
@@ -33,7 +29,8 @@ class DownloadsHost(App):
                 yield TensorsPane()
 
     def on_mount(self):
-        self.query_one("#downloads-jobs").focus()  # the console focuses a pane when its tab opens
+        self.activate("downloads")
+        self.follow_job_events()
 
 
 @pytest.fixture

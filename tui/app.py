@@ -1,14 +1,17 @@
-"""The console: a connection header, the panes (Jobs, Downloads, Tensors) a key away, a footer.
+"""The console: a connection header, the panes a key away, a footer.
 
 The app paints at once and connects in a thread worker; the client heals the link on its
-own and reports its state, which the header shows. Panes read `app.client` (None until
-connected) and do their own requests in workers.
+own and reports its state, which the header shows. The list of panes, PANES, drives the
+number keys, the tabs and the help screen. The app holds the one subscription to the host's
+job events and hands every pane the job book (attributes down); panes post messages up
+(OpenCheckpoint) and never call each other. Panes read `app.client` (None until connected)
+and do their own requests in workers (tui/panes/base.py).
 """
 
 import threading
 
 from textual import work
-from textual.app import App, ComposeResult
+from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen
 from textual.widgets import Footer, TabbedContent, TabPane
@@ -16,34 +19,38 @@ from textual.worker import Worker, WorkerState
 
 from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
+from .pane_host import PaneHost
 from .panes.downloads import DownloadsPane
-from .panes.jobs import JobsPane, JobsTable
+from .panes.jobs import JobsPane
 from .panes.tensors import TensorsPane
 from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
-from .widgets.log_view import LogView
 from .widgets.header import ConnectionHeader
 
-PANES = (JobsPane, DownloadsPane, TensorsPane)  # in key order: 1, 2, 3
+PANES = (JobsPane, DownloadsPane, TensorsPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
 
 
 def pane_id(pane_class):
-    """The TabPane id: `jobs`, `downloads`, `tensors` (other panes switch to it by this id)."""
+    """The TabPane id: `jobs`, `downloads`, `tensors`."""
     return pane_class.PANE_TITLE.lower().replace(" ", "-")
 
 
-class SpecdeckApp(App):
+def pane_bindings(panes):
+    """Number keys 1..N, one per pane, shown as one `1-N panes` entry in the footer."""
+    return [
+        Binding(str(number), "show_pane(%d)" % (number - 1), "panes", key_display="1-%d" % len(panes), show=number == 1, group=PANES_GROUP)
+        for number in range(1, len(panes) + 1)
+    ]
+
+
+class SpecdeckApp(PaneHost):
     """specdeck's console for one host."""
 
     TITLE = "specdeck"
     CSS_PATH = "app.tcss"
     ENABLE_COMMAND_PALETTE = False
-    BINDINGS = [
-        Binding("q", "quit", "quit"),
-        Binding("1", "show_pane(0)", "panes", key_display="1-3", group=PANES_GROUP),
-        Binding("2", "show_pane(1)", "panes", show=False, group=PANES_GROUP),
-        Binding("3", "show_pane(2)", "panes", show=False, group=PANES_GROUP),
+    BINDINGS = [Binding("q", "quit", "quit")] + pane_bindings(PANES) + [
         Binding("question_mark", "help", "help", tooltip="this list of keys"),
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
     ]
@@ -53,7 +60,6 @@ class SpecdeckApp(App):
         self.host = host or "local"
         self.python = python
         self.accept_new = accept_new
-        self.client = None
         self.connection_state = "connecting"
         self.pane_classes = PANES
         self._quitting = threading.Event()
@@ -71,7 +77,7 @@ class SpecdeckApp(App):
 
     def on_mount(self):
         self.set_interval(1.0, self._show_rtt)
-        self._focus_pane(self.pane_classes[0])
+        self.activate(pane_id(self.pane_classes[0]))
         self._connect()
 
     def action_show_pane(self, index):
@@ -79,22 +85,7 @@ class SpecdeckApp(App):
             self.notify("no pane %d yet" % (index + 1), severity="warning")
             return
         # Focus follows in on_tabbed_content_tab_activated, once: each focus change restyles.
-        self.query_one(TabbedContent).active = pane_id(self.pane_classes[index])
-
-    def on_tabbed_content_tab_activated(self, event: TabbedContent.TabActivated):
-        # A tab clicked, or switched to by a pane; a stale event must not take focus back.
-        if event.tabbed_content.active != event.pane.id:
-            return
-        for pane_class in self.pane_classes:
-            if event.pane.id == pane_id(pane_class):
-                self._focus_pane(pane_class)
-
-    def _focus_pane(self, pane_class):
-        """Focus the pane's first focusable widget, so its keys work at once."""
-        pane = self.query_one("#%s" % pane_id(pane_class))
-        target = next((w for w in pane.query("*") if w.focusable), None)
-        if target is not None:
-            target.focus()
+        self.show_tab(pane_id(self.pane_classes[index]))
 
     def check_action(self, action, parameters):
         # Pane keys belong to the screen below a dialog, not to the dialog.
@@ -109,9 +100,7 @@ class SpecdeckApp(App):
             return
         sections = [("Anywhere", self.BINDINGS)]
         for pane_class in self.pane_classes:
-            bindings = list(getattr(pane_class, "BINDINGS", []))
-            if pane_class is JobsPane:
-                bindings = JobsTable.BINDINGS + bindings + LogView.BINDINGS
+            bindings = list(getattr(pane_class, "HELP_BINDINGS", ())) + list(getattr(pane_class, "BINDINGS", []))
             sections.append((pane_class.PANE_TITLE, bindings))
         # The keys do not change while the app runs: build the screen once, show it again after.
         if not self.is_screen_installed("help"):
@@ -178,6 +167,7 @@ class SpecdeckApp(App):
         for pane_class in self.pane_classes:
             for pane in self.query(pane_class):
                 pane.post_message(ClientReady(message.hostname, message.user))
+        self.follow_job_events()
 
     def _show_rtt(self):
         client = self.client

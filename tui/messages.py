@@ -1,12 +1,11 @@
 """Messages that worker threads and the client's callbacks post to the console's widgets.
 
-Each is a small dataclass. High-rate snapshots (connection state, the job list) replace an
-older one still waiting in the queue; log chunks never do, since each holds text that
-would be lost: the jobs pane batches them instead.
+Each is a small dataclass. High-rate snapshots (connection state) replace an older one still
+waiting in the queue; job events never do, since each holds a change that would be lost.
 """
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict
 
 from textual.message import Message
 
@@ -39,66 +38,24 @@ class AgentError(Message):
 
 
 @dataclass
-class JobsListed(Message):
-    """A fresh snapshot of the host's jobs (jobs.list)."""
-
-    jobs: List[Dict[str, Any]]
-
-    def can_replace(self, message: Message) -> bool:
-        return isinstance(message, JobsListed)
-
-
-@dataclass
-class JobSubmitted(Message):
-    """A job was started from the console."""
-
-    job: Dict[str, Any]
-
-
-@dataclass
-class JobStopRequested(Message):
-    """The agent accepted a stop: TERM was sent, KILL follows after the grace period."""
-
-    job: Dict[str, Any]
-
-
-@dataclass
-class LogOpened(Message):
-    """The tail of a job's log (whole lines), shown before following it from `next_offset`."""
-
-    job_id: str
-    generation: int
-    lines: List[str]
-    width: int
-    offset: int
-    next_offset: int
-
-
-@dataclass
-class LogChunk(Message):
-    """New whole log lines from the follow stream, up to byte `next_offset` of the job's log."""
-
-    job_id: str
-    generation: int
-    lines: List[str]
-    width: int
-    next_offset: int
-
-
-@dataclass
-class LogEnded(Message):
-    """The followed job ended and its log is complete; `job` is its final description."""
-
-    job_id: str
-    generation: int
-    job: Optional[Dict[str, Any]] = None
-    error: str = ""
-
-
-@dataclass
 class LogSaved(Message):
     """A job's full log was written to a local file."""
 
     job_id: str
     path: str
     size_bytes: int
+
+
+@dataclass
+class JobEvents(Message):
+    """A frame of the host's job events (tui/job_book.py applies it). Never merged: each
+    record is a change some pane may announce."""
+
+    data: Dict[str, Any]
+
+
+@dataclass
+class OpenCheckpoint(Message):
+    """Open `path` (a directory or file on the host) in the Tensors pane."""
+
+    path: str

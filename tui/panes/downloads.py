@@ -1,28 +1,24 @@
 """The Downloads pane: the host's download jobs, per-file and total progress, then the verdict.
 
-It polls `jobs.list` for download jobs once a second from a thread worker.
-Each download job carries its parameters (the agent keeps them as the job's meta), so that
+It shows the download jobs of the app's job events (no polling). Each download job
+carries its parameters (the agent keeps them as the job's meta), so that
 `r` can start the same download again and `v` and `t` know the repo and directory, whoever
 started it.
 """
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.css.query import NoMatches
-from textual.message import Message
-from textual.widgets import DataTable, Label, ProgressBar, Static, TabbedContent
+from textual.widgets import DataTable, Label, ProgressBar, Static
 
-from remote.core.protocol import RemoteError
-
-from ..client import ConnectError
+from ..messages import OpenCheckpoint
 from ..screens.download_form import DownloadForm
 from ..display import format_bytes, format_duration, format_rate, job_runtime
 from ..display import STATE_STYLES
 from ..widgets.file_progress import FileProgress
+from .base import Pane
 
-POLL_INTERVAL_S = 1.0
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
 VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
@@ -72,7 +68,7 @@ def params_from_meta(job):
     return None
 
 
-class DownloadsPane(Vertical):
+class DownloadsPane(Pane):
     """Download jobs on the host: n new, x cancel, r retry, v verify again, t open in Tensors."""
 
     PANE_TITLE = "Downloads"
@@ -86,8 +82,6 @@ class DownloadsPane(Vertical):
     DownloadsPane #downloads-total-row > Label { width: 8; }
     DownloadsPane #downloads-verdict { height: auto; }
     DownloadsPane #downloads-files { height: 1fr; }
-    DownloadsPane #downloads-status { height: auto; color: $text-muted; }
-    DownloadsPane #downloads-status.error { color: $error; }
     """
 
     BINDINGS = [
@@ -98,57 +92,17 @@ class DownloadsPane(Vertical):
         Binding("t", "open_tensors", "open in Tensors"),
     ]
 
-    class JobsListed(Message):
-        """The host's download jobs, freshly polled."""
-
-        def __init__(self, jobs):
-            super().__init__()
-            self.jobs = jobs
-
-        def can_replace(self, message):
-            return isinstance(message, DownloadsPane.JobsListed)
-
-    class PollFailed(Message):
-        """Polling the host failed: one line."""
-
-        def __init__(self, message):
-            super().__init__()
-            self.message = message
-
-    class JobStarted(Message):
-        """The host accepted a download or a verification started here."""
-
-        def __init__(self, job, params, what):
-            super().__init__()
-            self.job = job
-            self.params = params
-            self.what = what
-
-    class Stopped(Message):
-        """The host stopped a download job."""
-
-        def __init__(self, job_id):
-            super().__init__()
-            self.job_id = job_id
-
-    class ActionFailed(Message):
-        """The host refused a cancel, retry or verify: one line."""
-
-        def __init__(self, message):
-            super().__init__()
-            self.message = message
-
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.jobs = {}  # id -> latest job dict (download kind only)
-        self.seen_states = {}  # id -> the state the last poll showed
+        self.seen_states = {}  # id -> the state last shown
         self.notified = set()
-        self.preexisting = None  # ids in the first listing: jobs older than this console
+        self.book = None
         self.stopped_here = set()  # ids the user cancelled: their end is no news
         self.selected_id = None
         self.shown_files = None  # (job id, file paths) the per-file bars were built for
-        self._poll_worker = None
-        self._status_transient = False  # a poll error or the empty-list line: the next poll replaces it
+        self._stale = False
+        self._status_transient = False  # the hint or the empty-list line: the next change replaces it
 
     def compose(self):
         table = DataTable(id="downloads-jobs", cursor_type="row", zebra_stripes=True)
@@ -162,64 +116,45 @@ class DownloadsPane(Vertical):
                 yield ProgressBar(id="downloads-total", show_eta=False)
             yield Static(id="downloads-verdict")
             yield VerticalScroll(id="downloads-files")
-        yield Static("asking the host for its downloads ...", id="downloads-status")
+        yield self.status_line("asking the host for its downloads ...", id="downloads-status")
 
     def on_mount(self):
         self._status_transient = True
         self._show_detail()
-        self.poll()
-        self.set_interval(POLL_INTERVAL_S, self.poll)
 
-    # -- polling
+    # -- job events
 
-    def poll(self):
-        if self._poll_worker is not None and self._poll_worker.is_running:
-            return  # the last call has not come back yet: don't queue another
-        self._poll_worker = self._fetch_jobs()
+    def jobs_changed(self, book, changed, records):
+        self.book = book
+        downloads = book.of_kind("download")
+        # Verdicts are announced whether the pane is shown or not; the table waits until it is.
+        for job in downloads:
+            if job["id"] in changed:
+                self._notify_verdict(job)
+        if self.active:
+            self._show(downloads)
+        else:
+            self._stale = True
 
-    def _client(self):
-        return getattr(self.app, "client", None)
+    def pane_shown(self):
+        if self._stale and self.book is not None:
+            self._stale = False
+            self._show(self.book.of_kind("download"))
 
-    def _connected_client(self):
-        client = self._client()
-        if client is None:
-            raise ConnectError("not connected to a host")
-        return client
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="downloads-poll")
-    def _fetch_jobs(self):
-        client = self._client()
-        if client is None:
-            self.post_message(self.PollFailed("not connected to a host"))
-            return
-        try:
-            jobs = client.call("jobs.list", {"kind": "download"}, timeout=CALL_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.PollFailed(getattr(exc, "message", None) or str(exc)))
-            return
-        self.post_message(self.JobsListed(jobs))
-
-    def on_client_ready(self, message):
-        self.poll()  # the app posts this once `app.client` is set: no need to wait for the timer
-
-    def on_downloads_pane_poll_failed(self, message):
-        self._set_status(message.message, error=True, transient=True)
-
-    def on_downloads_pane_jobs_listed(self, message):
-        self._merge(message.jobs)
+    def _show(self, downloads):
+        self._merge(downloads)
         if self._status_transient:
             self._set_status(HINT if self.jobs else "no downloads on this host yet: n starts one", transient=True)
 
     def _merge(self, jobs):
-        if self.preexisting is None:
-            self.preexisting = {job["id"] for job in jobs}
         table = self.query_one("#downloads-jobs", DataTable)
         current = {job["id"]: job for job in jobs}
+        # A job just started here may be selected before its first event: keep it selected.
+        awaited = self.selected_id is not None and self.selected_id not in self.jobs and self.selected_id not in self.seen_states
         for job_id in [key for key in self.jobs if key not in current]:
             table.remove_row(job_id)
             self.jobs.pop(job_id)
         for job in jobs:
-            self._notify_verdict(job)
             cells = self._row_cells(job)
             if job["id"] in self.jobs:
                 for (_, key), value in zip(COLUMNS, cells):
@@ -227,7 +162,7 @@ class DownloadsPane(Vertical):
             else:
                 table.add_row(*cells, key=job["id"])
             self.jobs[job["id"]] = job
-        if self.selected_id not in self.jobs and jobs:
+        if self.selected_id not in self.jobs and jobs and not awaited:
             self.selected_id = jobs[-1]["id"]  # follow the newest download until the user picks another
         if self.selected_id in self.jobs:
             row = table.get_row_index(self.selected_id)
@@ -243,8 +178,8 @@ class DownloadsPane(Vertical):
             return
         self.notified.add(job_id)
         # A job that had ended before this console opened is no news, nor one the user stopped.
-        # A newer one is announced even if it ended between two polls (a quick verify does).
-        if (job_id in self.preexisting and before in (None,) + VERDICT_STATES) or job_id in self.stopped_here:
+        # A newer one is announced even if its first event is its end (a quick verify).
+        if (self.book.is_old(job_id) and before in (None,) + VERDICT_STATES) or job_id in self.stopped_here:
             return
         severity = "information" if state == "verified" else "error"
         self.notify("%s %s: %s" % (job_id, state, job_message(job)), title="download %s" % state, severity=severity, markup=False)
@@ -358,7 +293,8 @@ class DownloadsPane(Vertical):
     def _track_started(self, job, params, what):
         self.selected_id = job["id"]
         self._set_status("%s started: %s (%s)" % (what, job["id"], params["repo"]))
-        self.poll()
+        if self.book is not None:
+            self._show(self.book.of_kind("download"))
 
     def _selected_or_say(self, action):
         job = self.selected_job()
@@ -385,7 +321,8 @@ class DownloadsPane(Vertical):
             return
         self._set_status("stopping %s ..." % job["id"])
         self.stopped_here.add(job["id"])
-        self._stop(job["id"])
+        self.request("jobs.stop", {"id": job["id"]}, done=lambda stopped: self._set_status("%s stopped" % stopped["id"]),
+                     title="stopping %s failed" % job["id"], timeout=CALL_TIMEOUT_S)
 
     def _ended_or_say(self, job, action):
         # By its state, not its process: a verdict is final while the process is still exiting.
@@ -416,52 +353,12 @@ class DownloadsPane(Vertical):
         if not local_dir:
             self._set_status("%s has not said where its files go yet: try again in a moment" % job["id"], error=True)
             return
-        from .tensors import TensorsPane
+        self.post_message(OpenCheckpoint(local_dir))
 
-        try:
-            tensors = self.app.query_one(TensorsPane)
-        except NoMatches:
-            self._set_status("this console has no Tensors pane", error=True)
-            return
-        tabs = next((node for node in tensors.ancestors if isinstance(node, TabbedContent)), None)
-        if tabs is not None:
-            tabs.active = "tensors"
-        tensors.open_path(local_dir)
-
-    @work(thread=True, exit_on_error=False, group="downloads-actions")
-    def _stop(self, job_id):
-        try:
-            self._connected_client().call("jobs.stop", {"id": job_id}, timeout=CALL_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.ActionFailed("stopping %s failed: %s" % (job_id, getattr(exc, "message", None) or exc)))
-            return
-        self.post_message(self.Stopped(job_id))
-
-    @work(thread=True, exit_on_error=False, group="downloads-actions")
     def _call_start(self, method, params, what):
-        try:
-            job = self._connected_client().call(method, params, timeout=START_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.ActionFailed("%s refused: %s" % (what, getattr(exc, "message", None) or exc)))
-            return
-        self.post_message(self.JobStarted(job, params, what))
-
-    def on_downloads_pane_job_started(self, message):
-        self._track_started(message.job, message.params, message.what)
-
-    def on_downloads_pane_stopped(self, message):
-        self._set_status("%s stopped" % message.job_id)
-        self.poll()
-
-    def on_downloads_pane_action_failed(self, message):
-        self._set_status(message.message, error=True)
-
-    def on_worker_state_changed(self, event):
-        if event.worker.group.startswith("downloads-") and event.worker.error is not None:
-            self._set_status("%s" % event.worker.error, error=True)
+        self.request(method, params, done=lambda job: self._track_started(job, params, what),
+                     failed=lambda message: self._set_status("%s refused" % what, error=True), title="%s refused" % what, timeout=START_TIMEOUT_S)
 
     def _set_status(self, text, error=False, transient=False):
-        status = self.query_one("#downloads-status", Static)
-        status.update(Text(text))  # host paths and messages are not markup
-        status.set_class(error, "error")
+        self.set_status(text, error)
         self._status_transient = transient

@@ -1,43 +1,43 @@
 """The Jobs pane: every job on the host with its state and runtime, and the log of one of them
-(its last 256 KiB, then followed live), with search and save.
+(its last 256 KiB, then followed live while the pane is shown), with search and save.
 
-All requests run in thread workers that post messages back; log lines are prepared on the
+The job list comes from the app's job events (no polling). Log lines are prepared on the
 client's reader thread and written to the view in batches, so keys answer while a job
 prints fast.
 """
 
+import functools
 import os
-import threading
 import time
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.widget import Widget
 from textual.widgets import DataTable, Input
 
 from remote.core.protocol import RemoteError
 
 from .. import display
 from ..client import ConnectError
-from ..messages import AgentError, JobsListed, JobStopRequested, JobSubmitted, LogChunk, LogEnded, LogOpened, LogSaved
+from ..messages import AgentError, LogSaved
 from ..screens.confirm import ConfirmScreen
 from ..screens.new_job import NewJobScreen
 from ..screens.prompt import PromptScreen
 from ..widgets.jobs_table import COLUMNS, JobsTable, job_cells
 from ..widgets.log_view import LogFeed, LogView, text_width
+from .base import Pane
 
 TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
 LOG_MAX_LINES = 200_000
-LOG_FLUSH_S = 0.05
 STOP_GRACE_S = 10.0
 
 
-class JobsPane(Widget):
+class JobsPane(Pane):
     """Jobs table above, the selected job's log below."""
 
     PANE_TITLE = "Jobs"
+    HELP_BINDINGS = JobsTable.BINDINGS + LogView.BINDINGS
     BINDINGS = [
         Binding("n", "new_job", "new", tooltip="start a new job (command line, name, directory)"),
         Binding("s", "stop_job", "stop", tooltip="stop the selected job (TERM, KILL after 10 s)"),
@@ -51,13 +51,11 @@ class JobsPane(Widget):
         super().__init__(**kwargs)
         self.jobs = {}
         self._generation = 0
-        self._subscription = None
-        self._subscription_lock = threading.Lock()
-        self._pending_lines = []
-        self._pending_width = 0
-        self._flush_timer = None
-        self._list_worker = None
+        self._log_stream = None
+        self._book = None
+        self._stale = False  # job events arrived while hidden: redraw when shown
         self._select_when_listed = None
+        self._opened_on_newest = False
 
     def compose(self) -> ComposeResult:
         table = JobsTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
@@ -72,36 +70,41 @@ class JobsPane(Widget):
         log = self.query_one(LogView)
         log.show_title()
         log.append(["Select a job and press enter to see its log; n starts a new job."])
-        self.set_interval(1.0, self.refresh_jobs)
+        self.set_interval(1.0, self._tick_runtimes)
 
     # ------------------------------------------------------------------ the job list
 
-    def on_client_ready(self, message):
-        self.refresh_jobs()
+    def jobs_changed(self, book, changed, records):
+        self._book = book
+        if self.active:
+            self._show_jobs(book.ordered())
+        else:
+            self._stale = True
 
-    def refresh_jobs(self):
-        if self.app.client is None or (self._list_worker is not None and not self._list_worker.is_finished):
+    def pane_shown(self):
+        if self._stale and self._book is not None:
+            self._stale = False
+            self._show_jobs(self._book.ordered())
+
+    def _tick_runtimes(self):
+        """Running jobs' runtimes move every second without any event."""
+        if not self.active:
             return
-        self._list_worker = self._list_jobs(self.app.client)
+        table = self.query_one(JobsTable)
+        now = time.time()
+        for job_id, job in self.jobs.items():
+            if job.get("process_state") in ("running", "starting") and job_id in table.rows:
+                table.update_cell(job_id, "runtime", job_cells(job, now)[5])
 
-    @work(thread=True, exclusive=True, group="jobs", exit_on_error=False)
-    def _list_jobs(self, client):
-        try:
-            self.post_message(JobsListed(client.call("jobs.list", timeout=15)))
-        except RemoteError as exc:
-            self.post_message(AgentError(exc.message, "jobs.list"))
-        except ConnectError:
-            pass  # the header says why; the next tick tries again
-
-    def on_jobs_listed(self, message):
+    def _show_jobs(self, jobs):
         table = self.query_one(JobsTable)
         now = time.time()
         cursor_key = self.selected_job_id()
-        listed = {job["id"]: job for job in message.jobs}
+        listed = {job["id"]: job for job in jobs}
         shown = {key.value for key in table.rows}
         for job_id in shown - set(listed):
             table.remove_row(job_id)
-        for job in message.jobs:
+        for job in jobs:
             cells = job_cells(job, now)
             if job["id"] not in self.jobs or job["id"] not in shown:
                 table.add_row(*cells, key=job["id"])
@@ -112,6 +115,9 @@ class JobsPane(Widget):
                     table.update_cell(job["id"], column, new_cell, update_width=True)
         self.jobs = listed
         target = self._select_when_listed or cursor_key
+        if not self._opened_on_newest and jobs:
+            self._opened_on_newest = True
+            target = jobs[-1]["id"]  # open on the newest job: the one people come to look at
         if target in listed and table.row_count and target != self.selected_job_id():
             table.move_cursor(row=table.get_row_index(target))
         if self._select_when_listed in listed:
@@ -135,88 +141,62 @@ class JobsPane(Widget):
 
     def open_log(self, job_id):
         """Show the end of `job_id`'s log and follow it; the previous job's stream is cancelled."""
-        client = self._require_client()
-        if client is None:
+        if self._require_client() is None:
             return
-        with self._subscription_lock:
-            self._generation += 1
-            old, self._subscription = self._subscription, None
-        self._pending_lines, self._pending_width = [], 0
+        if self._log_stream is not None:
+            self.unfollow(self._log_stream)
+            self._log_stream = None
+        self._generation += 1
         log = self.query_one(LogView)
         log.clear()
         log.subject, log.note, log.ended, log.following = job_id, "opening", False, True
         log.show_title()
-        self._start_log(client, job_id, self._generation, old)
+        generation = self._generation
+        self.request(
+            "jobs.tail", {"id": job_id, "offset": -TAIL_BYTES, "max_bytes": TAIL_BYTES},
+            done=functools.partial(self._log_opened, job_id, generation), failed=functools.partial(self._log_failed, generation),
+            title="log of %s" % job_id,
+        )
 
-    @work(thread=True, exclusive=True, group="log", exit_on_error=False)
-    def _start_log(self, client, job_id, generation, old_subscription):
-        if old_subscription is not None:
-            old_subscription.cancel()
-        try:
-            tail = client.call("jobs.tail", {"id": job_id, "offset": -TAIL_BYTES, "max_bytes": TAIL_BYTES})
-            feed = LogFeed(tail["next_offset"])
-            lines = feed.lines(tail["text"])
-            self.post_message(LogOpened(job_id, generation, lines, text_width(lines), tail["offset"], tail["next_offset"]))
-
-            def on_data(data, seq):  # on the client's reader thread
-                lines = feed.lines(data.get("text", ""), seq)
-                if lines:
-                    self.post_message(LogChunk(job_id, generation, lines, text_width(lines), seq))
-
-            def on_end(data):
-                rest = feed.finish()
-                if rest:
-                    self.post_message(LogChunk(job_id, generation, rest, text_width(rest), feed.next_offset))
-                self.post_message(LogEnded(job_id, generation, data.get("job"), data.get("error", "")))
-
-            subscription = client.subscribe("jobs.follow", {"id": job_id, "after": tail["next_offset"]}, on_data, on_end)
-        except RemoteError as exc:
-            self.post_message(AgentError(exc.message, "log of %s" % job_id))
-            self.post_message(LogEnded(job_id, generation, None, exc.message))
+    def _log_opened(self, job_id, generation, tail):
+        if generation != self._generation:
             return
-        except ConnectError as exc:
-            self.post_message(LogEnded(job_id, generation, None, str(exc)))
-            return
-        with self._subscription_lock:
-            if generation == self._generation:
-                self._subscription = subscription
-                return
-        subscription.cancel()  # another job was opened meanwhile
-
-    def on_log_opened(self, message: LogOpened):
-        if message.generation != self._generation:
-            return
+        feed = LogFeed(tail["next_offset"])
+        lines = feed.lines(tail["text"])
         log = self.query_one(LogView)
         log.note = ""
-        if message.offset > 0:
-            log.append(["… %s earlier in the log (w saves all of it)" % display.format_bytes(message.offset)])
-        log.append(message.lines, message.width)
+        if tail["offset"] > 0:
+            log.append(["… %s earlier in the log (w saves all of it)" % display.format_bytes(tail["offset"])])
+        log.append(lines, text_width(lines))
         log.show_title()
+        self._log_stream = self.follow(
+            "jobs.follow", {"id": job_id, "after": tail["next_offset"]},
+            on_data=self._log_lines,
+            on_end=functools.partial(self._log_ended, generation, feed),
+            prepare=lambda data, seq: feed.lines(data.get("text", ""), seq),
+        )
 
-    def on_log_chunk(self, message: LogChunk):
-        # Chunks are batched, never merged or dropped: one write per LOG_FLUSH_S at most.
-        if message.generation != self._generation:
+    def _log_lines(self, items):
+        lines = [line for batch, _ in items if batch for line in batch]
+        if lines:
+            self.query_one(LogView).append(lines, text_width(lines))
+
+    def _log_failed(self, generation, message):
+        if generation == self._generation:
+            log = self.query_one(LogView)
+            log.note, log.ended = "not followed", True
+            log.show_title()
+
+    def _log_ended(self, generation, feed, data):
+        if generation != self._generation:
             return
-        self._pending_lines.extend(message.lines)
-        self._pending_width = max(self._pending_width, message.width)
-        if self._flush_timer is None:
-            self._flush_timer = self.set_timer(LOG_FLUSH_S, self._flush_log)
-
-    def _flush_log(self):
-        if self._flush_timer is not None:
-            self._flush_timer.stop()
-        self._flush_timer = None
-        lines, self._pending_lines = self._pending_lines, []
-        self.query_one(LogView).append(lines, self._pending_width)
-
-    def on_log_ended(self, message: LogEnded):
-        if message.generation != self._generation:
-            return
-        self._flush_log()
+        rest = feed.finish()
         log = self.query_one(LogView)
-        job = message.job or {}
-        if message.error:
-            log.note = "not followed: %s" % message.error
+        if rest:
+            log.append(rest, text_width(rest))
+        job = data.get("job") or {}
+        if data.get("error"):
+            log.note = "not followed: %s" % data["error"]
         else:
             log.note = "ended: %s" % job.get("state", "done")
             if job.get("signal"):
@@ -224,10 +204,8 @@ class JobsPane(Widget):
             elif job.get("exit_code") is not None:
                 log.note += ", exit %d" % job["exit_code"]
         log.ended = True
-        with self._subscription_lock:
-            self._subscription = None
+        self._log_stream = None
         log.show_title()
-        self.refresh_jobs()
 
     def action_toggle_follow(self):
         log = self.query_one(LogView)
@@ -253,9 +231,9 @@ class JobsPane(Widget):
     # ------------------------------------------------------------------ new, stop, save
 
     def _require_client(self):
-        if self.app.client is None:
+        if self.client is None:
             self.notify("not connected to the host yet", severity="warning")
-        return self.app.client
+        return self.client
 
     def action_new_job(self):
         if self._require_client() is not None:
@@ -263,22 +241,14 @@ class JobsPane(Widget):
 
     def _submit(self, params):
         if params:
-            self._submit_job(self.app.client, params)
+            self.request("jobs.submit", params, done=self._submitted, title="could not start the job")
 
-    @work(thread=True, group="jobs-submit", exit_on_error=False)
-    def _submit_job(self, client, params):
-        try:
-            self.post_message(JobSubmitted(client.call("jobs.submit", params, timeout=60)))
-        except RemoteError as exc:
-            self.post_message(AgentError(exc.message, "could not start the job"))
-        except ConnectError as exc:
-            self.post_message(AgentError(str(exc), "could not start the job"))
-
-    def on_job_submitted(self, message: JobSubmitted):
-        self.notify("started %s: %s" % (message.job["id"], message.job.get("name") or ""), title="new job", markup=False)
-        self._select_when_listed = message.job["id"]
+    def _submitted(self, job):
+        self.notify("started %s: %s" % (job["id"], job.get("name") or ""), title="new job", markup=False)
+        self._select_when_listed = job["id"]
         self.query_one(JobsTable).focus()
-        self.refresh_jobs()
+        if self._book is not None and job["id"] in self._book.jobs:
+            self._show_jobs(self._book.ordered())  # its event came before the reply
 
     def action_stop_job(self):
         job = self.jobs.get(self.selected_job_id())
@@ -292,20 +262,10 @@ class JobsPane(Widget):
 
         def answered(yes):
             if yes:
-                self._stop_job(self.app.client, job["id"])
+                self.request("jobs.stop", {"id": job["id"], "grace_s": STOP_GRACE_S},
+                             done=lambda stopped: self.notify("stopping %s" % stopped["id"], markup=False), title="could not stop %s" % job["id"])
 
         self.app.push_screen(ConfirmScreen(question, yes_label="Stop"), answered)
-
-    @work(thread=True, group="jobs-stop", exit_on_error=False)
-    def _stop_job(self, client, job_id):
-        try:
-            self.post_message(JobStopRequested(client.call("jobs.stop", {"id": job_id, "grace_s": STOP_GRACE_S})))
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(AgentError(getattr(exc, "message", str(exc)), "could not stop %s" % job_id))
-
-    def on_job_stop_requested(self, message: JobStopRequested):
-        self.notify("stopping %s" % message.job["id"], markup=False)
-        self.refresh_jobs()
 
     def action_save_log(self):
         job_id = self.query_one(LogView).subject or self.selected_job_id()
@@ -314,7 +274,7 @@ class JobsPane(Widget):
 
         def answered(path):
             if path:
-                self._save_log(self.app.client, job_id, path)
+                self._save_log(self.client, job_id, path)
 
         self.app.push_screen(PromptScreen("Save the whole log of %s to this file (on this computer):" % job_id, "./%s.log" % job_id), answered)
 
@@ -348,9 +308,3 @@ class JobsPane(Widget):
 
     def on_log_saved(self, message: LogSaved):
         self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, display.format_bytes(message.size_bytes)), markup=False)
-
-    def on_unmount(self):
-        with self._subscription_lock:
-            subscription, self._subscription = self._subscription, None
-        if subscription is not None:
-            threading.Thread(target=subscription.cancel, daemon=True).start()

@@ -1,0 +1,257 @@
+"""What every pane shares: the client, requests run off the UI thread with failures reported in
+one place, a status line, job events from the app, and streams paused while the pane is hidden.
+
+A pane is a `Pane` subclass with a `PANE_TITLE` (its tab, and the id other code switches to),
+its `BINDINGS`, and optionally `HELP_BINDINGS` (keys of its child widgets to list in help).
+The app sets `active` when the pane's tab is shown or hidden (attributes down); the pane
+posts messages up (`OpenCheckpoint`, `AgentError`). Panes never call each other.
+"""
+
+import threading
+
+from rich.text import Text
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import Static
+
+from remote.core.protocol import RemoteError
+
+from ..client import ConnectError
+from ..messages import AgentError
+
+
+class RequestDone(Message):
+    """A request a pane made in the background came back; `callback(result)` runs on the UI."""
+
+    def __init__(self, callback, result):
+        super().__init__()
+        self.callback = callback
+        self.result = result
+
+
+class StreamData(Message):
+    """Frames of one of a pane's streams, gathered on the client's thread."""
+
+    def __init__(self, stream, items, ended=None):
+        super().__init__()
+        self.stream = stream
+        self.items = items
+        self.ended = ended
+
+
+class PaneStream:
+    """A stream a pane follows while it is shown: cancelled when hidden, asked again from the
+    last seq it delivered when shown again (so nothing is missed or repeated)."""
+
+    def __init__(self, pane, method, params, on_data, on_end=None, prepare=None):
+        self.pane = pane
+        self.prepare = prepare  # runs on the client's thread: heavy parsing stays off the UI
+        self.method = method
+        self.params = dict(params)
+        self.on_data = on_data  # on the UI thread, with a list of (data, seq)
+        self.on_end = on_end
+        self.last_seq = self.params.get("after")
+        self.subscription = None
+        self.ended = False
+        self._generation = 0
+        self._lock = threading.Lock()
+        self._pending = []
+
+    def start(self, client):
+        """Subscribe from the last seq (on a worker thread)."""
+        with self._lock:
+            if self.ended:
+                return
+            self._generation += 1
+            generation = self._generation
+        params = dict(self.params)
+        if self.last_seq is not None:
+            params["after"] = self.last_seq
+        subscription = client.subscribe(
+            self.method, params, lambda data, seq: self._data(generation, data, seq), lambda data: self._end(generation, data)
+        )
+        with self._lock:
+            if generation == self._generation:
+                self.subscription = subscription
+                return
+        subscription.cancel()  # paused while it was starting
+
+    def pause(self):
+        with self._lock:
+            self._generation += 1  # frames still in flight for the old subscription are dropped
+            subscription, self.subscription = self.subscription, None
+        if subscription is not None:
+            threading.Thread(target=subscription.cancel, name="specdeck-pause", daemon=True).start()
+
+    def _data(self, generation, data, seq):  # the client's reader thread
+        with self._lock:
+            if generation != self._generation:
+                return
+            if seq is not None and self.last_seq is not None and seq <= self.last_seq:
+                return
+            self.last_seq = seq
+            first = not self._pending
+            self._pending.append((self.prepare(data, seq) if self.prepare else data, seq))
+        if first:
+            self.pane.post_message(StreamData(self, None))
+
+    def take(self):
+        with self._lock:
+            items, self._pending = self._pending, []
+        return items
+
+    def _end(self, generation, data):
+        with self._lock:
+            if generation != self._generation:
+                return
+            self.ended = True
+        self.pane.post_message(StreamData(self, None, ended=data))
+
+
+class Pane(Widget):
+    """Base of the console's panes."""
+
+    PANE_TITLE = "Pane"
+    HELP_BINDINGS = ()
+
+    DEFAULT_CSS = """
+    Pane { height: 1fr; }
+    Pane > .pane-status { height: auto; color: $text-muted; }
+    Pane > .pane-status.error { color: $error; }
+    """
+
+    active = reactive(False, init=False)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._streams = []
+
+    @classmethod
+    def pane_id(cls):
+        return cls.PANE_TITLE.lower().replace(" ", "-")
+
+    @property
+    def client(self):
+        return getattr(self.app, "client", None)
+
+    # -- requests
+
+    def request(self, method, params=None, done=None, failed=None, title=None, timeout=60.0):
+        """Call `method` on a worker thread; `done(result)` runs on the UI thread. A failure is shown
+        once, as a notification titled `title`, nowhere else; `failed(message)`, if given, lets the
+        pane put its own state right (not show the message again)."""
+        client = self.client
+        if client is None:
+            self.notify("not connected to the host yet", severity="warning")
+            if failed is not None:
+                failed("not connected to the host yet")
+            return None
+        return self.run_worker(
+            lambda: self._request(client, method, params or {}, done, failed, title or method, timeout),
+            thread=True, exit_on_error=False, group="pane-request",
+        )
+
+    def _request(self, client, method, params, done, failed, title, timeout):
+        try:
+            result = client.call(method, params, timeout=timeout)
+        except (RemoteError, ConnectError) as exc:
+            message = exc.message if isinstance(exc, RemoteError) else str(exc)
+            self.post_message(AgentError(message, title))
+            if failed is not None:
+                self.post_message(RequestDone(failed, message))
+            return
+        if done is not None:
+            self.post_message(RequestDone(done, result))
+
+    def on_request_done(self, message: RequestDone):
+        message.stop()
+        message.callback(message.result)
+
+    # -- the status line
+
+    def status_line(self, text="", id=None):
+        """The widget to yield in compose(): one line under the pane."""
+        return Static(Text(text), classes="pane-status", id=id)
+
+    def set_status(self, text, error=False):
+        for status in self.query(".pane-status"):
+            status.update(Text(text))  # host paths and messages are not markup
+            status.set_class(error, "error")
+            break
+
+    # -- streams
+
+    def follow(self, method, params, on_data, on_end=None, prepare=None):
+        """Follow a stream while this pane is shown. `on_data(items)` gets [(data, seq)] batches on
+        the UI thread; `prepare(data, seq)`, if given, turns each frame into an item on the
+        client's thread first."""
+        stream = PaneStream(self, method, params, on_data, on_end, prepare)
+        self._streams.append(stream)
+        if self.active and self.client is not None:
+            self._start_streams([stream])
+        return stream
+
+    def unfollow(self, stream):
+        if stream in self._streams:
+            self._streams.remove(stream)
+        stream.ended = True
+        stream.pause()
+
+    def _start_streams(self, streams):
+        client = self.client
+        if client is None or not streams:
+            return
+
+        def start():
+            for stream in streams:
+                try:
+                    stream.start(client)
+                except RemoteError as exc:
+                    stream.ended = True
+                    self.post_message(AgentError(exc.message, stream.method))
+                except ConnectError:
+                    pass  # the header says why; the next show tries again
+
+        self.run_worker(start, thread=True, exit_on_error=False, group="pane-streams")
+
+    def on_stream_data(self, message: StreamData):
+        message.stop()
+        stream = message.stream
+        if stream not in self._streams:
+            return
+        items = stream.take()
+        if items:
+            stream.on_data(items)
+        if message.ended is not None:
+            self._streams.remove(stream)
+            if stream.on_end is not None:
+                stream.on_end(message.ended)
+
+    def watch_active(self, active):
+        if active:
+            self._start_streams([stream for stream in self._streams if stream.subscription is None])
+            self.pane_shown()
+        else:
+            for stream in self._streams:
+                stream.pause()
+
+    def on_client_ready(self, message):
+        if self.active:
+            self._start_streams([stream for stream in self._streams if stream.subscription is None])
+        self.client_ready()
+
+    # -- what subclasses override
+
+    def client_ready(self):
+        """The client is connected (again, after a reconnect the client resumes streams itself)."""
+
+    def pane_shown(self):
+        """The pane's tab was shown: redraw what changed while hidden."""
+
+    def jobs_changed(self, book, changed, records):
+        """The host's jobs changed (see tui/job_book.py); called by the app, shown or not."""
+
+    def on_unmount(self):
+        for stream in self._streams:
+            stream.pause()
