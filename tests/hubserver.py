@@ -27,7 +27,8 @@ Knobs for tests (all thread-safe, all cleared by `reset_knobs`):
   lfs_redirect = True                                  LFS resolve answers 302 to a "CDN" on
                                                        http://localhost:PORT (another host name)
   tree_page_size = N                                   tree listings come in pages of N entries
-Records: `requests` (one dict per request), `bytes_served(repo, path)`, `range_starts(repo, path)`.
+Records: `requests` (one dict per request: method, path, range, auth (a bearer token was sent),
+token (which one, kept in memory only), status), `bytes_served(repo, path)`, `range_starts(repo, path)`.
 
 Run it by hand:  python3 tests/hubserver.py serve org/name=DIR [org/other=DIR2 ...]
 """
@@ -380,7 +381,8 @@ class _Handler(BaseHTTPRequestHandler):
         split = urlsplit(self.path)
         raw_path = split.path
         self._rec = {"method": self.command, "path": raw_path, "range": self.headers.get("Range"),
-                     "range_start": 0, "auth": self._bearer() is not None, "status": None, "time": time.time()}
+                     "range_start": 0, "auth": self._bearer() is not None, "token": self._bearer(), "status": None,
+                     "time": time.time()}
         self.hub._record(self._rec)
         self._body = b""
         if self.command == "POST":

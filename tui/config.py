@@ -154,6 +154,11 @@ def dumps(data, prefix=()):
     return out
 
 
+def name_host(message, host):
+    """The agent's hint `specdeck config HOST ...` with the host named as the user names it."""
+    return message.replace("specdeck config HOST ", "specdeck config %s " % host_key(host))
+
+
 # ---------------------------------------------------------------- the hub token
 
 

@@ -1,4 +1,8 @@
-"""Hub downloads from the command line: download (with --wait, to the verdict) and verify."""
+"""Hub downloads from the command line: download (with --wait, to the verdict) and verify.
+
+The interpreter with huggingface_hub on the host is --host-python, else the one remembered for
+the host (`specdeck config HOST --ml-python PATH`); the hub token is this shell's HF_TOKEN, sent
+with the request for the job's environment only, else the host's own login."""
 
 import json
 import sys
@@ -6,7 +10,7 @@ import time
 
 from remote.core.protocol import RemoteError
 
-from .. import display
+from .. import config, display
 from .common import EXIT_USAGE, CommandError, connect, emit, split_host_path
 
 
@@ -28,17 +32,18 @@ def add_commands(commands):
         p.add_argument("--revision")
         p.add_argument("--repo-type", default="model", choices=("model", "dataset"))
         p.add_argument("--endpoint", metavar="URL", help="a hub mirror (default: the host's HF_ENDPOINT, else the hub)")
-        p.add_argument("--host-python", metavar="PATH", help="interpreter with huggingface_hub on the host (default: the agent's)")
+        p.add_argument("--host-python", metavar="PATH", help="interpreter with huggingface_hub on the host (default: what `specdeck config HOST --ml-python` remembers, else the agent's)")
 
 
-def _download_params(args, local_dir):
+def _download_params(args, host, local_dir):
     return {
         "repo": args.repo,
         "repo_type": args.repo_type,
         "revision": args.revision,
         "local_dir": local_dir,
         "endpoint": args.endpoint,
-        "python": args.host_python,
+        "python": args.host_python or config.remembered(host, "ml_python"),
+        "token": config.hub_token(),
         "files": getattr(args, "files", []),
         "include": getattr(args, "include", []),
         "exclude": getattr(args, "exclude", []),
@@ -82,9 +87,9 @@ def wait_for_download(args, client, job):
 def cmd_download(args):
     client = connect(args, args.host)
     try:
-        job = client.call("download.start", _download_params(args, args.local_dir), timeout=180)
+        job = client.call("download.start", _download_params(args, args.host, args.local_dir), timeout=180)
     except RemoteError as exc:
-        raise CommandError(exc.message)
+        raise CommandError(config.name_host(exc.message, args.host))
     if not args.wait:
         emit(args, {"id": job["id"]}, job["id"])
         return 0
@@ -97,7 +102,7 @@ def cmd_verify(args):
     host, path = split_host_path(args.dir)
     client = connect(args, host)
     try:
-        job = client.call("download.verify", _download_params(args, path), timeout=180)
+        job = client.call("download.verify", _download_params(args, host, path), timeout=180)
     except RemoteError as exc:
-        raise CommandError(exc.message)
+        raise CommandError(config.name_host(exc.message, host))
     return wait_for_download(args, client, job)

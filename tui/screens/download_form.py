@@ -4,6 +4,11 @@ Submitting calls `download.start` in a worker; the agent resolves the file list 
 free space first, so a refusal (no such repo, file or revision, a gated repo, no network,
 no space) comes back at once as one line, shown under the form. On success the form
 dismisses with `{"job": job, "params": params}`.
+
+The host python field starts with the interpreter remembered for the host (tui/config.py);
+"remember" beside it writes the one typed there for the host once the host accepted the
+download. The hub token of the console's environment goes with the request (never into the
+params the form hands back).
 """
 
 from rich.text import Text
@@ -12,10 +17,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Static
+from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from remote.core.protocol import RemoteError
 
+from .. import config
 from ..client import ConnectError
 
 START_TIMEOUT_S = 180.0  # the agent may take up to 120 s to resolve the file list
@@ -57,6 +63,7 @@ class DownloadForm(ModalScreen):
     DownloadForm .form-row { height: 1; margin-top: 1; }
     DownloadForm .form-label { width: 18; }
     DownloadForm .form-row Input { width: 1fr; }
+    DownloadForm .form-row Checkbox { width: auto; margin-left: 1; }
     DownloadForm #form-title { text-style: bold; }
     DownloadForm #form-buttons { height: auto; align-horizontal: right; margin-top: 1; }
     DownloadForm #form-error { height: auto; margin-top: 1; color: $error; }
@@ -81,12 +88,16 @@ class DownloadForm(ModalScreen):
             self.error_type = error_type
             self.message = message
 
-    def __init__(self, values=None):
+    def __init__(self, values=None, host=None):
         super().__init__()
-        self.initial = values or {}
+        self.initial = dict(values or {})
+        self.host = host
         self.busy = False
 
     def compose(self):
+        host = self._host()
+        if not self.initial.get("python"):
+            self.initial["python"] = config.remembered(host, "ml_python") or ""
         with Vertical():
             yield Label("Download from the hub onto the host", id="form-title")
             for key, label, placeholder in FIELDS:
@@ -94,6 +105,8 @@ class DownloadForm(ModalScreen):
                     yield Label(label, classes="form-label")
                     # Compact (borderless) fields: the whole form fits a 24-line terminal.
                     yield Input(value=self.initial.get(key, ""), placeholder=placeholder, id="form-%s" % key.replace("_", "-"), compact=True)
+                    if key == "python":
+                        yield Checkbox("remember for %s" % config.host_key(host), id="form-remember", compact=True)
             yield Static(id="form-error")
             with Horizontal(id="form-buttons"):
                 yield Button("Cancel", id="form-cancel", compact=True)
@@ -101,6 +114,9 @@ class DownloadForm(ModalScreen):
 
     def on_mount(self):
         self.query_one("#form-repo", Input).focus()
+
+    def _host(self):
+        return self.host or getattr(self.app, "host", None)
 
     def values(self):
         return {key: self.query_one("#form-%s" % key.replace("_", "-"), Input).value for key, _, _ in FIELDS}
@@ -132,22 +148,28 @@ class DownloadForm(ModalScreen):
             return
         self.busy = True
         self._show_error("asking the host to resolve %s ..." % params["repo"], busy=True)
-        self._start(params)
+        remember = self.query_one("#form-remember", Checkbox).value and bool(params["python"])
+        self._start(params, self._host(), remember)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="download-form")
-    def _start(self, params):
+    def _start(self, params, host, remember):
         client = getattr(self.app, "client", None)
         if client is None:
             self.post_message(self.Refused("NotConnected", "not connected to a host"))
             return
         try:
-            job = client.call("download.start", params, timeout=START_TIMEOUT_S)
+            job = client.call("download.start", dict(params, token=config.hub_token()), timeout=START_TIMEOUT_S)
         except RemoteError as exc:
-            self.post_message(self.Refused(exc.type, exc.message))
+            self.post_message(self.Refused(exc.type, config.name_host(exc.message, host)))
             return
         except ConnectError as exc:
             self.post_message(self.Refused("NotConnected", str(exc)))
             return
+        if remember:
+            try:
+                config.remember(host, {"ml_python": params["python"]})
+            except (OSError, config.ConfigError) as exc:
+                self.app.call_from_thread(self.app.notify, "could not remember the interpreter: %s" % exc, severity="warning", markup=False)
         self.post_message(self.Started(job, params))
 
     def on_worker_state_changed(self, event):
