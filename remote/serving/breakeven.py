@@ -23,6 +23,8 @@ def required_acceptance_rate(accept_length, k):
         return None
     if accept_length <= 1.0:
         return 0.0
+    if accept_length >= k + 1:
+        return 1.0  # every draft accepted: the bisection would only approach it
     low, high = 0.0, 1.0
     for _ in range(100):
         middle = (low + high) / 2.0

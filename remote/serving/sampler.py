@@ -193,10 +193,10 @@ class SpeculationSampler(Service):
                 if snapshot["time"] >= newest["time"] - window_s:
                     oldest = snapshot
                     break
-        start = _rebased(snapshots, oldest)
+        start = _rebased(snapshots, oldest) if oldest is not newest else None  # one snapshot: no window yet
         figures = metrics.window(start, newest)
         figures.update(source="metrics", engine=newest["engine"], server=server_id, time=newest["time"],
-                       reset=figures["reset"] or start is not oldest)
+                       reset=figures["reset"] or (start is not None and start is not oldest))
         if server.error:
             figures["error"] = server.error
         return figures
