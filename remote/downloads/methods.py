@@ -6,7 +6,7 @@ import subprocess
 
 from ..core import paths
 from ..core.jobs import login_path, resolve_executable
-from ..core.protocol import BadRequest, RemoteError
+from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
 from .interpreters import missing_hub_message, with_huggingface_hub
 
@@ -115,6 +115,9 @@ def download_start(call):
 @method("download.verify")
 def download_verify(call):
     """Verify a directory against the hub's hashes without downloading, as a job of kind `download`.
-    Params: as `download.start`. Reply: the job."""
+    Params: as `download.start`. Reply: the job. NotFound, before any job is made, when
+    `local_dir` is not a directory on the host."""
     spec = _download_spec(call.params)
+    if not os.path.isdir(spec["local_dir"]):
+        raise NotFound("nothing to verify: %s is not a directory on the host" % spec["local_dir"])
     return _submit(call, spec, "verify", "verify %s in %s", plan_first=False)
