@@ -416,3 +416,131 @@ def write_corruption(path, case):
             f.write(b"\x05\x00\x00")
         return str(path)
     return raw_file(path, header, bytes(data_len), header_length)
+
+
+# ---------------------------------------------------------------------------------------------
+# A 64-shard MoE target (Kimi K2 / DeepSeek-V3 layout): real headers, no data (sparse files)
+
+MOE_DIMS = dict(hidden=7168, vocab=163840, dense_intermediate=18432, moe_intermediate=2048, q_lora=1536,
+                kv_lora=512, heads=64, head_dim=128, rope_dim=64)
+
+
+def _fp8_with_scale(name, rows, cols):
+    """An FP8 matrix and its block-wise (128 x 128) inverse scale, as DeepSeek-V3 stores them."""
+    return [(name + ".weight", "F8_E4M3", [rows, cols]),
+            (name + ".weight_scale_inv", "F32", [-(-rows // 128), -(-cols // 128)])]
+
+
+def moe_tensor_specs(layers=61, experts=384, dense_layers=1):
+    """(name, dtype, shape) of every tensor of a Kimi-K2-like MoE target, in checkpoint order.
+
+    61 layers x 384 experts x 3 FP8 matrices, each with its scale, plus attention, norms,
+    routers and shared experts: 139,583 tensors at the defaults.
+    """
+    d = MOE_DIMS
+    h = d["hidden"]
+    specs = [("model.embed_tokens.weight", "BF16", [d["vocab"], h])]
+    for layer in range(layers):
+        p = "model.layers.%d." % layer
+        specs += [(p + "input_layernorm.weight", "BF16", [h]), (p + "post_attention_layernorm.weight", "BF16", [h])]
+        specs += _fp8_with_scale(p + "self_attn.q_a_proj", d["q_lora"], h)
+        specs.append((p + "self_attn.q_a_layernorm.weight", "BF16", [d["q_lora"]]))
+        specs += _fp8_with_scale(p + "self_attn.q_b_proj", d["heads"] * (d["head_dim"] + d["rope_dim"]), d["q_lora"])
+        specs += _fp8_with_scale(p + "self_attn.kv_a_proj_with_mqa", d["kv_lora"] + d["rope_dim"], h)
+        specs.append((p + "self_attn.kv_a_layernorm.weight", "BF16", [d["kv_lora"]]))
+        specs += _fp8_with_scale(p + "self_attn.kv_b_proj", d["heads"] * 2 * d["head_dim"], d["kv_lora"])
+        specs += _fp8_with_scale(p + "self_attn.o_proj", h, d["heads"] * d["head_dim"])
+        if layer < dense_layers:
+            for proj, rows, cols in (("gate_proj", d["dense_intermediate"], h), ("up_proj", d["dense_intermediate"], h),
+                                     ("down_proj", h, d["dense_intermediate"])):
+                specs += _fp8_with_scale(p + "mlp." + proj, rows, cols)
+            continue
+        specs += [(p + "mlp.gate.weight", "BF16", [experts, h]), (p + "mlp.gate.e_score_correction_bias", "F32", [experts])]
+        for prefix in ["mlp.shared_experts"] + ["mlp.experts.%d" % e for e in range(experts)]:
+            i = d["moe_intermediate"]
+            for proj, rows, cols in (("gate_proj", i, h), ("up_proj", i, h), ("down_proj", h, i)):
+                specs += _fp8_with_scale(p + prefix + "." + proj, rows, cols)
+    specs += [("model.norm.weight", "BF16", [h]), ("lm_head.weight", "BF16", [d["vocab"], h])]
+    return specs
+
+
+def _spec_bytes(dtype, shape):
+    count = 1
+    for dim in shape:
+        count *= dim
+    return count * _BITS[dtype] // 8
+
+
+def write_header_only_shard(path, specs, metadata=None):
+    """A safetensors file with a real header and its data section a hole (truncated to size)."""
+    header = {"__metadata__": metadata or {"format": "pt"}}
+    cursor = 0
+    for name, dtype, shape in specs:
+        end = cursor + _spec_bytes(dtype, shape)
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [cursor, end]}
+        cursor = end
+    raw = json.dumps(header, separators=(",", ":")).encode()
+    raw += b" " * ((8 - len(raw) % 8) % 8)
+    with open(str(path), "wb") as f:
+        f.write(struct.pack("<Q", len(raw)))
+        f.write(raw)
+        f.truncate(8 + len(raw) + cursor)
+    return cursor
+
+
+def write_moe_target(directory, layers=61, experts=384, shards=64, dense_layers=1):
+    """A sharded MoE target: model.safetensors.index.json, `shards` header-only files, config.json.
+
+    Returns {"tensors": count, "tensor_bytes": sum of the tensors' bytes, "file_bytes": sum of
+    the file sizes, "directory": directory}.
+    """
+    directory = str(directory)
+    os.makedirs(directory, exist_ok=True)
+    specs = moe_tensor_specs(layers, experts, dense_layers)
+    per_shard = -(-len(specs) // shards)
+    weight_map = {}
+    tensor_bytes = file_bytes = 0
+    for i in range(shards):
+        shard = "model-%05d-of-%05d.safetensors" % (i + 1, shards)
+        part = specs[i * per_shard:(i + 1) * per_shard]
+        tensor_bytes += write_header_only_shard(os.path.join(directory, shard), part)
+        file_bytes += os.path.getsize(os.path.join(directory, shard))
+        for name, _, _ in part:
+            weight_map[name] = shard
+    write_json(os.path.join(directory, "model.safetensors.index.json"),
+               {"metadata": {"total_size": tensor_bytes}, "weight_map": weight_map})
+    d = MOE_DIMS
+    write_json(os.path.join(directory, "config.json"),
+               {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": d["hidden"],
+                "num_hidden_layers": layers, "vocab_size": d["vocab"], "num_attention_heads": d["heads"],
+                "n_routed_experts": experts, "moe_intermediate_size": d["moe_intermediate"],
+                "first_k_dense_replace": dense_layers})
+    return {"tensors": len(specs), "tensor_bytes": tensor_bytes, "file_bytes": file_bytes, "directory": directory}
+
+
+def cached_moe_target(cache_root, layers=61, experts=384, shards=64, dense_layers=1):
+    """write_moe_target once per parameter set under cache_root, reused by later runs and tests.
+
+    Built in a temporary sibling and renamed into place, so a run cut short leaves nothing
+    that looks finished.
+    """
+    import shutil
+    import tempfile
+
+    key = "moe-%dl-%de-%ds-%dd-v1" % (layers, experts, shards, dense_layers)
+    directory = os.path.join(str(cache_root), key)
+    done = os.path.join(directory, "built.json")
+    if os.path.exists(done):
+        with open(done) as f:
+            return json.load(f)
+    os.makedirs(str(cache_root), exist_ok=True)
+    scratch = tempfile.mkdtemp(prefix=key + ".", dir=str(cache_root))
+    facts = write_moe_target(scratch, layers, experts, shards, dense_layers)
+    facts["directory"] = directory
+    write_json(os.path.join(scratch, "built.json"), facts)
+    try:
+        os.rename(scratch, directory)
+    except OSError:  # another process finished first
+        shutil.rmtree(scratch, ignore_errors=True)
+    with open(done) as f:
+        return json.load(f)

@@ -1,5 +1,6 @@
 """Compatibility verdicts from inspect reports: compare (can drafter A initialise drafter B?) and
-check_against_target (can this drafter serve the target whose config.json is given?).
+check_against_target (can this drafter serve the target whose config.json is given?), which
+compare uses when one side is a target model, and serving uses before it starts a server.
 """
 
 import json
@@ -46,12 +47,32 @@ def _canonical_tensors(report):
     return dict((mapping[t["name"]], t) for t in report.get("tensors", []))
 
 
+def is_target_model(report):
+    """Whether a report is of a target model (not a drafter): no EAGLE-3 tensors, and a
+    config.json with the hidden_size and vocab_size a drafter is checked against."""
+    if report.get("eagle3") is not None or report.get("format") not in ("hf", "unknown"):
+        return False
+    tc = _target_text_config(report.get("config"))
+    return _int_field(tc, "hidden_size") is not None and _int_field(tc, "vocab_size") is not None
+
+
 def compare(report_a, report_b):
     """Side by side: can drafter A initialise drafter B (e.g. the K2 drafter for a K2.5 fine-tune)?
 
     Works from two inspect reports, so A and B may come from different hosts. Tensors are matched
     by role across layouts (SpecForge midlayer.X = speculators layers.0.X = vLLM model.layers.N.X).
+    When one side is a drafter and the other a target model (is_target_model), the drafter is
+    checked against the target instead (check_against_target): `target` names the target's side
+    and `checks` the checks made; `rows` and `config_diff` are then empty.
     """
+    for drafter, target, side in ((report_a, report_b, "B"), (report_b, report_a, "A")):
+        if drafter.get("eagle3") is not None and is_target_model(target):
+            result = check_against_target(drafter, target.get("config"))
+            result.update({"target": side, "rows": [], "config_diff": []})
+            head = ("%s drafter can serve the target %s" if result["verdict"] == "compatible"
+                    else "%s drafter cannot serve the target %s") % ("A's" if side == "B" else "B's", side)
+            result["reasons"] = ["%s: %s" % (head, result["reasons"][0])] + result["reasons"][1:]
+            return result
     broken, dims, missing, shapes, notes = [], [], [], [], []
     fmt_a, fmt_b = report_a.get("format", "unknown"), report_b.get("format", "unknown")
     ea, eb = report_a.get("eagle3"), report_b.get("eagle3")

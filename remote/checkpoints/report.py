@@ -22,7 +22,9 @@ from .eagle3 import (FORMAT_DESCRIPTIONS, FORMATS, _check_eagle3_shapes, _check_
                      default_aux_layer_ids, detect_format, effective_config, effective_norm_before_residual, role)
 from .safetensors_header import (DTYPE_BITS, MAX_HEADER_BYTES, MAX_UNKNOWN_FIELD_DEPTH, U64_MAX, _INT_FORMATS,
                                  CheckpointError, CheckpointIOError, HeaderError, _err, _n, _os_message, _q,
-                                 _read_exact, _warn, check_header, parse_header_json, read_header)
+                                 _read_exact, _warn, check_header, check_header_rows, parse_header_json, read_header,
+                                 read_header_rows)
+from .roles import RoleNamer
 
 __all__ = [
     # checkpoint (this module)
@@ -147,10 +149,7 @@ def _resolve_index(layout, problems):
         problems.append(_err("%s has no weight_map of tensor names to shard files" % name))
         return
     layout.index = index
-    shards = []
-    for shard in weight_map.values():
-        if shard not in shards:
-            shards.append(shard)
+    shards = list(dict.fromkeys(weight_map.values()))  # each once, in order
     root_real = os.path.realpath(layout.root)
     for shard in shards:
         if not shard or "\0" in shard:
@@ -182,22 +181,117 @@ def _cap(problems, label):
                                                     % (label, _n(len(problems) - MAX_PROBLEMS_PER_FILE), _n(errors)))]
 
 
-def _read_file_tensors(path, label, problems):
-    """Tensors of one file (with where their data is), adding its problems under its name."""
+class _File(object):
+    """One weight file as read: where its data section starts and how long it is."""
+
+    __slots__ = ("path", "data_start", "data_bytes")
+
+    def __init__(self, path, data_start, data_bytes):
+        self.path = path
+        self.data_start = data_start
+        self.data_bytes = data_bytes
+
+
+def _read_file_rows(path, label, problems):
+    """(rows, file size, data start) of one file, adding its problems under its name.
+
+    Rows are check_header_rows' tuples (name, dtype, shape, bytes, begin, end).
+    """
     try:
-        header, data_start, size = read_header(path)
+        rows, file_problems, data_start, size = read_header_rows(path)
     except HeaderError as exc:
         problems.append(_err("%s: %s" % (label, exc)))
-        return [], None
-    found, file_problems = check_header(header, size - data_start)
+        return [], None, None
     for p in file_problems:
         p["message"] = "%s: %s" % (label, p["message"])
     problems.extend(_cap(file_problems, label))
-    for tensor in found:
-        tensor["file"] = path
-        tensor["data_start"] = data_start
-        tensor["data_bytes"] = size - data_start
-    return found, size
+    return rows, size, data_start
+
+
+class Collected(object):
+    """A checkpoint read from disk, before it is shaped into a report or a listing.
+
+    `rows` are the tensors a loader would see, each (name, dtype, shape tuple, bytes, begin, end,
+    file index); `files[i]` is the report's file dict and `file_info[i]` where its data lies.
+    """
+
+    def __init__(self, path, layout, multi):
+        self.path = path
+        self.layout = layout
+        self.multi = multi
+        self.files = []
+        self.file_info = []
+        self.rows = []
+        self.problems = []
+        self.config = None
+        self.format = "unknown"
+        self.eagle3 = None
+        self.dims = {}
+        self.canonical = None  # {name: speculators-layout name} where that differs from the name
+
+    def file_label(self, index):
+        info = self.file_info[index]
+        return os.path.relpath(info.path, self.layout.root) if self.multi else None
+
+    def stored_bytes(self, row):
+        """What a tensor occupies in its file: its data_offsets span when that is sound."""
+        begin, end = row[4], row[5]
+        return end - begin if begin is not None and end >= begin else row[3]
+
+    def tensor_dict(self, row):
+        """A row as the dict the eagle3 checks and the vocabulary reader take."""
+        info = self.file_info[row[6]]
+        return {"name": row[0], "dtype": row[1], "shape": list(row[2]) if row[2] is not None else None,
+                "bytes": row[3], "begin": row[4], "end": row[5], "file": info.path,
+                "data_start": info.data_start, "data_bytes": info.data_bytes}
+
+
+_EAGLE_FORMATS = ("specforge", "speculators", "eagle", "vllm")
+
+
+def collect(path):
+    """Read a checkpoint's files, pick the tensors a loader would see, detect its format and
+    check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointIOError("%s does not exist" % path)
+    problems = []
+    layout = _resolve(path, problems)
+    multi = len(layout.weight_files) > 1 or layout.index is not None
+    got = Collected(path, layout, multi)
+    got.problems = problems
+    got.config = _load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
+    by_file = {}
+    for weight_file in layout.weight_files:
+        label = _q(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
+        if not os.path.exists(weight_file):
+            continue
+        try:
+            rows, size, data_start = _read_file_rows(weight_file, label, problems)
+        except CheckpointIOError as exc:
+            if not multi:
+                raise
+            problems.append(_err("cannot read %s: %s" % (label, exc)))
+            continue
+        if size is None:  # the header was unreadable; the file still counts (and is hashed)
+            size = os.path.getsize(weight_file)
+        index = len(got.files)
+        got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
+        got.file_info.append(_File(weight_file, data_start, size - (data_start or size)))
+        by_file[weight_file] = (index, rows)
+    got.rows = _select_rows(layout, by_file, problems)
+    del by_file
+    shapes = dict((row[0], row[2]) for row in got.rows if row[2] is not None)
+    got.format = detect_format(shapes, got.config)
+    if got.format in _EAGLE_FORMATS:
+        names = [row[0] for row in got.rows if row[2] is not None]
+        canon_of = canonical_names(names, got.format)
+        got.canonical = dict((n, c) for n, c in canon_of.items() if n != c)
+        by_canon = dict((canon_of[row[0]], got.tensor_dict(row)) for row in got.rows if row[0] in canon_of)
+        got.eagle3, got.dims = _eagle3_section(got.format, by_canon, got.config, problems)
+    else:
+        got.dims = {"eagle12": False}
+    return got
 
 
 def inspect(path, sha256=False, progress=None):
@@ -208,56 +302,36 @@ def inspect(path, sha256=False, progress=None):
     progress(done_bytes, total_bytes, file_path) is called a few times a second, with the
     byte counts over all files.
     """
-    path = os.fspath(path)
-    if not os.path.exists(path):
-        raise CheckpointIOError("%s does not exist" % path)
-    problems = []
-    layout = _resolve(path, problems)
-    config = _load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
-    multi = len(layout.weight_files) > 1 or layout.index is not None
-    files = []
-    by_file = {}
-    for weight_file in layout.weight_files:
-        label = _q(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
-        if not os.path.exists(weight_file):
-            continue
-        try:
-            found, size = _read_file_tensors(weight_file, label, problems)
-        except CheckpointIOError as exc:
-            if not multi:
-                raise
-            problems.append(_err("cannot read %s: %s" % (label, exc)))
-            continue
-        if size is None:  # the header was unreadable; the file still counts (and is hashed)
-            size = os.path.getsize(weight_file)
-        files.append({"path": os.path.abspath(weight_file), "bytes": size})
-        by_file[weight_file] = found
-    tensors = _select_tensors(layout, by_file, problems)
-    shapes = dict((t["name"], t["shape"]) for t in tensors if t["shape"] is not None)
-    fmt = detect_format(shapes, config)
-    canon_of = canonical_names(list(shapes), fmt)
-    by_canon = dict((canon_of[t["name"]], t) for t in tensors if t["name"] in canon_of)
-    eagle3, dims = _eagle3_section(fmt, by_canon, config, problems)
+    got = collect(path)
+    namer = RoleNamer(got.format, got.dims, got.canonical)
     report_tensors = []
-    for t in sorted(tensors, key=lambda t: t["name"]):
-        entry = {"name": t["name"], "dtype": t["dtype"], "shape": t["shape"],
-                 "bytes": t["end"] - t["begin"] if t["begin"] is not None and t["end"] >= t["begin"] else t["bytes"],
-                 "role": role(canon_of.get(t["name"], t["name"]), fmt, dims)}
-        if multi:
-            entry["file"] = os.path.relpath(t["file"], layout.root)
+    for row in sorted(got.rows, key=_row_name):
+        entry = {"name": row[0], "dtype": row[1], "shape": list(row[2]) if row[2] is not None else None,
+                 "bytes": got.stored_bytes(row), "role": namer.role(row[0])}
+        if got.multi:
+            entry["file"] = got.file_label(row[6])
         report_tensors.append(entry)
+    return finish_report(got, report_tensors, sha256, progress)
+
+
+def finish_report(got, report_tensors, sha256=False, progress=None):
+    """The report dict around a list of tensors (all of them, or a first page)."""
     if sha256:
-        _hash_files(files, progress)
+        _hash_files(got.files, progress)
     return {
-        "path": path,
-        "format": fmt,
-        "total_bytes": sum(f["bytes"] for f in files),
-        "files": files,
+        "path": got.path,
+        "format": got.format,
+        "total_bytes": sum(f["bytes"] for f in got.files),
+        "files": got.files,
         "tensors": report_tensors,
-        "eagle3": eagle3,
-        "problems": problems,
-        "config": config,
+        "eagle3": got.eagle3,
+        "problems": got.problems,
+        "config": got.config,
     }
+
+
+def _row_name(row):
+    return row[0]
 
 
 def _eagle3_section(fmt, by_canon, config, problems):
@@ -289,26 +363,27 @@ def _readable(tensor):
             and tensor["begin"] + tensor["bytes"] <= tensor["data_bytes"])
 
 
-def _select_tensors(layout, by_file, problems):
-    """The tensors a loader would see: by the shard index when there is one."""
+def _select_rows(layout, by_file, problems):
+    """The tensors a loader would see (by the shard index when there is one), each row with
+    its file's index appended."""
     if layout.index is None:
         seen = {}
-        tensors = []
-        for path, found in by_file.items():
-            for t in found:
-                if t["name"] in seen:
+        selected = []
+        for path, (file_index, rows) in by_file.items():
+            for row in rows:
+                if row[0] in seen:
                     problems.append(_warn("tensor %r is in both %s and %s" % (
-                        t["name"], _q(os.path.basename(seen[t["name"]])), _q(os.path.basename(path)))))
+                        row[0], _q(os.path.basename(seen[row[0]])), _q(os.path.basename(path)))))
                     continue
-                seen[t["name"]] = path
-                tensors.append(t)
-        return tensors
+                seen[row[0]] = path
+                selected.append(row + (file_index,))
+        return selected
     index_name = os.path.basename(layout.index_path)
     weight_map = layout.index["weight_map"]
     per_shard = {}
     for name, shard in weight_map.items():
         per_shard.setdefault(shard, []).append(name)
-    tensors = []
+    selected = []
     listed = set(layout.weight_files)
     for shard, names in per_shard.items():
         shard_path = os.path.normpath(os.path.join(layout.root, shard)) if shard and "\0" not in shard else None
@@ -319,25 +394,27 @@ def _select_tensors(layout, by_file, problems):
                 problems.append(_err("%s names shard %s for %s tensors (e.g. %r), but the file is missing"
                                      % (index_name, _q(shard), _n(len(names)), names[0])))
             continue
-        in_shard = dict((t["name"], t) for t in by_file[shard_path])
+        file_index, rows = by_file[shard_path]
+        in_shard = dict((row[0], row) for row in rows)
         lacking = [n for n in names if n not in in_shard]
         for name in lacking[:10]:
             problems.append(_err("%s maps tensor %r to %s, which has no tensor %r" % (index_name, name, _q(shard), name)))
         if len(lacking) > 10:
             problems.append(_err("%s maps %s more tensors to %s that it does not hold"
                                  % (index_name, _n(len(lacking) - 10), _q(shard))))
-        tensors.extend(in_shard[n] for n in names if n in in_shard)
-        unlisted = sorted(set(in_shard) - set(names))
-        for name in unlisted[:10]:
-            problems.append(_warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
-                                  "ignore it" % (_q(shard), name, index_name)))
+        selected.extend(in_shard[n] + (file_index,) for n in names if n in in_shard)
+        if len(in_shard) > len(names) - len(lacking):
+            unlisted = sorted(set(in_shard) - set(names))
+            for name in unlisted[:10]:
+                problems.append(_warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
+                                      "ignore it" % (_q(shard), name, index_name)))
     metadata = layout.index.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    stored = sum(t["end"] - t["begin"] for t in tensors if t["begin"] is not None and t["end"] >= t["begin"])
+    stored = sum(row[5] - row[4] for row in selected if row[4] is not None and row[5] >= row[4])
     if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
         problems.append(_warn("%s says total_size %s bytes, the tensors it lists add up to %s"
                               % (index_name, _n(total_size), _n(stored))))
-    return tensors
+    return selected
 
 
 def _hash_files(files, progress):

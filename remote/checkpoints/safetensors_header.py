@@ -153,6 +153,44 @@ def _depth(value):
     return deepest
 
 
+# Byte sequences after which the plain (C) JSON parser could read a header differently from
+# serde_json: -0 (a float to serde, refused as a dimension), and whitespace before a colon or an
+# escaped quote before one (either would upset the key count that finds duplicate keys).
+_PLAIN_PARSE_DOUBTS = (b"-0", b'\\":', b" :", b"\t:", b"\n:", b"\r:")
+
+
+def _parse_plain(raw):
+    """The header through the C parser alone, or None when only the exact parser can tell.
+
+    Every key is followed by `":` when no whitespace or escaped quote comes before a colon
+    (_PLAIN_PARSE_DOUBTS), so when the text holds as many `":` as the parsed objects have
+    keys, no key was a duplicate that a later one hid. Numbers the plain parser reads
+    differently (huge integers, overflowing floats) are never part of a well-formed entry,
+    and anything else sends the whole header back to the exact parser (see read_header_rows).
+    """
+    if any(doubt in raw for doubt in _PLAIN_PARSE_DOUBTS):
+        return None
+    try:
+        text = raw.decode("utf-8")
+        if _SURROGATE_ESCAPE.search(text):
+            return None
+        header = json.loads(text, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError):
+        return None  # the exact parser words the error
+    if type(header) is not dict:
+        return None
+    keys = len(header)
+    for value in header.values():
+        if type(value) is dict:
+            keys += len(value)
+            for inner in value.values():
+                if type(inner) is dict:
+                    return None  # an object deeper down: its keys are not counted here
+    if raw.count(b'":') != keys:
+        return None
+    return header
+
+
 def parse_header_json(raw):
     """The header bytes as a dict, refusing what safetensors' JSON parser refuses."""
     try:
@@ -207,6 +245,48 @@ def read_header(path):
     UTF-8, not JSON, not an object) and CheckpointIOError when the file cannot be opened.
     Allocates at most min(header length, file size, 100,000,000) bytes.
     """
+    raw, data_start, file_size = _read_raw_header(path)
+    return parse_header_json(raw), data_start, file_size
+
+
+def read_header_rows(path):
+    """(rows, problems, data start, file size) of one file: check_header_rows(read_header(path)),
+    the same answer, fast for a header of many well-formed entries.
+
+    Such a header is parsed by the C parser alone and each entry checked in a few operations;
+    a header with anything unusual in it is read again by the exact parser and checked in full.
+    """
+    raw, data_start, file_size = _read_raw_header(path)
+    header = _parse_plain(raw)
+    if header is not None:
+        rows = _well_formed_rows(header)
+        if rows is not None:
+            del header
+            return rows, _check_offsets(rows, file_size - data_start), data_start, file_size
+    rows, problems = check_header_rows(parse_header_json(raw), file_size - data_start)
+    return rows, problems, data_start, file_size
+
+
+def _well_formed_rows(header):
+    """Rows of a header whose every entry is well-formed and whose __metadata__ maps strings
+    to strings; None as soon as something is not."""
+    metadata = header.get("__metadata__")
+    if metadata is not None and not (type(metadata) is dict and all(type(v) is str for v in metadata.values())):
+        return None
+    shapes = {}
+    rows = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        row = _entry_row(name, entry, shapes)
+        if row is None:
+            return None
+        rows.append(row)
+    return rows
+
+
+def _read_raw_header(path):
+    """(header bytes, data start, file size), refusing absurd lengths before allocating."""
     try:
         with open(path, "rb") as f:
             file_size = os.fstat(f.fileno()).st_size
@@ -227,7 +307,7 @@ def read_header(path):
     if len(raw) < header_bytes:
         raise HeaderError("file ended while reading the %s-byte header (was it truncated while we read?)"
                           % _n(header_bytes))
-    return parse_header_json(raw), 8 + header_bytes, file_size
+    return raw, 8 + header_bytes, file_size
 
 
 def _os_message(path, exc):
@@ -284,6 +364,65 @@ def _check_entry(name, entry, problems):
     if tensor["dtype"] is None or tensor["shape"] is None:
         return tensor
     return _check_size(tensor, problems)
+
+
+# The dtype names as one string object each: a header's values are new strings per tensor.
+_DTYPE_NAMES = dict((name, name) for name in DTYPE_BITS)
+_ROW_FIELDS = ("name", "dtype", "shape", "bytes", "begin", "end")
+
+
+def _entry_row(name, entry, shapes, bits_of=DTYPE_BITS, names=_DTYPE_NAMES):
+    """(name, dtype, shape tuple, bytes, begin, end) of a well-formed entry, or None.
+
+    The common case in a few operations; anything unusual (None) goes through _check_entry,
+    which words the problem. Equal shapes share one tuple (`shapes` interns them).
+    """
+    if type(entry) is not dict or len(entry) != 3:
+        return None
+    dtype = entry.get("dtype")
+    shape = entry.get("shape")
+    offsets = entry.get("data_offsets")
+    if type(dtype) is not str or type(shape) is not list or type(offsets) is not list or len(offsets) != 2:
+        return None
+    bits = bits_of.get(dtype)
+    begin, end = offsets
+    if bits is None or type(begin) is not int or type(end) is not int or not 0 <= begin <= end <= U64_MAX:
+        return None
+    for dim in shape:
+        if type(dim) is not int:  # bool and float compare equal to ints: checked every time
+            return None
+        bits *= dim
+    key = tuple(shape)
+    shared = shapes.get(key)
+    if shared is None:  # a new shape: its range checked once
+        if not all(0 <= dim <= U64_MAX for dim in shape):
+            return None
+        shared = shapes[key] = key
+    if bits > U64_MAX or bits % 8 or bits >> 3 != end - begin:
+        return None
+    return (name, names[dtype], shared, end - begin, begin, end)
+
+
+def check_header_rows(header, data_bytes):
+    """(rows, problems) like check_header, each tensor a tuple (name, dtype, shape, bytes, begin, end).
+
+    Shapes are tuples here (lists in check_header's dicts); None marks what is unusable.
+    """
+    problems = []
+    _check_overridden(header, problems)
+    shapes = {}
+    rows = []
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        row = _entry_row(name, entry, shapes)
+        if row is None:
+            t = _check_entry(name, entry, problems)
+            shape = tuple(t["shape"]) if t["shape"] is not None else None
+            row = (name, t["dtype"], shape, t["bytes"], t["begin"], t["end"])
+        rows.append(row)
+    problems.extend(_check_offsets(rows, data_bytes))
+    return rows, problems
 
 
 def _entry_types(name, entry, problems):
@@ -348,13 +487,8 @@ def _short_json(value):
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-def check_header(header, data_bytes):
-    """(tensors, problems) for a parsed header whose data section is `data_bytes` long.
-
-    Mirrors safetensors' own validation: every file it opens passes, every file it refuses gets
-    at least one error here, and each error says which tensor and what is wrong.
-    """
-    problems = []
+def _check_overridden(header, problems):
+    """Problems of the header as a whole: duplicate entries and __metadata__."""
     for key, earlier in getattr(header, "overridden", ()):
         if key == "__metadata__":
             problems.append(_err("header has more than one __metadata__ entry"))
@@ -368,14 +502,26 @@ def check_header(header, data_bytes):
     if metadata is not None and not (isinstance(metadata, dict)
                                      and all(isinstance(v, str) for v in metadata.values())):
         problems.append(_err("__metadata__ must map strings to strings, it is %s" % _short_json(metadata)))
-    tensors = [_check_entry(name, entry, problems)
-               for name, entry in header.items() if name != "__metadata__"]
-    problems.extend(_check_offsets(tensors, data_bytes))
+
+
+def check_header(header, data_bytes):
+    """(tensors, problems) for a parsed header whose data section is `data_bytes` long.
+
+    Mirrors safetensors' own validation: every file it opens passes, every file it refuses gets
+    at least one error here, and each error says which tensor and what is wrong.
+    """
+    rows, problems = check_header_rows(header, data_bytes)
+    tensors = []
+    for row in rows:
+        tensor = dict(zip(_ROW_FIELDS, row))
+        if tensor["shape"] is not None:
+            tensor["shape"] = list(tensor["shape"])
+        tensors.append(tensor)
     return tensors, problems
 
 
-def _check_offsets(tensors, data_bytes):
-    spans = sorted((t["begin"], t["end"], t["name"]) for t in tensors if t["begin"] is not None)
+def _check_offsets(rows, data_bytes):
+    spans = sorted((row[4], row[5], row[0]) for row in rows if row[4] is not None)
     problems = []
     layout = []
     cursor = 0
@@ -397,7 +543,7 @@ def _check_offsets(tensors, data_bytes):
         if end >= cursor:
             previous = (begin, end, name)
         cursor = max(cursor, end)
-    unplaced = any(t["begin"] is None or t["end"] < t["begin"] for t in tensors)
+    unplaced = any(row[4] is None or row[5] < row[4] for row in rows)
     if cursor < data_bytes and not unplaced:  # else the bytes belong to the tensor we could not place
         problems.append(_err("file is %s bytes longer than its header says: the tensors end at byte %s of "
                              "the data section, which holds %s"

@@ -1,0 +1,192 @@
+"""A checkpoint's tensors as a compact, paged listing: what `checkpoint.inspect` and
+`checkpoint.tensors` serve, so that a 100,000-tensor MoE target crosses the wire page by page.
+
+The tensors are kept as parallel columns (names, dtypes, shared shape tuples, sizes), sorted
+by name once; a summary groups them by name pattern (`model.layers.{N}.mlp.experts.{E}.
+down_proj.weight`: count, bytes, dtypes, shapes, role). Filtered and sorted views are index
+lists, cached per (filter, sort). Listings are kept for a while under a handle so that paging
+does not read the headers again. Standard library only.
+"""
+
+import os
+import secrets
+import threading
+from collections import OrderedDict
+
+from . import report
+from .roles import RoleNamer, marked_name, pattern_text
+
+SORT_KEYS = ("name", "size", "dtype")
+# The first page `checkpoint.inspect` returns: every tensor of any drafter and of most dense
+# targets, so that their report stays complete.
+FIRST_PAGE_TENSORS = 2000
+MAX_PAGE_TENSORS = 5000
+# Groups listed in a summary; a checkpoint of unpatterned names has as many groups as tensors.
+MAX_GROUPS = 200
+SHAPES_PER_GROUP = 3
+# Listings kept for paging, by the tensors they hold (a 1,000,000-tensor one is ~200 MB).
+MAX_KEPT_TENSORS = 2500000
+MAX_KEPT_LISTINGS = 8
+VIEWS_KEPT = 4
+
+
+class Listing(object):
+    """One inspected checkpoint: the report without its tensors, and the tensors in columns."""
+
+    def __init__(self, got):
+        rows = sorted(got.rows, key=_row_name)
+        got.rows = None  # the columns below replace them
+        self.names = [row[0] for row in rows]
+        self.dtypes = [row[1] for row in rows]
+        self.shapes = [row[2] for row in rows]
+        self.sizes = [got.stored_bytes(row) for row in rows]
+        self.file_indexes = [row[6] for row in rows] if got.multi else None
+        del rows
+        self.file_labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
+        self.namer = RoleNamer(got.format, got.dims, got.canonical)
+        self.got = got
+        self.tensor_bytes = sum(size for size in self.sizes if size is not None)
+        self.groups = self._group()
+        self.views = OrderedDict()
+        self.lock = threading.Lock()
+        self.handle = None
+        self.where = None
+
+    def __len__(self):
+        return len(self.names)
+
+    def _group(self):
+        by_pattern = {}
+        for index, name in enumerate(self.names):
+            marked = marked_name(name)[0]
+            group = by_pattern.get(marked)
+            if group is None:
+                group = by_pattern[marked] = [0, 0, {}, {}]
+            group[0] += 1
+            group[1] += self.sizes[index] or 0
+            group[2][self.dtypes[index]] = True
+            shapes = group[3]
+            if len(shapes) <= SHAPES_PER_GROUP:
+                shapes[self.shapes[index]] = True
+        groups = []
+        for marked, (count, size, dtypes, shapes) in by_pattern.items():
+            groups.append({"pattern": pattern_text(marked), "count": count, "bytes": size,
+                           "dtypes": [d for d in dtypes if d is not None],
+                           "shapes": [list(s) for s in list(shapes)[:SHAPES_PER_GROUP] if s is not None],
+                           "more_shapes": len(shapes) > SHAPES_PER_GROUP,
+                           "role": self.namer.pattern_role(marked)})
+        groups.sort(key=lambda g: (-g["bytes"], -g["count"], g["pattern"]))
+        return groups
+
+    def tensor(self, index):
+        shape = self.shapes[index]
+        entry = {"name": self.names[index], "dtype": self.dtypes[index],
+                 "shape": list(shape) if shape is not None else None,
+                 "bytes": self.sizes[index], "role": self.namer.role(self.names[index])}
+        if self.file_indexes is not None:
+            entry["file"] = self.file_labels[self.file_indexes[index]]
+        return entry
+
+    def view(self, filter_text="", sort="name"):
+        """Tensor indexes matching `filter_text` (in the name or the role), in `sort` order."""
+        needle = (filter_text or "").strip().lower()
+        key = (needle, sort)
+        with self.lock:
+            cached = self.views.get(key)
+            if cached is not None:
+                self.views.move_to_end(key)
+                return cached
+        if sort not in SORT_KEYS:
+            raise ValueError("sort must be one of %s" % ", ".join(SORT_KEYS))
+        if needle:
+            names, role = self.names, self.namer.role
+            indexes = [i for i, name in enumerate(names) if needle in name.lower() or needle in role(name).lower()]
+        else:
+            indexes = range(len(self.names))
+        if sort == "size":
+            sizes = self.sizes
+            indexes = sorted(indexes, key=lambda i: -(sizes[i] or 0))  # stable: by name within a size
+        elif sort == "dtype":
+            dtypes = self.dtypes
+            indexes = sorted(indexes, key=lambda i: dtypes[i] or "")
+        with self.lock:
+            self.views[key] = indexes
+            while len(self.views) > VIEWS_KEPT:
+                self.views.popitem(last=False)
+        return indexes
+
+    def page(self, offset=0, limit=FIRST_PAGE_TENSORS, filter_text="", sort="name"):
+        indexes = self.view(filter_text, sort)
+        chosen = indexes[offset:offset + limit]
+        return {"handle": self.handle, "offset": offset, "total": len(indexes), "tensor_count": len(self.names),
+                "filter": filter_text or "", "sort": sort, "tensors": [self.tensor(i) for i in chosen]}
+
+    def summary(self, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=None):
+        """The inspect report with the first page of tensors, the name groups and a handle."""
+        first = [self.tensor(i) for i in range(min(first_page_tensors, len(self.names)))]
+        result = report.finish_report(self.got, first, sha256, progress)
+        result.update({"tensor_count": len(self.names), "tensor_bytes": self.tensor_bytes,
+                       "complete": len(first) == len(self.names), "handle": self.handle,
+                       "groups": self.groups[:MAX_GROUPS], "group_count": len(self.groups)})
+        return result
+
+
+def _row_name(row):
+    return row[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Listings kept for paging
+
+
+_KEPT = OrderedDict()  # handle -> (Listing, signature)
+_KEPT_LOCK = threading.Lock()
+
+
+def _signature(path):
+    """What changes when a checkpoint is rewritten: size and mtime of what lies at the path."""
+    entries = []
+    candidates = [path]
+    if os.path.isdir(path):
+        try:
+            candidates += [os.path.join(path, e) for e in sorted(os.listdir(path))]
+        except OSError:
+            pass
+    for candidate in candidates:
+        try:
+            st = os.stat(candidate)
+        except OSError:
+            continue
+        entries.append((candidate, st.st_size, st.st_mtime_ns))
+    return tuple(entries)
+
+
+def open_listing(path):
+    """The listing of the checkpoint at `path`: kept from before when nothing there changed,
+    else read now and kept under a new handle."""
+    where = os.path.abspath(path)
+    signature = _signature(where)
+    with _KEPT_LOCK:
+        for handle, (listing, kept_signature) in _KEPT.items():
+            if listing.where == where and kept_signature == signature:
+                _KEPT.move_to_end(handle)
+                return listing
+    listing = Listing(report.collect(path))
+    listing.where = where
+    listing.handle = secrets.token_hex(8)
+    with _KEPT_LOCK:
+        _KEPT[listing.handle] = (listing, signature)
+        while len(_KEPT) > 1 and (len(_KEPT) > MAX_KEPT_LISTINGS
+                                  or sum(len(kept) for kept, _ in _KEPT.values()) > MAX_KEPT_TENSORS):
+            _KEPT.popitem(last=False)
+    return listing
+
+
+def kept_listing(handle):
+    """The listing kept under `handle`, or None when it was dropped (or never was)."""
+    with _KEPT_LOCK:
+        entry = _KEPT.get(handle)
+        if entry is None:
+            return None
+        _KEPT.move_to_end(handle)
+        return entry[0]
