@@ -19,7 +19,8 @@ def ping(call):
 
 @method("daemon.info")
 def daemon_info(call):
-    """The hello frame's fields, plus `uptime_s`, `state_dir` and `services` (as `daemon.services`)."""
+    """About the daemon. Params: none. Reply: the hello frame's fields, plus `uptime_s`, `state_dir`
+    and `services` (as `daemon.services` gives them)."""
     daemon = call.daemon
     return dict(daemon.hello, uptime_s=time.time() - daemon.started_at, state_dir=paths.state_dir(), services=daemon.services.status())
 
