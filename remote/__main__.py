@@ -29,7 +29,7 @@ def main(argv):
 
         return run_daemon(foreground="--foreground" in rest)
     if command == "supervise":
-        from .core.jobs import supervise
+        from .core.supervisor import supervise
 
         supervise(rest[0])
         return 0

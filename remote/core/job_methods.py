@@ -1,21 +1,22 @@
-"""Wire methods of jobs: submit, list, describe, read and follow logs, stop, and job events."""
+"""Wire methods of jobs: submit, list, describe, read and follow logs, stop, forget, and job events."""
 
 from . import streams
 from .protocol import BadRequest
 from .job_streams import LogSource
 from .streams import TopicSource
+from .supervisor import STOP_GRACE_S
 from .wire import method
-
-STOP_GRACE_S = 10.0
 
 
 @method("jobs.submit")
 def jobs_submit(call):
     """Start a detached job. Params: `argv` (list of strings, required; argv[0] found on the
-    host's login PATH), `cwd`, `env` (additions), `interpreter` (run argv under it), `name`,
-    `kind` (any short lower-case word: command, download, server, training, ...; default
-    command), `meta` (an object kept with the job for the panes of its kind).
-    Reply: the job, as `jobs.get`."""
+    host's login PATH), `cwd` (default: home), `env` (additions), `interpreter` (run argv under
+    it), `name`, `kind` (any short lower-case word: command, download, server, training, ...;
+    default command), `meta` (an object kept with the job for the panes of its kind).
+    The job's environment is the user's login environment on the host plus `env`, nothing of
+    the daemon's. Reply: the job, as `jobs.get`. Errors: BadRequest (a NUL in argv or env, `=`
+    in an env name, a cwd that is no directory, a command not found), NoSpace."""
     job = call.daemon.jobs.submit(
         call.param("argv", list, required=True),
         cwd=call.param("cwd", str),
@@ -40,8 +41,9 @@ def jobs_list(call):
 def jobs_get(call):
     """One job. Params: `id`. Reply: `{id, name, kind, argv, cwd, state, process_state, exit_code,
     signal, submitted_at, started_at, ended_at, pid, log_bytes, error, meta, progress?}`; `state`
-    is the process's (starting, running, succeeded, failed, stopped, lost) or, for a job that
-    reports progress, its own word (downloading, verified, ...)."""
+    is the process's (starting, running, succeeded, failed, stopped, lost), `stopping` while a
+    stop is under way (process_state stays running), or, for a job that reports progress, its
+    own word (downloading, verified, ...)."""
     return call.daemon.jobs.describe(call.param("id", str, required=True))
 
 
@@ -54,14 +56,27 @@ def jobs_tail(call):
 
 @method("jobs.stop")
 def jobs_stop(call):
-    """Stop a job: TERM to what it started, KILL after the grace. Params: `id`, `grace_s`
-    (default 10). Reply: the job. Returns at once; the end follows in job events."""
+    """Stop a job: TERM to everything it started (its process group, its descendants, processes
+    marked with its SPECDECK_JOB_TOKEN), KILL after the grace; the job's supervisor carries it
+    out, so a daemon killed meanwhile changes nothing. Params: `id`, `grace_s` (default 10, a
+    finite number >= 0; a second stop may shorten it). Reply: the job (state `stopping`).
+    Returns at once; the end (state `stopped`) follows in job events."""
     grace_s = call.param("grace_s", float, STOP_GRACE_S)
     if grace_s < 0:
         raise BadRequest("grace_s must be a number of seconds >= 0")
     job = call.daemon.jobs.stop(call.param("id", str, required=True), grace_s=grace_s)
     call.daemon.services.wake("job-events")
     return job
+
+
+@method("jobs.forget")
+def jobs_forget(call):
+    """Remove ended jobs: their directories and logs. Params: `ids` (list of job ids). Refused
+    as a whole (BadRequest naming them) when one still runs; NotFound for an unknown id.
+    Reply: the list of ids removed; job events say `removed` for each."""
+    removed = call.daemon.jobs.forget(call.param("ids", list, required=True))
+    call.daemon.services.wake("job-events")
+    return removed
 
 
 @method("jobs.follow")

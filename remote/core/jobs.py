@@ -4,17 +4,18 @@ Each job is a directory under jobs_dir():
   job.json      what to run (resolved argv, cwd, env additions, name, kind), when submitted
   run.json      the supervisor's and the process's pid with their start times, pgid, boot id
   exit.json     exit code / signal and end time, written by the supervisor when the process ends
-  stop.json     present once a stop was asked for
+  stop.json     present once a stop was asked for (when, and the grace before KILL)
   output.log    stdout and stderr of the process
   progress.json optional, written by jobs that report progress (downloads)
+run.json and exit.json are reserved (blank) at submit, so that a full disk cannot lose them.
 
-A small supervisor process (this agent, `supervise JOBDIR`) leads the job's session and
-process group, waits for the process and writes exit.json, so the exit code is recorded
-even while no daemon runs. The daemon itself holds no job state: every answer is read
-from disk, which is what lets a restarted daemon re-adopt running jobs.
+A supervisor process (supervisor.py) starts the job, records its end and carries out a stop,
+even while no daemon runs. The daemon itself holds no job state: every answer is read from
+disk, which is what lets a restarted daemon re-adopt running jobs.
 """
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -24,113 +25,31 @@ import threading
 import time
 
 from . import paths
+from .job_input import check_command, check_cwd, check_env, disk_error
+from .login_env import login_environment, login_path, resolve_executable
 from .protocol import BadRequest, NotFound, RemoteError
+from .supervisor import (
+    STOP_GRACE_S,
+    is_same_process,
+    legacy_stop,
+    process_start_ticks,
+    read_json,
+    reserve,
+    write_json,
+)
+
+log = logging.getLogger("specdeck.jobs")
 
 TAIL_MAX_BYTES = 1024 * 1024
 SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json")
-STOP_GRACE_S = 10.0
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
+JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
+LIVE_STATES = ("running", "starting")
+LAST_ID_FILE = ".last-id"  # the highest id ever given, kept when jobs are forgotten
 
 
-# ---------------------------------------------------------------- process identity
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def process_start_ticks(pid):
-    """The process's start time in clock ticks since boot, or None when no such process.
-
-    A pid together with this number names one process for good: a recycled pid has a
-    different start time.
-    """
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except (OSError, ValueError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat[stat.rfind(b")") + 2 :].split()
-    if fields[0] == b"Z":
-        return None
-    return int(fields[19])
-
-
-def is_same_process(pid, start_ticks, recorded_boot_id):
-    if not pid or recorded_boot_id != boot_id():
-        return False
-    return process_start_ticks(pid) == start_ticks
-
-
-# ---------------------------------------------------------------- files
-
-
-def read_json(path):
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path, value):
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "w") as f:
-        json.dump(value, f)
-    os.replace(tmp, path)
-
-
-# ---------------------------------------------------------------- executables
-
-
-def login_path():
-    """The PATH of the user's login shell merged before the daemon's own.
-
-    Asked anew at each submit (a login shell costs milliseconds; a submit is rare), so a venv
-    added to ~/.profile counts at once. The classic failure this prevents: a job started from
-    a shell without the venv on its PATH, noticed hours later.
-    """
-    import pwd
-
-    shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
-    value = ""
-    try:
-        out = subprocess.run(
-            [shell, "-l", "-c", 'printf "%s" "$PATH"'],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            timeout=15,
-        )
-        lines = out.stdout.decode("utf-8", "replace").strip().splitlines()
-        value = lines[-1] if lines else ""
-    except (OSError, subprocess.SubprocessError):
-        value = ""
-    merged = []
-    for entry in (value + os.pathsep + os.environ.get("PATH", "")).split(os.pathsep):
-        if entry and entry not in merged:
-            merged.append(entry)
-    return os.pathsep.join(merged)
-
-
-def resolve_executable(name, cwd, search_path):
-    """Absolute path of an executable, or BadRequest naming what was not found."""
-    if os.sep in name:
-        candidate = os.path.normpath(os.path.join(cwd, os.path.expanduser(name)))
-        if not os.path.exists(candidate):
-            raise BadRequest("command not found: %s (no such file)" % candidate)
-        if os.path.isdir(candidate) or not os.access(candidate, os.X_OK):
-            raise BadRequest("command not executable: %s" % candidate)
-        return candidate
-    found = shutil.which(name, path=search_path)
-    if not found:
-        raise BadRequest("command not found on the host's login PATH: %s" % name)
-    return os.path.abspath(found)
+class DamagedJob(NotFound):
+    """A job directory whose job.json is not a job (hand-edited, or a stray directory)."""
 
 
 def utf8_boundary(data):
@@ -153,32 +72,32 @@ class JobStore:
     def __init__(self, root=None):
         self.root = root or paths.jobs_dir()
         self._id_lock = threading.Lock()
+        self._noted = set()  # damaged job directories already named in the daemon's log
 
     # -- submit
 
     def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None, reserved=None, secret_env=None):
         """Start a job. `reserved`: (job_id, job_dir) from `reserve`, for a caller that put files
         in the directory first. `secret_env`: variables (a token) the job's process gets that are
-        never written anywhere: they go to the supervisor over a pipe, not into job.json."""
-        if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
-            raise BadRequest("argv must be a non-empty list of strings")
+        never written anywhere: they go to the supervisor over a pipe, not into job.json.
+
+        The job's environment is the user's login environment on this host plus `env` and
+        `secret_env`; nothing of the daemon's own."""
         if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
             raise BadRequest("a job kind is a short lower-case word (command, download, server, training), not %r" % (kind,))
         if meta is not None and not isinstance(meta, dict):
             raise BadRequest("meta must be an object")
-        env = env or {}
-        if not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise BadRequest("env must map strings to strings")
-        cwd = os.path.expanduser(cwd) if cwd else os.path.expanduser("~")
-        if not os.path.isdir(cwd):
-            raise BadRequest("working directory does not exist on the host: %s" % cwd)
-        program = interpreter or argv[0]
-        # An absolute program needs no PATH: spare the login shell.
-        search_path = env.get("PATH") or ("" if os.sep in program else login_path())
+        check_command(argv, interpreter)
+        env = check_env(env or {}, "env")
+        secret_env = check_env(secret_env or {}, "secret env")
+        cwd = check_cwd(cwd)
+        environment = login_environment()
+        environment.update(env)
+        environment.update(secret_env)
         if interpreter:
-            argv = [resolve_executable(interpreter, cwd, search_path)] + list(argv)
+            argv = [resolve_executable(interpreter, cwd, environment["PATH"])] + list(argv)
         else:
-            argv = [resolve_executable(argv[0], cwd, search_path)] + list(argv[1:])
+            argv = [resolve_executable(argv[0], cwd, environment["PATH"])] + list(argv[1:])
         job_id, job_dir = reserved or self._new_job_dir()
         spec = {
             "id": job_id,
@@ -190,19 +109,42 @@ class JobStore:
             "submitted_at": time.time(),
             "meta": meta or {},
         }
-        write_json(os.path.join(job_dir, "job.json"), spec)
-        open(os.path.join(job_dir, "output.log"), "ab").close()
+        try:
+            # The two records the supervisor writes later get their space now: a disk that
+            # fills while the job runs cannot lose how it ended.
+            reserve(os.path.join(job_dir, "run.json"))
+            reserve(os.path.join(job_dir, "exit.json"))
+            open(os.path.join(job_dir, "output.log"), "ab").close()
+            write_json(os.path.join(job_dir, "job.json"), spec)  # last: from now on it is a job
+        except OSError as exc:
+            self._undo(job_id, job_dir, whole=reserved is None)
+            raise disk_error(exc, "a new job", self.root)
         # The supervisor forks itself away and returns at once; waiting for it reaps it.
         launcher = subprocess.Popen(
             paths.agent_argv() + ["supervise", job_dir],
             stdin=subprocess.PIPE,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
             env=paths.agent_env(),
             close_fds=True,
         )
-        launcher.communicate(json.dumps(secret_env or {}).encode())
+        _, errors = launcher.communicate(json.dumps(environment).encode("utf-8", "surrogatepass"))
+        if launcher.returncode != 0:
+            self._undo(job_id, job_dir, whole=reserved is None)
+            lines = errors.decode("utf-8", "replace").strip().splitlines()
+            raise RemoteError("InternalError", "the job's supervisor did not start: %s" % (lines[-1] if lines else "exit %d" % launcher.returncode))
         return self.describe(job_id)
+
+    def _undo(self, job_id, job_dir, whole):
+        """Take back a submit that failed: the whole directory, or what submit put in a reserved one."""
+        if whole:
+            shutil.rmtree(job_dir, ignore_errors=True)
+            return
+        for name in ("job.json", "run.json", "exit.json", "output.log"):
+            try:
+                os.unlink(os.path.join(job_dir, name))
+            except OSError:
+                pass
 
     def reserve(self):
         """(job_id, job_dir): a new empty job directory for a caller that writes files there
@@ -218,7 +160,12 @@ class JobStore:
 
     def _new_job_dir(self):
         with self._id_lock:
-            numbers = [int(n[1:]) for n in os.listdir(self.root) if n.startswith("j") and n[1:].isdigit()]
+            numbers = [int(n[1:]) for n in os.listdir(self.root) if JOB_ID_PATTERN.match(n)]
+            try:
+                with open(os.path.join(self.root, LAST_ID_FILE)) as f:
+                    numbers.append(int(f.read().strip() or 0))
+            except (OSError, ValueError):
+                pass
             number = max(numbers, default=0) + 1
             while True:
                 job_id = "j%d" % number
@@ -228,11 +175,13 @@ class JobStore:
                     return job_id, path
                 except FileExistsError:
                     number += 1
+                except OSError as exc:
+                    raise disk_error(exc, "a new job", self.root)
 
     # -- read
 
     def job_dir(self, job_id):
-        if not isinstance(job_id, str) or not job_id.startswith("j") or not job_id[1:].isdigit():
+        if not isinstance(job_id, str) or not JOB_ID_PATTERN.match(job_id):
             raise NotFound("no job %r on this host" % (job_id,))
         path = os.path.join(self.root, job_id)
         if not os.path.isfile(os.path.join(path, "job.json")):
@@ -241,11 +190,13 @@ class JobStore:
 
     def describe(self, job_id):
         job_dir = self.job_dir(job_id)
-        spec = read_json(os.path.join(job_dir, "job.json")) or {}
-        run = read_json(os.path.join(job_dir, "run.json"))
-        end = read_json(os.path.join(job_dir, "exit.json"))
-        stop = read_json(os.path.join(job_dir, "stop.json"))
-        progress = read_json(os.path.join(job_dir, "progress.json"))
+        spec = read_json(os.path.join(job_dir, "job.json"))
+        if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not isinstance(spec.get("meta", {}), dict):
+            self._note_damaged(job_id, "its job.json is not a job")
+            raise DamagedJob("job %s is damaged: its job.json is not a job" % job_id)
+        run, end, stop, progress = (
+            _object(read_json(os.path.join(job_dir, name))) for name in ("run.json", "exit.json", "stop.json", "progress.json")
+        )
         try:
             log_bytes = os.path.getsize(os.path.join(job_dir, "output.log"))
         except OSError:
@@ -277,12 +228,18 @@ class JobStore:
             if progress.get("state") and state not in ("stopped", "lost"):
                 if state == "running" or progress.get("final"):
                     job["state"] = progress["state"]
+        if state in LIVE_STATES and stop is not None:
+            job["state"] = "stopping"  # the process still runs: process_state stays as it is
         return job
+
+    def _note_damaged(self, job_id, reason):
+        if (job_id, reason) not in self._noted:
+            self._noted.add((job_id, reason))
+            log.warning("skipped job %s: %s (remove its directory, %s, or forget it)", job_id, reason, os.path.join(self.root, job_id))
 
     def ids(self):
         """Every job id, oldest first."""
-        ids = [n for n in os.listdir(self.root) if n.startswith("j") and n[1:].isdigit()]
-        return sorted(ids, key=lambda n: int(n[1:]))
+        return sorted((n for n in os.listdir(self.root) if JOB_ID_PATTERN.match(n)), key=lambda n: int(n[1:]))
 
     def signature(self, job_id):
         """What changes when anything about the job does (its files' sizes and times), without
@@ -299,15 +256,16 @@ class JobStore:
 
     def list(self, kind=None):
         """Every job, oldest first; with `kind`, only those of that kind (the others are not read
-        beyond their job.json, so a pane that wants downloads does not pay for every job)."""
+        beyond their job.json, so a pane that wants downloads does not pay for every job). A
+        damaged job directory is skipped (and named once in the daemon's log)."""
         jobs = []
         for job_id in self.ids():
-            if kind is not None and (read_json(os.path.join(self.root, job_id, "job.json")) or {}).get("kind", "command") != kind:
+            if kind is not None and (_object(read_json(os.path.join(self.root, job_id, "job.json"))) or {}).get("kind", "command") != kind:
                 continue
             try:
                 jobs.append(self.describe(job_id))
             except NotFound:
-                continue  # a directory being created right now
+                continue  # a directory being created right now, or a damaged one
         return jobs
 
     def log_path(self, job_id):
@@ -352,56 +310,74 @@ class JobStore:
             data = data[: utf8_boundary(data)]
         return data, offset + len(data)
 
-    # -- stop
+    # -- stop and forget
 
     def stop(self, job_id, grace_s=STOP_GRACE_S):
-        """TERM to the job's process group, KILL after the grace period. Returns at once."""
+        """Ask the job's supervisor to stop it: TERM to everything the job started, KILL after
+        the grace. The supervisor carries it out (a daemon killed meanwhile changes nothing).
+        Returns at once; a later stop with a shorter grace shortens it."""
         job_dir = self.job_dir(job_id)
         job = self.describe(job_id)
-        if job["process_state"] not in ("running", "starting"):
+        if job["process_state"] not in LIVE_STATES:
             return job
-        run = read_json(os.path.join(job_dir, "run.json"))
-        if not os.path.exists(os.path.join(job_dir, "stop.json")):
-            write_json(os.path.join(job_dir, "stop.json"), {"requested_at": time.time(), "grace_s": grace_s})
-        if run is None:
-            return self.describe(job_id)
-        pgid = run["pgid"]
+        stop_path = os.path.join(job_dir, "stop.json")
         try:
-            os.killpg(pgid, signal.SIGTERM)
-        except ProcessLookupError:
-            pass
-        threading.Thread(target=self._kill_after, args=(job_id, run, grace_s), daemon=True).start()
-        return self.describe(job_id)
-
-    def _kill_after(self, job_id, run, grace_s):
-        job_dir = self.job_dir(job_id)
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline:
-            if os.path.exists(os.path.join(job_dir, "exit.json")):
-                return
-            time.sleep(0.1)
-        if is_same_process(run["supervisor_pid"], run["supervisor_start_ticks"], run["boot_id"]):
+            write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})
+            stop_signal = signal.SIGUSR1
+        except OSError:
+            stop_signal = signal.SIGTERM  # a full disk: the supervisor stops with its default grace
+        run = _object(read_json(os.path.join(job_dir, "run.json")))
+        if run is None:
+            return self.describe(job_id)  # the supervisor reads stop.json before it starts the job
+        if not run.get("stop_signal"):
+            legacy_stop(job_dir, run, grace_s)
+        elif is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
             try:
-                os.killpg(run["pgid"], signal.SIGKILL)
+                os.kill(run["supervisor_pid"], stop_signal)
             except ProcessLookupError:
                 pass
-        # KILL reaches the supervisor too: record the end ourselves when it could not.
-        for _ in range(50):
-            if os.path.exists(os.path.join(job_dir, "exit.json")):
-                return
-            if not is_same_process(run["supervisor_pid"], run["supervisor_start_ticks"], run["boot_id"]):
-                break
-            time.sleep(0.1)
-        if not os.path.exists(os.path.join(job_dir, "exit.json")):
-            write_json(
-                os.path.join(job_dir, "exit.json"),
-                {"exit_code": None, "signal": signal.SIGKILL, "ended_at": time.time(), "killed_after_grace": True},
-            )
+        return self.describe(job_id)
+
+    def forget(self, job_ids):
+        """Remove ended jobs (directory and log). Refuses the whole request, removing nothing,
+        when one of them still runs. Returns the ids removed."""
+        if not isinstance(job_ids, list) or not job_ids or not all(isinstance(i, str) for i in job_ids):
+            raise BadRequest("ids must be a non-empty list of job ids")
+        job_ids = list(dict.fromkeys(job_ids))
+        live = []
+        for job_id in job_ids:
+            try:
+                if self.describe(job_id)["process_state"] in LIVE_STATES:
+                    live.append(job_id)
+            except DamagedJob:
+                run = _object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
+                if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
+                    live.append(job_id)
+        if live:
+            raise BadRequest("%s still running: stop %s first" % (
+                "job %s is" % live[0] if len(live) == 1 else "jobs %s are" % ", ".join(live), "it" if len(live) == 1 else "them"))
+        with self._id_lock:
+            # Ids only grow: a console may still show a forgotten one.
+            highest = max([int(i[1:]) for i in job_ids + self.ids()])
+            try:
+                write_json(os.path.join(self.root, LAST_ID_FILE), highest)
+            except OSError:
+                pass  # a full disk: forgetting is how space comes back
+            for job_id in job_ids:
+                # Out of the listing at once, then deleted at leisure.
+                gone = os.path.join(self.root, ".forgotten-%s-%s" % (job_id, os.urandom(4).hex()))
+                os.rename(os.path.join(self.root, job_id), gone)
+                shutil.rmtree(gone, ignore_errors=True)
+        return job_ids
+
+
+def _object(value):
+    return value if isinstance(value, dict) else None
 
 
 def _process_state(job_dir, spec, run, end, stop):
     if end is not None:
-        if stop is not None and (end.get("signal") or end.get("exit_code") != 0):
+        if end.get("stopped") or ("stopped" not in end and stop is not None and (end.get("signal") or end.get("exit_code") != 0)):
             return "stopped"
         if end.get("error"):
             return "failed"
@@ -415,81 +391,8 @@ def _process_state(job_dir, spec, run, end, stop):
         return "running"
     # The supervisor is gone without writing exit.json: killed, or the host rebooted. Look
     # once more, since it may have written exit.json between our two reads.
-    end = read_json(os.path.join(job_dir, "exit.json"))
+    end = _object(read_json(os.path.join(job_dir, "exit.json")))
     return "lost" if end is None else _process_state(job_dir, spec, run, end, stop)
 
 
-# ---------------------------------------------------------------- the supervisor
-
-
-def supervise(job_dir):
-    """Run the job of job_dir to its end and record how it ended. Called as `agent supervise DIR`.
-
-    Forks once so that the caller (the daemon) can reap us at once; the child leads a new
-    session, which makes its pid the job's process group id.
-    """
-    # Secret variables come on stdin (the launcher writes them and waits for us): read them
-    # before the fork, keep them in memory only.
-    received = b""
-    try:
-        while not os.isatty(0):
-            chunk = os.read(0, 65536)
-            if not chunk:
-                break
-            received += chunk
-        secret_env = json.loads(received.decode() or "{}")
-    except (OSError, ValueError):
-        secret_env = {}
-    if os.fork() > 0:
-        os._exit(0)
-    os.setsid()
-    # TERM and HUP go to the whole group on stop; the supervisor stays to record the exit.
-    # A Python-level handler (not SIG_IGN) is reset by exec, so the job gets the default.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    signal.signal(signal.SIGHUP, lambda *_: None)
-    spec = read_json(os.path.join(job_dir, "job.json"))
-    env = dict(os.environ)
-    for key in ("PYTHONPATH",):
-        env.pop(key, None)
-    env.update(spec.get("env") or {})
-    env.update(secret_env if isinstance(secret_env, dict) else {})
-    env["SPECDECK_JOB_DIR"] = job_dir
-    env["SPECDECK_JOB_ID"] = spec["id"]
-    env.setdefault("PYTHONUNBUFFERED", "1")
-    log = open(os.path.join(job_dir, "output.log"), "ab", buffering=0)
-    me = os.getpid()
-    run = {
-        "supervisor_pid": me,
-        "supervisor_start_ticks": process_start_ticks(me),
-        "pgid": os.getpgid(0),
-        "boot_id": boot_id(),
-        "started_at": time.time(),
-        "pid": None,
-        "start_ticks": None,
-    }
-    try:
-        process = subprocess.Popen(
-            spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, close_fds=True
-        )
-    except OSError as exc:
-        write_json(os.path.join(job_dir, "run.json"), run)
-        log.write(("specdeck: could not start %s: %s\n" % (spec["argv"][0], exc.strerror or exc)).encode())
-        write_json(
-            os.path.join(job_dir, "exit.json"),
-            {"exit_code": 127, "signal": None, "ended_at": time.time(), "error": "could not start: %s" % (exc.strerror or exc)},
-        )
-        os._exit(0)
-    run.update(pid=process.pid, start_ticks=process_start_ticks(process.pid))
-    write_json(os.path.join(job_dir, "run.json"), run)
-    while True:
-        try:
-            code = process.wait()
-            break
-        except InterruptedError:  # pragma: no cover - PEP 475 retries for us
-            continue
-    end = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
-    write_json(os.path.join(job_dir, "exit.json"), end)
-    os._exit(0)
-
-
-__all__ = ["JobStore", "RemoteError", "supervise", "login_path", "resolve_executable"]
+__all__ = ["JobStore", "RemoteError", "login_path", "resolve_executable", "process_start_ticks", "STOP_GRACE_S"]

@@ -1,4 +1,4 @@
-"""Jobs from the command line: run, jobs, logs, stop."""
+"""Jobs from the command line: run, jobs, logs, stop, forget."""
 
 import json
 import sys
@@ -38,6 +38,11 @@ def add_commands(commands):
     p.add_argument("job")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between TERM and KILL (default 10)")
     p.add_argument("--wait", action="store_true", help="return once the job has ended")
+
+    p = commands.add_parser("forget", help="remove ended jobs and their logs from the host")
+    p.set_defaults(func=cmd_forget)
+    p.add_argument("host")
+    p.add_argument("jobs", nargs="+", metavar="JOB")
 
 
 def cmd_run(args):
@@ -130,4 +135,10 @@ def cmd_stop(args):
             time.sleep(0.2)
             job = client.call("jobs.get", {"id": args.job})
     emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))
+    return 0
+
+
+def cmd_forget(args):
+    removed = connect(args, args.host).call("jobs.forget", {"ids": args.jobs})
+    emit(args, removed, lambda: "forgot %s" % " ".join(removed))
     return 0

@@ -1,0 +1,397 @@
+"""The supervisor of one job (`agent supervise JOBDIR`), and how the agent tells processes apart.
+
+The supervisor starts the job's process in a session of its own, waits for it and writes
+exit.json, so the exit code is recorded even while no daemon runs. It also owns the stop:
+the daemon writes stop.json and sends it SIGUSR1; the supervisor sends TERM to everything
+the job started, waits the grace, KILLs what is left and only then writes the record.
+"Everything the job started" is its process group, every descendant of the supervisor
+(it is a child subreaper, so orphans of the job come back to it) and every process whose
+environment carries the job's token (a daemon that double-forked away before the
+supervisor became its parent). The supervisor is never in the group it kills.
+"""
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+STOP_GRACE_S = 10.0
+STOP_CHECK_S = 2.0  # stop.json looked at this often, in case its signal never came
+STOPPING_POLL_S = 0.1
+KILL_ROUNDS = 200
+RESERVED_BYTES = 1024  # run.json and exit.json are made this big at submit, filled in later
+PR_SET_CHILD_SUBREAPER = 36
+
+
+# ---------------------------------------------------------------- process identity
+
+
+def boot_id():
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return ""
+
+
+def _stat_fields(pid):
+    """Fields 3.. of /proc/PID/stat (state first), or None when no such process."""
+    try:
+        with open("/proc/%d/stat" % pid, "rb") as f:
+            stat = f.read()
+    except (OSError, ValueError):
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def process_start_ticks(pid):
+    """The process's start time in clock ticks since boot, or None when no such process.
+
+    A pid together with this number names one process for good: a recycled pid has a
+    different start time.
+    """
+    fields = _stat_fields(pid)
+    if not fields or fields[0] == b"Z":
+        return None
+    return int(fields[19])
+
+
+def is_same_process(pid, start_ticks, recorded_boot_id):
+    if not pid or recorded_boot_id != boot_id():
+        return False
+    return process_start_ticks(pid) == start_ticks
+
+
+def process_table():
+    """{pid: (ppid, pgid, start_ticks)} of every process that still runs (zombies left out)."""
+    table = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _stat_fields(int(name))
+        if fields and fields[0] not in (b"Z", b"X"):
+            table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[19]))
+    return table
+
+
+def environ_has(pid, entry):
+    """Whether /proc/PID/environ holds `entry` (bytes, NAME=VALUE); False when unreadable."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return entry in f.read().split(b"\0")
+    except OSError:
+        return False
+
+
+# ---------------------------------------------------------------- records
+
+
+def read_json(path):
+    """A file's JSON value, or None when it is missing, reserved (blank) or not JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path, value):
+    """Replace the file at once; on failure (a full disk) leave no temp file behind."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def reserve(path):
+    """Make `path` RESERVED_BYTES of blanks (read as no record yet), so that write_record can
+    fill it in place later without needing a free block."""
+    with open(path, "wb") as f:
+        f.write(b" " * RESERVED_BYTES)
+
+
+def write_record(path, value, retry_s=None):
+    """Write a small record into the space reserved for it (in place: a full disk cannot refuse
+    it), or replace the file when there is none. With `retry_s`, try again until it works."""
+    data = json.dumps(value, separators=(",", ":")).encode()
+    while True:
+        try:
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                try:
+                    size = os.fstat(fd).st_size
+                    if len(data) <= size:
+                        os.pwrite(fd, data.ljust(size), 0)
+                        return
+                finally:
+                    os.close(fd)
+            write_json(path, value)
+            return
+        except OSError:
+            if retry_s is None:
+                raise
+            time.sleep(retry_s)
+
+
+def legacy_stop(job_dir, run, grace_s):
+    """A job whose supervisor predates supervised stops (it would die of SIGUSR1): TERM to its
+    group, and KILL after the grace from here, as such agents did."""
+    def kill_after():
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline and read_json(os.path.join(job_dir, "exit.json")) is None:
+            time.sleep(0.1)
+        if read_json(os.path.join(job_dir, "exit.json")) is None:
+            try:
+                os.killpg(run["pgid"], signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, KeyError):
+                pass
+
+    try:
+        os.killpg(run["pgid"], signal.SIGTERM)
+    except (ProcessLookupError, PermissionError, KeyError):
+        return
+    threading.Thread(target=kill_after, daemon=True).start()
+
+
+# ---------------------------------------------------------------- the supervisor
+
+
+def supervise(job_dir):
+    """Run the job of job_dir to its end and record how it ended. Called as `agent supervise DIR`
+    with the job's environment as a JSON object on stdin.
+
+    Forks once so that the caller (the daemon) can reap us at once; the child leads a session
+    of its own, and starts the job in yet another one.
+    """
+    raw = sys.stdin.buffer.read()
+    environment = json.loads(raw.decode("utf-8", "surrogatepass")) if raw.strip() else None
+    if os.fork() > 0:
+        os._exit(0)
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    log_fd = os.open(os.path.join(job_dir, "output.log"), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    os.dup2(log_fd, 2)  # a supervisor that fails says why in the job's log
+    Supervisor(job_dir, environment, log_fd).run()
+    os._exit(0)
+
+
+class Supervisor:
+    def __init__(self, job_dir, environment, log_fd):
+        self.job_dir = job_dir
+        self.environment = environment
+        self.log_fd = log_fd
+        self.me = os.getpid()
+        self.token = os.urandom(12).hex()
+        self.signals = set()
+        self.pgid = None
+        self.main_pid = None
+        self.main_status = None
+        self.deadline = None  # monotonic time of the KILL, once a stop is under way
+        self._environ_verdicts = {}  # (pid, start_ticks) -> carries our token
+
+    def path(self, name):
+        return os.path.join(self.job_dir, name)
+
+    def run(self):
+        wake_read, wake_write = os.pipe()
+        os.set_blocking(wake_read, False)
+        os.set_blocking(wake_write, False)
+        signal.set_wakeup_fd(wake_write)
+        # Python-level handlers (not SIG_IGN): exec resets them, so the job gets the defaults.
+        for signum in (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM):
+            signal.signal(signum, lambda signum, frame: self.signals.add(signum))
+        signal.signal(signal.SIGHUP, lambda *_: None)
+        _become_subreaper()
+        spec = read_json(self.path("job.json"))
+        run = {
+            "supervisor_pid": self.me,
+            "supervisor_start_ticks": process_start_ticks(self.me),
+            "boot_id": boot_id(),
+            "started_at": time.time(),
+            "pid": None,
+            "start_ticks": None,
+            "pgid": None,
+            "stop_signal": "SIGUSR1",
+        }
+        if read_json(self.path("stop.json")) is not None:  # stopped before it started
+            write_record(self.path("run.json"), run, retry_s=1.0)
+            self.finish({"exit_code": None, "signal": None, "ended_at": time.time(), "stopped": True})
+            return
+        env = self.job_environment(spec)
+        try:
+            process = subprocess.Popen(
+                spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=self.log_fd, stderr=subprocess.STDOUT,
+                close_fds=True, start_new_session=True,
+            )
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            reason = getattr(exc, "strerror", None) or str(exc)
+            write_record(self.path("run.json"), run, retry_s=1.0)
+            os.write(self.log_fd, ("specdeck: could not start %s: %s\n" % (spec["argv"][0], reason)).encode("utf-8", "replace"))
+            self.finish({"exit_code": 127, "signal": None, "ended_at": time.time(), "error": ("could not start: %s" % reason)[:300]})
+            return
+        self.main_pid = self.pgid = process.pid
+        run.update(pid=process.pid, start_ticks=process_start_ticks(process.pid), pgid=process.pid, token=self.token)
+        write_record(self.path("run.json"), run, retry_s=1.0)
+        self.loop(wake_read)
+
+    def job_environment(self, spec):
+        if self.environment is None:  # started by hand, without one: the agent's own, as before
+            env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+            env.update(spec.get("env") or {})
+        else:
+            env = dict(self.environment)
+        env["SPECDECK_JOB_DIR"] = self.job_dir
+        env["SPECDECK_JOB_ID"] = spec["id"]
+        env["SPECDECK_JOB_TOKEN"] = self.token  # marks every process the job starts (see job_processes)
+        env.setdefault("PYTHONUNBUFFERED", "1")
+        return env
+
+    def loop(self, wake_read):
+        next_stop_check = 0.0
+        killed_after_grace = False
+        while True:
+            now = time.monotonic()
+            signalled = bool(self.signals & {signal.SIGUSR1, signal.SIGTERM})
+            if signalled or now >= next_stop_check:
+                self.signals -= {signal.SIGUSR1, signal.SIGTERM}
+                self.take_stop_request(now, signalled)
+                next_stop_check = now + STOP_CHECK_S
+            self.signals.discard(signal.SIGCHLD)
+            self.reap()
+            if self.deadline is None:
+                if self.main_status is not None:
+                    break
+                timeout_s = max(0.0, next_stop_check - now)
+            else:
+                left = self.job_processes()
+                if self.main_status is None:
+                    left.add(self.main_pid)
+                if not left:
+                    break
+                if now >= self.deadline:
+                    self.kill_all()
+                    killed_after_grace = True
+                    continue
+                timeout_s = STOPPING_POLL_S
+            try:
+                select.select([wake_read], [], [], timeout_s)
+                os.read(wake_read, 4096)
+            except (BlockingIOError, InterruptedError):
+                pass
+        code = os.waitstatus_to_exitcode(self.main_status)
+        end = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
+        if self.deadline is not None:
+            end.update(stopped=True, killed_after_grace=killed_after_grace)
+        self.finish(end)
+
+    def take_stop_request(self, now, signalled):
+        """Start (or shorten) the stop asked for in stop.json; a signal without one (the daemon
+        could not write it on a full disk, or a user's `kill`) stops with the default grace."""
+        stop = read_json(self.path("stop.json"))
+        grace_s = STOP_GRACE_S
+        if isinstance(stop, dict):
+            value = stop.get("grace_s")
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < float("inf"):
+                grace_s = float(value)
+        elif not signalled:
+            return
+        deadline = now + grace_s
+        if self.deadline is None:
+            self.deadline = deadline
+            self.send(signal.SIGTERM)
+        else:
+            self.deadline = min(self.deadline, deadline)
+
+    def send(self, signum):
+        """`signum` to the job's group and to each of its processes outside it."""
+        try:
+            os.killpg(self.pgid, signum)
+        except (ProcessLookupError, PermissionError):
+            pass
+        table = process_table()
+        for pid in self.job_processes(table):
+            if table.get(pid, (None, None))[1] != self.pgid or signum == signal.SIGKILL:
+                try:
+                    os.kill(pid, signum)
+                except (ProcessLookupError, PermissionError):
+                    pass
+
+    def kill_all(self):
+        """KILL until nothing of the job is left (a process may fork while we look)."""
+        for _ in range(KILL_ROUNDS):
+            self.send(signal.SIGKILL)
+            time.sleep(0.02)
+            self.reap()
+            if not self.job_processes() and self.main_status is not None:
+                return
+        os.write(self.log_fd, b"specdeck: some processes of the job could not be killed\n")
+
+    def reap(self):
+        """Collect every ended child (ours, and orphans handed to us); note the main one's status."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.main_pid:
+                self.main_status = status
+
+    def job_processes(self, table=None):
+        """Pids of every live process of the job: its group, the supervisor's descendants, and
+        whatever carries the job's token in its environment (with their descendants)."""
+        table = process_table() if table is None else table
+        children = {}
+        for pid, (ppid, _, _) in table.items():
+            children.setdefault(ppid, []).append(pid)
+        roots = [self.me]
+        token_entry = b"SPECDECK_JOB_TOKEN=" + self.token.encode()
+        for pid, (ppid, pgid, start_ticks) in table.items():
+            if pgid == self.pgid:
+                roots.append(pid)
+                continue
+            key = (pid, start_ticks)
+            if key not in self._environ_verdicts:
+                self._environ_verdicts[key] = environ_has(pid, token_entry)
+            if self._environ_verdicts[key]:
+                roots.append(pid)
+        found = set()
+        while roots:
+            pid = roots.pop()
+            if pid in found:
+                continue
+            found.add(pid)
+            roots.extend(children.get(pid, ()))
+        found.discard(self.me)
+        return {pid for pid in found if pid in table}
+
+    def finish(self, end):
+        write_record(self.path("exit.json"), end, retry_s=1.0)
+
+
+def _become_subreaper():
+    """Orphans of the job are re-parented to us instead of init (Linux 3.4+; best effort)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError, ImportError):
+        pass
