@@ -1,0 +1,107 @@
+"""A 64-shard MoE target with 139,583 tensors through the real daemon: the summary and the
+first page come in one reply, every tensor arrives page by page, and no frame comes near the
+16 MiB bound although the whole listing is larger than that."""
+
+import json
+import os
+import tempfile
+
+import pytest
+
+from remote.checkpoints import eagle3, listing, roles
+from remote.core.protocol import MAX_FRAME_BYTES, RemoteError
+from tests import checkpoint_fixtures as fx
+from tui.connection import open_client
+
+FIXTURE_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
+LAYERS, EXPERTS, DENSE_LAYERS = 61, 384, 1
+MOE_LAYERS = LAYERS - DENSE_LAYERS
+
+
+@pytest.fixture(scope="module")
+def moe():
+    return fx.cached_moe_target(FIXTURE_CACHE, layers=LAYERS, experts=EXPERTS, shards=64, dense_layers=DENSE_LAYERS)
+
+
+@pytest.fixture
+def client(agent_home):
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def frame_bytes(reply):
+    return len(json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+def test_the_moe_fixture_is_what_safetensors_reads(moe):
+    from safetensors import safe_open
+
+    assert moe["tensors"] == 139583
+    first = os.path.join(moe["directory"], "model-00001-of-00064.safetensors")
+    with safe_open(first, framework="np") as f:
+        keys = list(f.keys())
+        assert len(keys) == -(-moe["tensors"] // 64)
+        assert f.get_slice("model.layers.0.self_attn.o_proj.weight").get_shape() == [7168, 8192]
+
+
+def test_inspect_through_the_daemon_pages_every_tensor(client, moe):
+    summary = client.call("checkpoint.inspect", {"path": moe["directory"]}, timeout=300)
+    assert summary["problems"] == []
+    assert summary["format"] == "hf" and summary["eagle3"] is None
+    assert summary["tensor_count"] == moe["tensors"] and summary["tensor_bytes"] == moe["tensor_bytes"]
+    assert summary["total_bytes"] == moe["file_bytes"] and len(summary["files"]) == 64
+    assert not summary["complete"] and len(summary["tensors"]) == listing.FIRST_PAGE_TENSORS
+    assert frame_bytes(summary) < MAX_FRAME_BYTES
+    groups = dict((g["pattern"], g) for g in summary["groups"])
+    experts = groups["model.layers.{N}.mlp.experts.{E}.down_proj.weight"]
+    assert experts["count"] == MOE_LAYERS * EXPERTS and experts["dtypes"] == ["F8_E4M3"]
+    assert experts["shapes"] == [[7168, 2048]] and experts["role"] == "layer {N}: expert {E} MLP down projection"
+    assert sum(g["count"] for g in summary["groups"]) == moe["tensors"] == sum(g["count"] for g in groups.values())
+    assert sum(g["bytes"] for g in summary["groups"]) == moe["tensor_bytes"]
+
+    names, total_bytes, largest_frame, pages, wire_bytes = [], 0, 0, 0, 0
+    offset = 0
+    while True:
+        page = client.call("checkpoint.tensors", {"handle": summary["handle"], "offset": offset, "limit": 5000}, timeout=120)
+        largest_frame = max(largest_frame, frame_bytes(page))
+        wire_bytes += frame_bytes(page)
+        assert page["total"] == moe["tensors"]
+        if not page["tensors"]:
+            break
+        pages += 1
+        names += [t["name"] for t in page["tensors"]]
+        total_bytes += sum(t["bytes"] for t in page["tensors"])
+        offset += len(page["tensors"])
+    assert pages == -(-moe["tensors"] // 5000)
+    assert len(names) == len(set(names)) == moe["tensors"] and names == sorted(names)
+    assert total_bytes == moe["tensor_bytes"]
+    # The whole listing would not fit one frame; its pages are a fraction of one.
+    assert wire_bytes > MAX_FRAME_BYTES and largest_frame < MAX_FRAME_BYTES // 8
+    assert names[:2] == [t["name"] for t in summary["tensors"][:2]]
+
+
+def test_pages_filter_and_sort_on_the_host(client, moe):
+    summary = client.call("checkpoint.inspect", {"path": moe["directory"], "limit": 10}, timeout=300)
+    assert len(summary["tensors"]) == 10
+    page = client.call("checkpoint.tensors", {"handle": summary["handle"], "filter": "experts.17.", "limit": 5000})
+    assert page["total"] == MOE_LAYERS * 6  # gate, up and down, each with its scale
+    assert all(".experts.17." in t["name"] for t in page["tensors"])
+    page = client.call("checkpoint.tensors", {"handle": summary["handle"], "filter": "EXPERT 17 MLP down", "limit": 5000})
+    assert page["total"] == MOE_LAYERS  # the role matched, any case (the scales' roles say nothing of it)
+    assert {t["role"] for t in page["tensors"]} == {"layer %d: expert 17 MLP down projection" % n for n in range(1, LAYERS)}
+    biggest = client.call("checkpoint.tensors", {"handle": summary["handle"], "sort": "size", "limit": 3})["tensors"]
+    assert [t["name"] for t in biggest] == ["lm_head.weight", "model.embed_tokens.weight", "model.layers.0.mlp.down_proj.weight"]
+    # By path, the kept listing answers; an unknown handle says to inspect again.
+    by_path = client.call("checkpoint.tensors", {"path": moe["directory"], "offset": 139580, "limit": 10})
+    assert by_path["handle"] == summary["handle"] and len(by_path["tensors"]) == 3
+    with pytest.raises(RemoteError) as caught:
+        client.call("checkpoint.tensors", {"handle": "0123456789abcdef"})
+    assert caught.value.type == "NotFound" and "inspect the checkpoint again" in caught.value.message
+
+
+def test_roles_worded_per_pattern_are_the_roles_worded_one_by_one(moe):
+    namer = roles.RoleNamer("hf", {})
+    names = [spec[0] for spec in fx.moe_tensor_specs(layers=3, experts=4, dense_layers=1)]
+    assert [namer.role(n) for n in names] == [eagle3.role(n, "hf", {}) for n in names]
+    assert roles.name_pattern("model.layers.3.mlp.experts.17.w1.weight") == "model.layers.{N}.mlp.experts.{E}.w1.weight"
