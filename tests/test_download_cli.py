@@ -1,13 +1,18 @@
-"""Downloads as users drive them: `specdeck download/verify/jobs` over a real sshd against the
-fake hub, and a download that goes on while the SSH link is cut."""
+"""Downloads as users drive them: `specdeck download/verify/jobs/config` over a real sshd against
+the fake hub, the shell's hub token on its way to the hub and nowhere else, an interpreter without
+huggingface_hub answered with one that has it, and a download that goes on while the SSH link is cut."""
 
 import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import laptop_for, run_cli
+from tests.conftest import REPO_ROOT, laptop_for, run_cli
 from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub
 from tests.sshd_fixtures import wait_for
@@ -15,6 +20,27 @@ from tui.client import AgentClient
 from tui.connection import link_factory
 
 MB = 1024 * 1024
+SECRET = "hf_SpecdeckCliToken5c2e8a1f9b7d3046"
+
+
+def state_dir(host_user):
+    return host_user.home / ".cache" / "specdeck"
+
+
+def job_dirs(host_user):
+    return sorted(p.name for p in (state_dir(host_user) / "jobs").iterdir() if p.name.startswith("j"))
+
+
+def text_under(root):
+    """Every file under root, decoded loosely: for grepping a secret."""
+    chunks = []
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = os.path.join(dirpath, name)
+            if os.path.isfile(path) and os.path.getsize(path) < 16 * MB:
+                with open(path, "rb") as f:
+                    chunks.append(f.read().decode("utf-8", "replace"))
+    return "\n".join(chunks)
 
 
 def drafter_files(tmp_path):
@@ -35,6 +61,8 @@ def test_download_then_verified_over_ssh(laptop, hub, host_user, host_python, ho
     hub.add_repo("org/drafter", files)
     target = host_dir(host_user, "drafter-%d" % time.time_ns())
     common = ["--python", host_python, "--host-python", host_ml_python, "--endpoint", hub.url]
+    run_cli("jobs", "gpuhost", "--json", "--python", host_python, home=laptop, check=0)  # the daemon is up
+    state_before = sorted(p.name for p in state_dir(host_user).iterdir())
     result = run_cli("download", "gpuhost", "org/drafter", "--local-dir", target, "--wait", "--json", *common, home=laptop)
     assert result.returncode == 0, result.stderr + result.stdout
     summary = json.loads(result.stdout.strip().splitlines()[-1])
@@ -55,6 +83,13 @@ def test_download_then_verified_over_ssh(laptop, hub, host_user, host_python, ho
     assert broken.returncode == 1
     verdict = json.loads(broken.stdout.strip().splitlines()[-1])["verdict"]
     assert verdict["status"] == "mismatch" and "model.safetensors" in verdict["message"]
+    # The spec and the plan live in the job's own directory; nothing is left beside the jobs.
+    assert sorted(p.name for p in state_dir(host_user).iterdir()) == state_before
+    download_dir = state_dir(host_user) / "jobs" / summary["id"]
+    assert json.loads((download_dir / "spec.json").read_text())["repo"] == "org/drafter"
+    assert json.loads((download_dir / "plan.json").read_text())["ok"] is True
+    verify_dir = state_dir(host_user) / "jobs" / json.loads(broken.stdout.strip().splitlines()[-1])["id"]
+    assert (verify_dir / "spec.json").exists() and not (verify_dir / "plan.json").exists()
 
 
 @pytest.mark.parametrize(
@@ -72,6 +107,7 @@ def test_download_refused_before_starting_with_one_line(repo, extra, kind, words
     hub.add_repo("org/gated", files, gated=True)
     target = host_dir(host_user, "refused-%d" % time.time_ns())
     jobs_before = run_cli("jobs", "gpuhost", "--json", "--python", host_python, home=laptop, check=0).stdout
+    dirs_before = job_dirs(host_user)
     result = run_cli(
         "download", "gpuhost", repo, *extra, "--local-dir", target, "--python", host_python,
         "--host-python", host_ml_python, "--endpoint", hub.url, home=laptop,
@@ -81,6 +117,77 @@ def test_download_refused_before_starting_with_one_line(repo, extra, kind, words
     assert len(lines) == 1 and words in lines[0], result.stderr
     assert not target.exists()
     assert run_cli("jobs", "gpuhost", "--json", "--python", host_python, home=laptop, check=0).stdout == jobs_before
+    assert job_dirs(host_user) == dirs_before  # the directory reserved for the job is gone too
+
+
+def test_the_shells_token_reaches_the_hub_and_nowhere_else(laptop, hub, host_user, host_python, host_ml_python):
+    # A gated repo, and a host that has no token of its own: only the shell's HF_TOKEN opens it.
+    files = {"config.json": b"{}", "weights.bin": blob(8 * MB, 5)}
+    hub.add_repo("org/gated", files, gated=True, tokens=[SECRET])
+    argv = ["download", "gpuhost", "org/gated", "--python", host_python, "--host-python", host_ml_python,
+            "--endpoint", hub.url]
+    refused = run_cli(*argv, "--local-dir", host_dir(host_user, "no-token-%d" % time.time_ns()), home=laptop, env={"HF_TOKEN": ""})
+    assert refused.returncode == 2 and "org/gated is gated" in refused.stderr
+    hub.requests.clear()
+    hub.throttle(2 * MB)  # a few seconds of a running job to look at
+    target = host_dir(host_user, "token-%d" % time.time_ns())
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env.update(HOME=str(laptop), PYTHONPATH=str(REPO_ROOT), HF_TOKEN=SECRET)
+    cli = subprocess.Popen([sys.executable, "-m", "tui.cli", *argv, "--local-dir", str(target), "--wait", "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT))
+    process_lists = []
+    while cli.poll() is None:
+        process_lists.append(subprocess.run(["ps", "-eww", "-o", "pid,user,args"], capture_output=True, text=True).stdout)
+        time.sleep(0.1)
+    out, err = cli.communicate()
+    assert cli.returncode == 0, err + out
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["state"] == "verified"
+    assert (target / "weights.bin").read_bytes() == files["weights.bin"]
+    # The token went with every request to the hub, the shell's own.
+    assert hub.requests and {q["token"] for q in hub.requests} == {SECRET}
+    # ps was looked at while the job ran, and showed no token.
+    job_dir = str(state_dir(host_user) / "jobs" / summary["id"])
+    assert any(job_dir in listing for listing in process_lists)
+    for listing in process_lists:
+        assert SECRET not in listing
+    # Not in any file of the agent (job.json, spec.json, plan.json, logs, progress) nor the laptop's.
+    assert SECRET not in text_under(state_dir(host_user))
+    assert SECRET not in text_under(laptop)
+    assert SECRET not in out + err
+
+
+def test_an_interpreter_without_huggingface_hub_names_one_that_has_it(laptop, hub, host_user, host_python, host_ml_python, tmp_path):
+    hub.add_repo("org/drafter", drafter_files(tmp_path))
+    # The ML venv where users keep one: ~/.venv-something.
+    venv = host_user.home / ".venv-specdeck-ml"
+    host_user.run(["ln", "-sfn", str(Path(host_ml_python).parent.parent), str(venv)])
+    config_env = {"XDG_CONFIG_HOME": str(laptop / ".config")}
+    try:
+        target = host_dir(host_user, "interp-%d" % time.time_ns())
+        # The agent's own interpreter (host_python) has no huggingface_hub.
+        refused = run_cli("download", "gpuhost", "org/drafter", "--local-dir", target, "--python", host_python,
+                          "--endpoint", hub.url, home=laptop, env=config_env)
+        assert refused.returncode == 2
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1, refused.stderr
+        assert "huggingface_hub is not installed for %s" % host_python in lines[0]
+        assert str(venv / "bin" / "python") in lines[0]
+        assert "specdeck config gpuhost --ml-python " in lines[0]
+        # Remembered once, neither --python nor --host-python is typed again.
+        run_cli("config", "gpuhost", "--ml-python", venv / "bin" / "python", "--agent-python", host_python,
+                home=laptop, env=config_env, check=0)
+        shown = json.loads(run_cli("config", "gpuhost", "--json", home=laptop, env=config_env, check=0).stdout)
+        assert shown["settings"] == {"ml_python": str(venv / "bin" / "python"), "agent_python": host_python}
+        result = run_cli("download", "gpuhost", "org/drafter", "--local-dir", target, "--wait", "--json",
+                         "--endpoint", hub.url, home=laptop, env=config_env)
+        assert result.returncode == 0, result.stderr + result.stdout
+        summary = json.loads(result.stdout.strip().splitlines()[-1])
+        assert summary["state"] == "verified"
+        job = json.loads(run_cli("jobs", "gpuhost", "--json", home=laptop, env=config_env, check=0).stdout)
+        assert next(j for j in job if j["id"] == summary["id"])["argv"][0] == str(venv / "bin" / "python")
+    finally:
+        venv.unlink()
 
 
 def test_download_goes_on_while_the_ssh_link_is_cut(netns_host, tmp_path, monkeypatch, host_user, host_python, host_ml_python):
