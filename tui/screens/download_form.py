@@ -106,7 +106,8 @@ class DownloadForm(ModalScreen):
                     # Compact (borderless) fields: the whole form fits a 24-line terminal.
                     yield Input(value=self.initial.get(key, ""), placeholder=placeholder, id="form-%s" % key.replace("_", "-"), compact=True)
                     if key == "python":
-                        yield Checkbox("remember for %s" % config.host_key(host), id="form-remember", compact=True)
+                        yield Checkbox("remember", id="form-remember", compact=True,
+                                       tooltip="remember this interpreter for %s (specdeck config)" % config.host_key(host))
             yield Static(id="form-error")
             with Horizontal(id="form-buttons"):
                 yield Button("Cancel", id="form-cancel", compact=True)
