@@ -105,3 +105,44 @@ def test_roles_worded_per_pattern_are_the_roles_worded_one_by_one(moe):
     names = [spec[0] for spec in fx.moe_tensor_specs(layers=3, experts=4, dense_layers=1)]
     assert [namer.role(n) for n in names] == [eagle3.role(n, "hf", {}) for n in names]
     assert roles.name_pattern("model.layers.3.mlp.experts.17.w1.weight") == "model.layers.{N}.mlp.experts.{E}.w1.weight"
+
+
+def run_cli(*args):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "tui.cli"] + list(args), capture_output=True, text=True,
+                          cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def test_cli_summarises_a_huge_checkpoint_and_lists_it_all_on_request(moe):
+    out = run_cli("inspect", moe["directory"])
+    assert out.returncode == 0, out.stderr
+    assert "Tensors: 139,583 in 37 name patterns (--all lists every tensor)" in out.stdout
+    line = next(l for l in out.stdout.splitlines() if "model.layers.{N}.mlp.experts.{E}.down_proj.weight " in l)
+    assert "23,040" in line and "F8_E4M3" in line and "[7168, 2048]" in line
+    assert len(out.stdout.splitlines()) < 100  # a summary, not 139,583 lines
+    every = run_cli("inspect", "--all", "--json", moe["directory"])
+    assert every.returncode == 0, every.stderr
+    report = json.loads(every.stdout)
+    assert report["complete"] and len(report["tensors"]) == moe["tensors"]
+    assert sum(t["bytes"] for t in report["tensors"]) == moe["tensor_bytes"]
+    text = run_cli("inspect", "--all", moe["directory"])
+    assert sum(1 for l in text.stdout.splitlines() if l.startswith("  model.layers.")) == moe["tensors"] - 3  # all but embed_tokens, norm and lm_head
+
+
+def test_compare_checks_a_drafter_against_a_target_model(tmp_path):
+    drafter = fx.write_drafter(tmp_path / "drafter", "specforge", aux_layer_ids=[1, 3, 5])
+    fits = fx.write_hf_model(tmp_path / "target", layers=8, hidden=64, vocab=256)
+    out = run_cli("compare", drafter, fits)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.startswith("Verdict: COMPATIBLE: the drafter can serve the target")
+    assert "aux layer ids [1, 3, 5] (from the drafter's config) lie within the target's 8 layers" in out.stdout
+    small = fx.write_hf_model(tmp_path / "small", layers=4, hidden=32, vocab=128)
+    out = run_cli("compare", "--json", small, drafter)
+    assert out.returncode == 1
+    result = json.loads(out.stdout)
+    assert result["verdict"] == "incompatible" and result["target"] == "A"
+    failed = {c["check"] for c in result["checks"] if not c["ok"]}
+    assert failed == {"hidden_size", "embedding", "vocab_size", "aux_layer_ids"}
+    assert result["reasons"][0].startswith("B's drafter cannot serve the target A: fc.weight fuses 3 x 64")

@@ -11,7 +11,6 @@ from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 from .display import format_bytes
 
 
-
 def format_size(n):
     """Exact bytes plus decimal and binary units, because notes disagree only in units:
     2382319104 -> '2,382,319,104 bytes (2.38 GB, 2.22 GiB)'."""
@@ -93,28 +92,69 @@ def _eagle3_lines(report):
     return ["EAGLE-3:"] + ["  %s  %s" % (k.ljust(width), v) for k, v in rows]
 
 
-def format_inspect(report):
-    """The inspect report as text: problems first, then files, tensors, totals, EAGLE-3 summary."""
+def inspect_head_lines(report, files_shown=None):
+    """Path, format, problems and files (the first `files_shown` of them): what comes before the tensors."""
     fmt = report.get("format", "unknown")
     lines = [str(report.get("path", "")), "Format: %s: %s" % (fmt, FORMAT_DESCRIPTIONS.get(fmt, ""))]
     lines += _problem_lines(report.get("problems"))
     files = report.get("files") or []
     if files:
-        lines.append("Files:")
-        for f in files:
+        lines.append("Files: %d" % len(files))
+        for f in files[:files_shown]:
             digest = ("  sha256 " + f["sha256"]) if f.get("sha256") else ""
             lines.append("  %s  %s%s" % (f.get("path"), format_size(f.get("bytes")), digest))
-    tensors = report.get("tensors") or []
+        if files_shown is not None and len(files) > files_shown:
+            lines.append("  and %d more (--json lists them all)" % (len(files) - files_shown))
+    return lines
+
+
+TENSOR_HEADERS = ["name", "role", "shape", "dtype", "bytes"]
+
+
+def tensor_table_lines(tensors, header=True):
+    """The tensor table; without its header line for the pages after the first."""
     rows = [[t.get("name", ""), t.get("role") or "", format_shape(t.get("shape")), t.get("dtype") or "?",
              "{:,}".format(t["bytes"]) if t.get("bytes") is not None else "?"] for t in tensors]
+    if not rows:
+        return []
+    lines = _table(TENSOR_HEADERS, rows, right=(4,))
+    return lines if header else lines[1:]
+
+
+def inspect_tail_lines(report, tensor_bytes):
+    files = report.get("files") or []
+    lines = ["Total: %s in %d file%s; tensor data %s"
+             % (format_size(report.get("total_bytes")), len(files), "" if len(files) == 1 else "s",
+                format_size(tensor_bytes))]
+    return lines + _eagle3_lines(report)
+
+
+def format_inspect(report):
+    """The inspect report as text: problems first, then files, tensors, totals, EAGLE-3 summary."""
+    tensors = report.get("tensors") or []
+    lines = inspect_head_lines(report)
     lines.append("Tensors: %d" % len(tensors))
+    lines += tensor_table_lines(tensors)
+    lines += inspect_tail_lines(report, sum(t.get("bytes") or 0 for t in tensors))
+    return "\n".join(lines) + "\n"
+
+
+def format_inspect_summary(report):
+    """A checkpoint too large to list whole: its tensors grouped by name pattern instead."""
+    lines = inspect_head_lines(report, files_shown=3)
+    groups = report.get("groups") or []
+    lines.append("Tensors: {:,} in {:,} name patterns (--all lists every tensor)".format(
+        report.get("tensor_count", 0), report.get("group_count", len(groups))))
+    rows = []
+    for g in groups:
+        shapes = ", ".join(format_shape(s) for s in g.get("shapes") or []) + (", ..." if g.get("more_shapes") else "")
+        rows.append([g.get("pattern", ""), "{:,}".format(g.get("count", 0)), "{:,}".format(g.get("bytes") or 0),
+                     "/".join(g.get("dtypes") or []) or "?", shapes, g.get("role") or ""])
     if rows:
-        lines += _table(["name", "role", "shape", "dtype", "bytes"], rows, right=(4,))
-    tensor_bytes = sum(t.get("bytes") or 0 for t in tensors)
-    lines.append("Total: %s in %d file%s; tensor data %s"
-                 % (format_size(report.get("total_bytes")), len(files), "" if len(files) == 1 else "s",
-                    format_size(tensor_bytes)))
-    lines += _eagle3_lines(report)
+        lines += _table(["pattern", "tensors", "bytes", "dtype", "shape", "role"], rows, right=(1, 2))
+    if len(groups) < report.get("group_count", len(groups)):
+        lines.append("  and {:,} more patterns".format(report["group_count"] - len(groups)))
+    lines += inspect_tail_lines(report, report.get("tensor_bytes") or 0)
     return "\n".join(lines) + "\n"
 
 
@@ -125,8 +165,19 @@ def _side(side):
 
 
 def format_compare(result):
-    """The compare result as text: verdict on top, reasons, tensors side by side, config diff."""
+    """The compare result as text: verdict on top, reasons, tensors side by side, config diff.
+
+    A drafter compared with a target model gets the checks against the target instead."""
     compatible = result.get("verdict") == "compatible"
+    if result.get("target"):
+        lines = ["Verdict: %s" % ("COMPATIBLE: the drafter can serve the target" if compatible
+                                  else "INCOMPATIBLE: the drafter cannot serve the target")]
+        lines += ["  - " + reason for reason in result.get("reasons") or []]
+        checks = result.get("checks") or []
+        lines.append("Checked against the target model (%s): %d" % (result["target"], len(checks)))
+        lines += _table(["check", "result", "why"], [[c.get("check", ""), "ok" if c.get("ok") else "FAILS",
+                                                      c.get("message", "")] for c in checks])
+        return "\n".join(lines) + "\n"
     lines = ["Verdict: %s" % ("COMPATIBLE: drop-in initialisation" if compatible
                               else "INCOMPATIBLE: not a drop-in initialisation")]
     for reason in result.get("reasons") or []:

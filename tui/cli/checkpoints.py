@@ -1,8 +1,19 @@
-"""Checkpoints from the command line: inspect and compare, here or on a host."""
+"""Checkpoints from the command line: inspect and compare, here or on a host.
+
+A checkpoint is read where it lies: in this process for a local path, by the host's agent
+otherwise; either way the report comes with the first page of tensors, and the rest come
+page by page (`checkpoint.tensors`), so a 100,000-tensor target never needs one giant frame.
+"""
+
+import itertools
+import json
+import sys
 
 from remote.core.protocol import RemoteError
 
 from .common import EXIT_FAILED, CommandError, connect, emit, split_host_path
+
+PAGE_TENSORS = 5000
 
 
 def add_commands(commands):
@@ -10,41 +21,147 @@ def add_commands(commands):
     p.set_defaults(func=cmd_inspect)
     p.add_argument("path", metavar="[HOST:]PATH")
     p.add_argument("--sha256", action="store_true", help="also hash every file")
+    p.add_argument("--all", action="store_true",
+                   help="list every tensor even of a huge checkpoint (else it is summarised by name pattern)")
 
-    p = commands.add_parser("compare", help="compare two checkpoints: drop-in initialisation or not")
+    p = commands.add_parser("compare", help="compare two checkpoints: drop-in initialisation, or a drafter against a target model")
     p.set_defaults(func=cmd_compare)
     p.add_argument("a", metavar="[HOST:]A")
     p.add_argument("b", metavar="[HOST:]B")
 
 
-def _inspect_report(args, target, sha256=False):
-    from remote.checkpoints import report as checkpoint
+class _LocalCheckpoint(object):
+    """A checkpoint on this machine, listed in this process."""
 
+    def __init__(self, path):
+        self.path = path
+        self.listing = None
+
+    def inspect(self, sha256=False):
+        from remote.checkpoints import listing
+
+        try:
+            self.listing = listing.open_listing(self.path)
+        except listing.report.CheckpointIOError as exc:
+            raise CommandError(str(exc))
+        return self.listing.summary(sha256=sha256)
+
+    def page(self, offset, limit):
+        return self.listing.page(offset, limit)
+
+
+class _HostCheckpoint(object):
+    """A checkpoint on a host, listed by its agent."""
+
+    def __init__(self, client, path):
+        self.client = client
+        self.path = path
+        self.handle = None
+
+    def inspect(self, sha256=False):
+        reply = self._call("checkpoint.inspect", {"path": self.path, "sha256": sha256}, 3600)
+        self.handle = reply.get("handle")
+        return reply
+
+    def page(self, offset, limit):
+        # By handle and path: the host reads the checkpoint again if it dropped the listing.
+        return self._call("checkpoint.tensors", {"handle": self.handle, "path": self.path, "offset": offset,
+                                                 "limit": limit}, 600)
+
+    def _call(self, method, params, timeout):
+        try:
+            return self.client.call(method, params, timeout=timeout)
+        except RemoteError as exc:
+            raise CommandError(exc.message)
+
+
+def _checkpoint(args, target):
     host, path = split_host_path(target)
     if host is None:
-        try:
-            return checkpoint.inspect(path, sha256=sha256)
-        except checkpoint.CheckpointIOError as exc:
-            raise CommandError(str(exc))
-    try:
-        return connect(args, host).call("checkpoint.inspect", {"path": path, "sha256": sha256}, timeout=3600)
-    except RemoteError as exc:
-        raise CommandError(exc.message)
+        return _LocalCheckpoint(path)
+    return _HostCheckpoint(connect(args, host), path)
+
+
+def _pages(checkpoint, first):
+    """Every tensor after the first page, a page at a time."""
+    offset = len(first.get("tensors") or [])
+    while offset < first.get("tensor_count", offset):
+        tensors = checkpoint.page(offset, PAGE_TENSORS)["tensors"]
+        if not tensors:
+            return
+        yield tensors
+        offset += len(tensors)
+
+
+def _full_report(checkpoint):
+    """The report with every tensor in it (compare matches them all)."""
+    report = checkpoint.inspect()
+    if not report.get("complete", True):
+        for tensors in _pages(checkpoint, report):
+            report["tensors"] += tensors
+        report["complete"] = True
+    return report
 
 
 def cmd_inspect(args):
-    from ..checkpoint_view import format_inspect
+    from ..checkpoint_view import format_inspect, format_inspect_summary
 
-    report = _inspect_report(args, args.path, args.sha256)
-    emit(args, report, lambda: format_inspect(report))
-    return EXIT_FAILED if any(p["level"] == "error" for p in report["problems"]) else 0
+    checkpoint = _checkpoint(args, args.path)
+    report = checkpoint.inspect(args.sha256)
+    failed = any(p["level"] == "error" for p in report["problems"])
+    if report.get("complete", True):
+        emit(args, report, lambda: format_inspect(report))
+    elif args.all:
+        (_stream_json if args.json else _stream_text)(checkpoint, report)
+    else:
+        emit(args, report, lambda: format_inspect_summary(report))
+    return EXIT_FAILED if failed else 0
+
+
+def _stream_json(checkpoint, report, out=None):
+    """One JSON document, as --json prints a complete report, written page by page."""
+    out = out or sys.stdout
+    head = dict(report)
+    first = head.pop("tensors")
+    head["complete"] = True
+    text = json.dumps(head, indent=2)  # ends with "\n}": the tensors go in before the brace
+    out.write(text[:-2] + ',\n  "tensors": [')
+    separator = "\n    "
+    for tensors in itertools.chain([first], _pages(checkpoint, report)):
+        for tensor in tensors:
+            out.write(separator + json.dumps(tensor))
+            separator = ",\n    "
+    out.write("\n  ]\n}\n")
+    out.flush()
+
+
+def _stream_text(checkpoint, report, out=None):
+    from ..checkpoint_view import inspect_head_lines, inspect_tail_lines, tensor_table_lines
+
+    out = out or sys.stdout
+    out.write("\n".join(inspect_head_lines(report) + ["Tensors: {:,}".format(report["tensor_count"])]) + "\n")
+    header = True
+    for tensors in itertools.chain([report["tensors"]], _pages(checkpoint, report)):
+        lines = tensor_table_lines(tensors, header=header)
+        if lines:
+            out.write("\n".join(lines) + "\n")
+        header = False
+    out.write("\n".join(inspect_tail_lines(report, report.get("tensor_bytes") or 0)) + "\n")
+    out.flush()
 
 
 def cmd_compare(args):
-    from remote.checkpoints import report as checkpoint
+    from remote.checkpoints import compatibility
 
     from ..checkpoint_view import format_compare
 
-    result = checkpoint.compare(_inspect_report(args, args.a), _inspect_report(args, args.b))
+    checkpoint_a, checkpoint_b = _checkpoint(args, args.a), _checkpoint(args, args.b)
+    report_a, report_b = checkpoint_a.inspect(), checkpoint_b.inspect()
+    targets = (compatibility.is_target_model(report_a), compatibility.is_target_model(report_b))
+    drafters = (report_a.get("eagle3") is not None, report_b.get("eagle3") is not None)
+    if not ((targets[1] and drafters[0]) or (targets[0] and drafters[1])):
+        # Two drafters (or two of anything): every tensor is matched, so every page is needed.
+        report_a, report_b = _full_report(checkpoint_a), _full_report(checkpoint_b)
+    result = compatibility.compare(report_a, report_b)
     emit(args, result, lambda: format_compare(result))
     return 0 if result["verdict"] == "compatible" else EXIT_FAILED
