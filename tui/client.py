@@ -4,22 +4,44 @@
 calls it from worker threads. With `reconnect=True` a dead link (no byte for
 `dead_after_s`, although a ping goes out every `heartbeat_s`) is dropped, a new one is
 made with backoff, and every open stream is asked again from the last sequence number
-it delivered, so nothing is lost or shown twice.
+it delivered, so nothing is lost or shown twice. A failure that trying again cannot cure
+(ConnectError.permanent: a changed host key, a refused login) ends the healing: the state
+becomes `failed`, as when the first connection fails.
+
+A line from the agent that is not a frame is skipped and logged (logger `tui.client`; the
+CLI sends it to a log file, and to stderr with -v: see tui/cli/common.py).
 """
 
 import itertools
+import logging
 import threading
 import time
 
 from remote import PROTOCOL_VERSION
 from remote.core.protocol import FrameReader, ProtocolError, RemoteError, encode
 
+log = logging.getLogger(__name__)
+
 HELLO_TIMEOUT_S = 30.0
-RETRY_DELAYS_S = (0.0, 0.25, 0.5)  # then every 0.5 s: a link that returns is used within 1 s
+# Seconds from the start of one reconnect attempt to the start of the next (the last repeats).
+# The first seconds after a drop are tried at least once a second, so a link that comes back
+# (a Wi-Fi blip, a laptop waking up) is used within a second; a host that stays away is then
+# asked less and less often, up to every 15 s.
+RETRY_INTERVALS_S = (0.0, 0.25, 0.5, 1, 1, 1, 1, 1, 2, 4, 8, 15)
 
 
 class ConnectError(Exception):
-    """The host could not be reached or the agent could not be started: one human line."""
+    """The host could not be reached or the agent could not be started: one human line.
+
+    `permanent` errors are not cured by trying again (a changed host key, a refused login).
+    """
+
+    permanent = False
+
+    def __init__(self, message, permanent=None):
+        super().__init__(message)
+        if permanent is not None:
+            self.permanent = permanent
 
 
 class Disconnected(ConnectError):
@@ -108,7 +130,8 @@ class AgentClient:
             link.close()
             raise ConnectError(
                 "the host agent speaks protocol %s, this console speaks %s (agent %s): reinstall one side to match"
-                % (hello.get("protocol"), PROTOCOL_VERSION, hello.get("agent_version"))
+                % (hello.get("protocol"), PROTOCOL_VERSION, hello.get("agent_version")),
+                permanent=True,
             )
         self.hello = hello
         self.link = link
@@ -126,7 +149,8 @@ class AgentClient:
         try:
             for frame in reader:
                 if isinstance(frame, ProtocolError):
-                    continue  # e.g. a login banner printed by the shell: not ours
+                    log.info("skipped a line before the agent's hello (%s): a login banner?", frame)
+                    continue
                 if frame.get("type") == "hello":
                     return frame, reader
         except (OSError, EOFError) as exc:
@@ -151,6 +175,11 @@ class AgentClient:
             for frame in reader:
                 self._last_rx = time.monotonic()
                 if isinstance(frame, ProtocolError):
+                    log.warning("skipped a malformed frame from the agent: %s", frame)
+                    waiter = self._pending.pop(getattr(frame, "request_id", None), None)
+                    if waiter is not None:  # its id could be read: the caller gets an answer now
+                        waiter["frame"] = {"ok": False, "error": {"type": "ProtocolError", "message": str(frame)}}
+                        waiter["event"].set()
                     continue
                 self._dispatch(frame)
         except Exception as exc:  # a dying link raises all kinds of errors
@@ -193,17 +222,23 @@ class AgentClient:
         threading.Thread(target=self._reconnect_loop, args=(reason,), name="specdeck-reconnect", daemon=True).start()
 
     def _reconnect_loop(self, reason):
-        for attempt in itertools.count():
-            if self._closed.is_set():
+        last_start = None
+        for attempt in itertools.count(1):
+            interval_s = RETRY_INTERVALS_S[min(attempt, len(RETRY_INTERVALS_S)) - 1]
+            # Counted from the start of the last attempt: a try that itself waited (a TCP connect
+            # timing out) does not add its wait to the interval.
+            wait_s = 0.0 if last_start is None else max(0.0, last_start + interval_s - time.monotonic())
+            self._set_state("reconnecting", error=reason, attempt=attempt, next_try_at=time.time() + wait_s, next_try_in_s=wait_s)
+            if self._closed.wait(wait_s):
                 return
-            delay = RETRY_DELAYS_S[min(attempt, len(RETRY_DELAYS_S) - 1)]
-            self._set_state("reconnecting", error=reason, attempt=attempt + 1, next_try_at=time.time() + delay)
-            if self._closed.wait(delay):
-                return
+            last_start = time.monotonic()
             try:
                 self._attach(self._connect(reconnecting=True))
                 return
             except ConnectError as exc:
+                if exc.permanent:
+                    self._set_state("failed", error=str(exc))
+                    return
                 reason = str(exc)
             except Exception as exc:
                 reason = "%s: %s" % (type(exc).__name__, exc)
@@ -238,8 +273,11 @@ class AgentClient:
         """Send a request and wait for its reply; raise RemoteError for an `error` reply."""
         link = self.link
         if link is None:
-            if not self.reconnect or not self._connected.wait(timeout):
-                raise Disconnected("not connected to the host (%s)" % self.state_detail.get("error", self.state))
+            deadline = time.monotonic() + timeout
+            # While the link heals, wait for it; a client that gave up (failed, closed) answers at once.
+            while not (self.reconnect and self._connected.wait(0.1)):
+                if not self.reconnect or self.state in ("failed", "closed") or time.monotonic() > deadline:
+                    raise Disconnected("not connected to the host (%s)" % self.state_detail.get("error", self.state))
             link = self.link
         request_id = next(self._ids)
         waiter = {"event": threading.Event(), "frame": None}

@@ -1,15 +1,17 @@
 """Links to a host's agent: over SSH (paramiko) or, for `local`, a subprocess on this machine.
 
-SSH honours ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump), uses ssh-agent
-and key files, and checks host keys against ~/.ssh/known_hosts: an unknown key is shown
-with its fingerprint and accepted only when the caller says so; a changed key is refused.
-A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our socket
-(paramiko's keepalive alone never notices).
+SSH honours ~/.ssh/config (HostName, User, Port, IdentityFile, ProxyJump, ConnectTimeout,
+HostKeyAlias, UserKnownHostsFile, GlobalKnownHostsFile, HashKnownHosts), uses ssh-agent and
+key files, and checks host keys against known_hosts as OpenSSH does (tui/known_hosts.py): an
+unknown key is shown with its fingerprint and accepted only when the caller says so; a changed
+or revoked key is refused. Every failure is a ConnectError with one human line; those that
+trying again cannot cure (a host key, a refused login) are marked permanent so that a healing
+client stops. A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our
+socket (paramiko's keepalive alone never notices).
 """
 
-import base64
 import getpass
-import hashlib
+import logging
 import os
 import re
 import selectors
@@ -20,9 +22,15 @@ import sys
 from dataclasses import dataclass, field
 from typing import Callable, List, Optional
 
+from . import known_hosts
 from .client import AgentClient, ConnectError
 
-CONNECT_TIMEOUT_S = 10.0
+# paramiko logs a whole traceback when a handshake fails; with no handler configured Python
+# would print it to stderr before our one line. Where logging is set up (tui/cli/common.py)
+# the records still reach its handlers.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+CONNECT_TIMEOUT_S = 10.0  # TCP connect, and separately the SSH greeting + key exchange
 # While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
 # quickly and tried again, so that a SYN goes out at least every second: the link is used
 # within a second of its return instead of after the kernel's next SYN retransmission.
@@ -32,24 +40,32 @@ KEEPALIVE_S = 2
 
 
 class HostKeyUnknown(ConnectError):
-    def __init__(self, host_key):
+    def __init__(self, host_key, notice=""):
         super().__init__(
-            "unknown host key for %s: %s %s (accept with --accept-new after checking the fingerprint)"
-            % (host_key.name, host_key.key_type, host_key.fingerprint)
+            "unknown host key for %s: %s %s (accept with --accept-new after checking the fingerprint)%s"
+            % (host_key.name, host_key.key_type, host_key.fingerprint, notice),
+            permanent=True,
         )
         self.host_key = host_key
 
 
 class HostKeyChanged(ConnectError):
-    pass
+    permanent = True
+
+
+class HostKeyRevoked(ConnectError):
+    permanent = True
+
+
+class AuthenticationRefused(ConnectError):
+    permanent = True
 
 
 @dataclass
 class HostKey:
-    name: str  # as known_hosts names it: host, or [host]:port
+    name: str  # as known_hosts names it: host, [host]:port, or the HostKeyAlias
     key_type: str
     fingerprint: str
-    key: object = None
 
 
 @dataclass
@@ -60,10 +76,15 @@ class Destination:
     user: str = ""
     identity_files: List[str] = field(default_factory=list)
     proxy_jump: Optional[str] = None
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
+    host_key_alias: Optional[str] = None
+    user_known_hosts: List[str] = field(default_factory=list)  # the first one is written to
+    global_known_hosts: List[str] = field(default_factory=list)
+    hash_known_hosts: bool = False
 
     @property
     def known_hosts_name(self):
-        return self.hostname if self.port == 22 else "[%s]:%d" % (self.hostname, self.port)
+        return known_hosts.host_name(self.hostname, self.port, self.host_key_alias)
 
     def __str__(self):
         return "%s@%s:%d" % (self.user, self.hostname, self.port)
@@ -71,6 +92,14 @@ class Destination:
 
 def ssh_dir():
     return os.path.join(os.path.expanduser("~"), ".ssh")
+
+
+def _file_list(value, default):
+    """A known-hosts option: several space-separated files, `none` for none."""
+    if value is None:
+        return default
+    words = value if isinstance(value, list) else value.split()
+    return [] if [w.lower() for w in words] == ["none"] else [os.path.expanduser(w) for w in words]
 
 
 def parse_destination(text):
@@ -84,7 +113,10 @@ def parse_destination(text):
     config = paramiko.SSHConfig()
     config_path = os.path.join(ssh_dir(), "config")
     if os.path.exists(config_path):
-        config = paramiko.SSHConfig.from_path(config_path)
+        try:
+            config = paramiko.SSHConfig.from_path(config_path)
+        except Exception as exc:  # paramiko raises several kinds for a bad line
+            raise ConnectError("cannot read %s: %s" % (config_path, exc), permanent=True)
     options = config.lookup(host)
     port = int(match.group("port") or options.get("port", 22))
     user = match.group("user") or options.get("user") or getpass.getuser()
@@ -92,15 +124,33 @@ def parse_destination(text):
     proxy_jump = options.get("proxyjump")
     if proxy_jump and proxy_jump.lower() == "none":
         proxy_jump = None
-    return Destination(text, options.get("hostname", host), port, user, identity_files, proxy_jump)
+    try:
+        connect_timeout_s = float(options.get("connecttimeout", CONNECT_TIMEOUT_S))
+    except ValueError:
+        connect_timeout_s = CONNECT_TIMEOUT_S
+    alias = options.get("hostkeyalias")
+    return Destination(
+        text,
+        options.get("hostname", host),
+        port,
+        user,
+        identity_files,
+        proxy_jump,
+        connect_timeout_s=connect_timeout_s if connect_timeout_s > 0 else CONNECT_TIMEOUT_S,
+        host_key_alias=None if alias is None or alias.lower() == "none" else alias,
+        user_known_hosts=_file_list(
+            options.get("userknownhostsfile"), [os.path.join(ssh_dir(), "known_hosts"), os.path.join(ssh_dir(), "known_hosts2")]
+        ),
+        global_known_hosts=_file_list(options.get("globalknownhostsfile"), ["/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2"]),
+        hash_known_hosts=str(options.get("hashknownhosts", "no")).lower() == "yes",
+    )
 
 
 def fingerprint(key):
-    digest = hashlib.sha256(key.asbytes()).digest()
-    return "SHA256:" + base64.b64encode(digest).decode().rstrip("=")
+    return known_hosts.fingerprint_of_blob(key.asbytes())
 
 
-def _tcp_socket(dest, timeout=CONNECT_TIMEOUT_S):
+def _tcp_socket(dest, timeout):
     try:
         sock = socket.create_connection((dest.hostname, dest.port), timeout=timeout)
     except socket.gaierror:
@@ -116,31 +166,78 @@ def _tcp_socket(dest, timeout=CONNECT_TIMEOUT_S):
     return sock
 
 
-def _check_host_key(transport, dest, accept_new):
+def _no_greeting(where, timeout_s):
+    return (
+        "no SSH greeting from %s within %g s: something accepts connections there but does not speak SSH "
+        "(a stuck sshd, a bastion, another service?)" % (where, timeout_s)
+    )
+
+
+def _handshake_failure(exc, where, timeout_s):
+    """One line for a failed SSH greeting or key exchange, from what paramiko raised."""
+    text = str(exc)
+    cause = exc.__cause__ or exc.__context__
+    if "protocol banner" in text:  # paramiko: "Error reading SSH protocol banner" + its cause
+        if isinstance(cause, (socket.timeout, TimeoutError)):
+            return _no_greeting(where, timeout_s)
+        return "%s closed the connection without an SSH greeting: is it an SSH server?" % where
+    if "protocol version" in text or "Incompatible version" in text:
+        return "%s does not speak SSH: %s" % (where, text)
+    if isinstance(exc, (EOFError, ConnectionError)):
+        return "%s closed the connection during the SSH handshake" % where
+    return "SSH handshake with %s failed: %s" % (where, text or type(exc).__name__)
+
+
+def _handshake(transport, dest, timeout_s):
     import paramiko
 
+    where = "%s port %d" % (dest.hostname, dest.port)
+    # Bounded: without these a port that accepts TCP and stays silent holds us for paramiko's
+    # defaults, then fails with an error that does not say what happened.
+    transport.banner_timeout = timeout_s
+    transport.handshake_timeout = timeout_s
+    try:
+        # A little longer than the banner timeout, so that a silent port fails as "no greeting".
+        transport.start_client(timeout=timeout_s + 1)
+    except (paramiko.SSHException, OSError, EOFError) as exc:
+        raise ConnectError(_handshake_failure(exc, where, timeout_s))
+    # start_client returns without a word when its own timeout passes mid-negotiation.
+    if not transport.is_active() or not getattr(transport, "initial_kex_done", True):
+        if not transport.remote_version:
+            raise ConnectError(_no_greeting(where, timeout_s))
+        raise ConnectError("the SSH handshake with %s did not finish within %g s" % (where, timeout_s))
+
+
+def _check_host_key(transport, dest, accept_new):
     key = transport.get_remote_server_key()
-    known_hosts = os.path.join(ssh_dir(), "known_hosts")
-    host_keys = paramiko.HostKeys()
-    if os.path.exists(known_hosts):
-        host_keys.load(known_hosts)
-    host_key = HostKey(dest.known_hosts_name, key.get_name(), fingerprint(key), key)
-    entry = host_keys.lookup(dest.known_hosts_name)
-    if entry:
-        if entry.get(key.get_name()) == key:
-            return
+    blob = key.asbytes()
+    name = dest.known_hosts_name
+    host_key = HostKey(name, key.get_name(), known_hosts.fingerprint_of_blob(blob))
+    verdict = known_hosts.check(name, blob, dest.user_known_hosts + dest.global_known_hosts)
+    if verdict.status == "known":
+        return
+    if verdict.status == "revoked":
+        raise HostKeyRevoked(
+            "the host key of %s (%s %s) is marked @revoked in %s: refusing to connect"
+            % (name, host_key.key_type, host_key.fingerprint, verdict.entries[0].where)
+        )
+    if verdict.status == "changed":
         # A known host offering another key, of the same type or not, is refused.
-        known = ", ".join("%s %s" % (k, fingerprint(v)) for k, v in entry.items())
+        known = ", ".join("%s %s (%s)" % (e.key_type, known_hosts.fingerprint_of_blob(e.key_blob), e.where) for e in verdict.entries)
         raise HostKeyChanged(
             "HOST KEY CHANGED for %s: it now offers %s %s, known_hosts has %s. Refusing to connect; "
-            "if the host was reinstalled, remove the old line from %s yourself"
-            % (dest.known_hosts_name, key.get_name(), host_key.fingerprint, known, known_hosts)
+            "if the host was reinstalled, remove the old line yourself" % (name, host_key.key_type, host_key.fingerprint, known)
+        )
+    notice = ""
+    if verdict.entries:
+        notice = "; %s names a certificate authority for this host, but specdeck checks plain host keys, not certificates" % (
+            verdict.entries[0].where
         )
     if not accept_new(host_key):
-        raise HostKeyUnknown(host_key)
-    os.makedirs(ssh_dir(), mode=0o700, exist_ok=True)
-    with open(known_hosts, "a") as f:
-        f.write("%s %s %s\n" % (dest.known_hosts_name, key.get_name(), key.get_base64()))
+        raise HostKeyUnknown(host_key, notice)
+    if not dest.user_known_hosts:
+        return  # UserKnownHostsFile none: accepted for this connection only
+    known_hosts.append(dest.user_known_hosts[0], name, key.get_name(), key.get_base64(), hashed=dest.hash_known_hosts)
 
 
 def _candidate_keys(dest, skipped):
@@ -169,29 +266,9 @@ def _candidate_keys(dest, skipped):
             skipped.append("%s: %s" % (path, exc))
 
 
-def open_transport(dest, accept_new, sock=None, tcp_timeout=CONNECT_TIMEOUT_S):
-    """An authenticated paramiko Transport to `dest`, through its ProxyJump if any."""
+def _authenticate(transport, dest):
     import paramiko
 
-    if sock is None and dest.proxy_jump:
-        jump = open_transport(parse_destination(dest.proxy_jump.split(",")[0]), accept_new)
-        try:
-            sock = jump.open_channel("direct-tcpip", (dest.hostname, dest.port), ("127.0.0.1", 0), timeout=CONNECT_TIMEOUT_S)
-        except (paramiko.SSHException, OSError) as exc:
-            raise ConnectError("jump host %s could not reach %s:%d: %s" % (dest.proxy_jump, dest.hostname, dest.port, exc))
-    if sock is None:
-        sock = _tcp_socket(dest, tcp_timeout)
-    transport = paramiko.Transport(sock)
-    try:
-        transport.start_client(timeout=CONNECT_TIMEOUT_S)
-    except (paramiko.SSHException, OSError, EOFError) as exc:
-        transport.close()
-        raise ConnectError("SSH handshake with %s:%d failed: %s" % (dest.hostname, dest.port, exc or type(exc).__name__))
-    try:
-        _check_host_key(transport, dest, accept_new)
-    except ConnectError:
-        transport.close()
-        raise
     tried, skipped = [], []
     for label, key in _candidate_keys(dest, skipped):
         tried.append(label)
@@ -199,17 +276,54 @@ def open_transport(dest, accept_new, sock=None, tcp_timeout=CONNECT_TIMEOUT_S):
             transport.auth_publickey(dest.user, key)
         except paramiko.AuthenticationException:
             continue
-        except (paramiko.SSHException, OSError) as exc:
-            transport.close()
-            raise ConnectError("SSH authentication with %s failed: %s" % (dest, exc))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise ConnectError("SSH authentication with %s failed: %s" % (dest, exc or type(exc).__name__))
         if transport.is_authenticated():
-            transport.set_keepalive(KEEPALIVE_S)
-            return transport
-    transport.close()
-    raise ConnectError(
+            return
+    raise AuthenticationRefused(
         "authentication refused for %s@%s (tried %s)"
         % (dest.user, dest.hostname, ", ".join(tried + skipped) if tried or skipped else "no keys: none found")
     )
+
+
+def open_transport(dest, accept_new, tcp_timeout=None):
+    """An authenticated paramiko Transport to `dest`, through its ProxyJump if any.
+
+    Its `jump_transport` (None without ProxyJump) is closed with it by SSHLink.
+    """
+    import paramiko
+
+    jump = sock = transport = None
+    try:
+        if dest.proxy_jump:
+            jump = open_transport(parse_destination(dest.proxy_jump.split(",")[0]), accept_new)
+            try:
+                sock = jump.open_channel("direct-tcpip", (dest.hostname, dest.port), ("127.0.0.1", 0), timeout=dest.connect_timeout_s)
+            except (paramiko.SSHException, OSError, EOFError) as exc:
+                raise ConnectError("jump host %s could not reach %s:%d: %s" % (dest.proxy_jump, dest.hostname, dest.port, exc))
+        else:
+            sock = _tcp_socket(dest, tcp_timeout or dest.connect_timeout_s)
+        transport = paramiko.Transport(sock)
+        transport.jump_transport = jump
+        _handshake(transport, dest, dest.connect_timeout_s)
+        _check_host_key(transport, dest, accept_new)
+        _authenticate(transport, dest)
+        transport.set_keepalive(KEEPALIVE_S)
+        return transport
+    except BaseException:
+        if transport is not None:
+            transport.close()
+        elif sock is not None:
+            sock.close()
+        if jump is not None:
+            jump.close()
+        raise
+
+
+def _close_transport(transport):
+    transport.close()
+    if getattr(transport, "jump_transport", None) is not None:
+        transport.jump_transport.close()
 
 
 class SSHLink:
@@ -233,7 +347,7 @@ class SSHLink:
         try:
             self.channel.close()
         finally:
-            self.transport.close()
+            _close_transport(self.transport)
 
     def failure(self):
         """Why the agent did not start, from its stderr and exit status."""
@@ -323,16 +437,20 @@ def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] =
     def connect(reconnecting=False):
         from . import bootstrap
 
-        transport = open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else CONNECT_TIMEOUT_S)
+        try:
+            transport = open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else None)
+        except ConnectError:
+            raise
+        except Exception as exc:  # whatever paramiko raises beyond what we know: still one line
+            raise ConnectError("could not connect to %s: %s" % (dest, exc or type(exc).__name__))
         try:
             remote_path = bootstrap.ensure_agent(transport)
             return SSHLink(transport, shlex.join([python, remote_path, "relay"]))
-        except ConnectError:
-            transport.close()
-            raise
         except Exception as exc:
-            transport.close()
-            raise ConnectError("could not start the agent on %s: %s" % (dest, exc))
+            _close_transport(transport)
+            if isinstance(exc, ConnectError):
+                raise
+            raise ConnectError("could not start the agent on %s: %s" % (dest, exc or type(exc).__name__))
 
     return connect
 

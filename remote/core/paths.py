@@ -1,21 +1,74 @@
 """Where the agent keeps its state on the host, and how to run the agent again.
 
-Everything lives under one directory of the user's (SPECDECK_HOME, default
-~/.cache/specdeck), mode 0700: the daemon's socket and lock, its log, and one
-directory per job.
+Everything lives under one private directory of the user's (mode 0700): the daemon's socket
+and lock, its log, and one directory per job. By default that is ~/.cache/specdeck. A
+SPECDECK_HOME that does not exist yet is created 0700; one that exists is never chmodded
+(it may be /tmp, or a directory shared on purpose): it is used as it is when it is already
+private to this user, and otherwise the state goes in a private subdirectory of it,
+`specdeck-UID`.
+
+A unix socket path holds ~107 bytes. When the state directory is too deep for it, the socket
+goes in TMPDIR/specdeck-UID, or, when someone else owns that or it is not private, in a
+fresh private directory (mkdtemp) whose path is noted in the state directory so that the
+daemon and every relay agree on it. (Not XDG_RUNTIME_DIR: logind removes it when the user's
+last session ends, and the daemon must outlive sessions.)
 """
 
 import os
+import stat
 import sys
+import tempfile
 
 SOCKET_NAME = "daemon.sock"
+SOCKET_DIR_NOTE = "socket-dir"  # in the state directory: where the socket lives when not there
+
+
+class UnsafeDirectory(OSError):
+    """A directory we would keep state or the socket in is not private to this user."""
+
+
+def _why_not_private(path, follow_symlinks=False):
+    """None when `path` is a real directory of this user that nobody else can enter, else why not."""
+    try:
+        st = os.stat(path, follow_symlinks=follow_symlinks)
+    except FileNotFoundError:
+        return "it does not exist"
+    if not stat.S_ISDIR(st.st_mode):
+        return "it is not a directory"
+    if st.st_uid != os.getuid():
+        return "it belongs to uid %d, not this user (uid %d)" % (st.st_uid, os.getuid())
+    if st.st_mode & 0o077:
+        return "its mode is %04o, not private" % stat.S_IMODE(st.st_mode)
+    return None
+
+
+def _private_dir(path):
+    """Create `path` 0700 if missing; return it when it is private to us, else raise UnsafeDirectory."""
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        pass
+    why = _why_not_private(path)
+    if why:
+        raise UnsafeDirectory("%s cannot hold specdeck's state: %s" % (path, why))
+    return path
 
 
 def state_dir():
-    root = os.environ.get("SPECDECK_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "specdeck")
-    os.makedirs(root, mode=0o700, exist_ok=True)
-    os.chmod(root, 0o700)
-    return root
+    home = os.environ.get("SPECDECK_HOME")
+    if not home:
+        root = os.path.join(os.path.expanduser("~"), ".cache", "specdeck")
+        os.makedirs(root, mode=0o700, exist_ok=True)
+        if os.lstat(root).st_uid == os.getuid():
+            os.chmod(root, 0o700)  # specdeck's own directory: keep it private
+        return root
+    if not os.path.lexists(home):
+        os.makedirs(os.path.dirname(os.path.abspath(home)), exist_ok=True)
+        return _private_dir(home)
+    if _why_not_private(home, follow_symlinks=True) is None:
+        return home
+    # Someone else's, shared or world-writable (a 1777 /tmp): leave its mode alone, use our own corner.
+    return _private_dir(os.path.join(home, "specdeck-%d" % os.getuid()))
 
 
 def jobs_dir():
@@ -24,17 +77,68 @@ def jobs_dir():
     return path
 
 
+def _warn(message):
+    # Once per process: the relay's stderr reaches the console only when the relay fails, the
+    # daemon's goes to its log.
+    if not _warned:
+        _warned.append(message)
+        sys.stderr.write("specdeck: %s\n" % message)
+
+
+_warned = []
+
+
+def _noted_socket_dir(note):
+    """The directory noted by an earlier choice, if it is still private; a stale note is removed."""
+    try:
+        with open(note) as f:
+            noted = f.read().strip()
+    except OSError:
+        return None
+    if noted and _why_not_private(noted) is None:
+        return noted
+    try:
+        os.unlink(note)
+    except OSError:
+        pass
+    return None
+
+
 def socket_path():
-    path = os.path.join(state_dir(), SOCKET_NAME)
-    # sun_path holds 107 bytes; a deep home directory falls back to a private dir in /tmp.
+    state = state_dir()
+    path = os.path.join(state, SOCKET_NAME)
+    # sun_path holds 107 bytes; a deep state directory puts the socket in a private place in TMPDIR.
     if len(path.encode()) < 100:
         return path
-    fallback = os.path.join("/tmp", "specdeck-%d" % os.getuid())
-    os.makedirs(fallback, mode=0o700, exist_ok=True)
-    st = os.lstat(fallback)
-    if st.st_uid != os.getuid() or (st.st_mode & 0o077):
-        raise RuntimeError("%s is not a private directory of this user" % fallback)
-    return os.path.join(fallback, SOCKET_NAME)
+    note = os.path.join(state, SOCKET_DIR_NOTE)
+    for _ in range(3):
+        noted = _noted_socket_dir(note)
+        if noted:
+            return os.path.join(noted, SOCKET_NAME)
+        usual = os.path.join(tempfile.gettempdir(), "specdeck-%d" % os.getuid())
+        try:
+            os.mkdir(usual, 0o700)
+        except FileExistsError:
+            pass
+        why = _why_not_private(usual)
+        if why is None:
+            return os.path.join(usual, SOCKET_NAME)
+        fresh = tempfile.mkdtemp(prefix="specdeck-%d-" % os.getuid())  # 0700, ours
+        # First writer wins (link never replaces): a daemon and a relay choosing at the same
+        # moment end up on the same directory.
+        draft = "%s.%d" % (note, os.getpid())
+        with open(draft, "w") as f:
+            f.write(fresh + "\n")
+        try:
+            os.link(draft, note)
+        except FileExistsError:
+            os.rmdir(fresh)
+            continue
+        finally:
+            os.unlink(draft)
+        _warn("not using %s for the daemon's socket: %s; using %s instead" % (usual, why, fresh))
+        return os.path.join(fresh, SOCKET_NAME)
+    raise UnsafeDirectory("could not settle on a private directory for the daemon's socket (see %s)" % note)
 
 
 def agent_argv():
