@@ -168,7 +168,7 @@ async def test_long_log_shows_its_tail_searches_and_saves_whole(agent_home, tmp_
         assert shown[-1] == count and shown == list(range(shown[0], count + 1))
         assert 20_000 < len(shown) < 60_000  # 256 KiB of 7-byte lines, from a line start
 
-        # / finds a line, n goes on to the next match (here: wraps to the same one).
+        # / finds a line, ] goes on to the next match (here: wraps to the same one).
         await pilot.press("slash")
         await type_text(pilot, "299990")
         await pilot.press("enter")
@@ -176,7 +176,7 @@ async def test_long_log_shows_its_tail_searches_and_saves_whole(agent_home, tmp_
         match_line = log.match_line
         assert log.lines[match_line] == "299990"
         assert log.scroll_y <= match_line < log.scroll_y + log.size.height
-        await pilot.press("n")
+        await pilot.press("right_square_bracket")
         assert log.match_line == match_line and "wrapped" in log.border_title
         await pilot.press("escape")
         assert log.pattern is None

@@ -31,6 +31,7 @@ TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
 LOG_MAX_LINES = 200_000
 STOP_GRACE_S = 10.0
+RUNTIME_COLUMN = [key for _, key in COLUMNS].index("runtime")
 
 
 class JobsPane(Pane):
@@ -41,7 +42,7 @@ class JobsPane(Pane):
     BINDINGS = [
         Binding("n", "new_job", "new", tooltip="start a new job (command line, name, directory)"),
         Binding("s", "stop_job", "stop", tooltip="stop the selected job (TERM, KILL after 10 s)"),
-        Binding("slash", "search", "search", tooltip="search the log; n next match, N previous"),
+        Binding("slash", "search", "search", tooltip="search the log; ] next match, [ previous"),
         Binding("f", "toggle_follow", "follow", tooltip="follow the log (keep the newest line in view) on/off"),
         Binding("w", "save_log", "save", tooltip="save the whole log to a local file"),
         Binding("escape", "close_search", "close search", show=False),
@@ -94,7 +95,7 @@ class JobsPane(Pane):
         now = time.time()
         for job_id, job in self.jobs.items():
             if job.get("process_state") in ("running", "starting") and job_id in table.rows:
-                table.update_cell(job_id, "runtime", job_cells(job, now)[5])
+                table.update_cell(job_id, "runtime", job_cells(job, now)[RUNTIME_COLUMN])
 
     def _show_jobs(self, jobs):
         table = self.query_one(JobsTable)

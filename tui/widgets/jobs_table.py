@@ -7,7 +7,9 @@ from textual.widgets import DataTable
 from .. import display
 
 NAME_WIDTH = 40
-COLUMNS = (("id", "id"), ("kind", "kind"), ("name", "name"), ("state", "state"), ("started", "started"), ("runtime", "runtime"), ("exit", "exit"))
+# What a babysitter reads first comes first; the name, the widest, is last, so a narrow
+# terminal cuts the name, never the state, runtime or exit code.
+COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("runtime", "runtime"), ("exit", "exit"), ("started", "started"), ("name", "name"))
 
 
 def job_cells(job, now=None):
@@ -17,8 +19,8 @@ def job_cells(job, now=None):
     if len(name) > NAME_WIDTH:
         name = name[: NAME_WIDTH - 1] + "…"
     return (
-        job["id"], job.get("kind") or "", Text(name), state,
-        display.format_time(job.get("started_at")), display.format_duration(display.job_runtime(job, now)), display.exit_text(job),
+        job["id"], job.get("kind") or "", state, display.format_duration(display.job_runtime(job, now)), display.exit_text(job),
+        display.format_time(job.get("started_at")), Text(name),
     )
 
 

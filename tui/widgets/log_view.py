@@ -64,11 +64,12 @@ def text_width(lines):
 
 
 class LogView(ScrollView, can_focus=True):
-    """Lines of a log, the newest kept in view while following; n / N walk search matches."""
+    """Lines of a log, the newest kept in view while following; ] / [ walk search matches
+    (not n / N: in the Jobs pane, n starts a new job, and a key has one meaning per pane)."""
 
     BINDINGS = [
-        Binding("n", "next_match", "next match"),
-        Binding("N", "previous_match", "previous match"),
+        Binding("right_square_bracket,f3", "next_match", "next match", key_display="]"),
+        Binding("left_square_bracket,shift+f3", "previous_match", "previous match", key_display="["),
         Binding("escape", "clear_search", "clear search", show=False),
     ]
 

@@ -1,0 +1,84 @@
+"""The console with a fixed host state, for snapshot tests: no connection, a fixed clock, and
+the job events a real agent sent for a few typical jobs (ids, states, progress), so each pane
+renders the same screen on every machine."""
+
+import types
+from pathlib import Path
+
+from tui import app as app_module
+from tui.messages import JobEvents
+
+NOW = 1_780_000_000.0  # a fixed "now" for runtimes
+
+JOBS = [
+    {"id": "j7", "name": "AQ-MedAI/Kimi-K2-Instruct-eagle3 -> /data/k2-eagle3", "kind": "download", "state": "verified",
+     "process_state": "succeeded", "exit_code": 0, "signal": None, "submitted_at": NOW - 7200, "started_at": NOW - 7200,
+     "ended_at": NOW - 7159, "pid": 4100, "log_bytes": 812, "error": None,
+     "meta": {"repo": "AQ-MedAI/Kimi-K2-Instruct-eagle3", "repo_type": "model", "local_dir": "/data/k2-eagle3", "files": [], "include": [], "exclude": []},
+     "progress": {"job": "download", "repo": "AQ-MedAI/Kimi-K2-Instruct-eagle3", "local_dir": "/data/k2-eagle3", "state": "verified", "final": True,
+                  "files": [{"path": "config.json", "bytes_total": 1402, "bytes_done": 1402, "bytes_checked": 1402, "state": "verified"},
+                            {"path": "model.safetensors", "bytes_total": 2382319104, "bytes_done": 2382319104, "bytes_checked": 2382319104, "state": "verified"}],
+                  "bytes_total": 2382320506, "bytes_done": 2382320506, "bytes_checked": 2382320506, "rate_bytes_per_s": 0, "eta_s": 0.0,
+                  "verdict": {"status": "verified", "message": "2 files match the hub's sha256"}, "error": None}},
+    {"id": "j8", "name": "vllm serve K2.5 + eagle3 (K=3)", "kind": "server", "state": "running", "process_state": "running",
+     "exit_code": None, "signal": None, "submitted_at": NOW - 11525, "started_at": NOW - 11525, "ended_at": None, "pid": 5120,
+     "log_bytes": 90211, "error": None, "meta": {}},
+    {"id": "j9", "name": "finetune aq-k2 -> k2.5", "kind": "training", "state": "failed", "process_state": "failed",
+     "exit_code": 1, "signal": None, "submitted_at": NOW - 20411, "started_at": NOW - 20411, "ended_at": NOW - 3000, "pid": 6001,
+     "log_bytes": 3_000_000, "error": None, "meta": {}},
+    {"id": "j10", "name": "team/tiny-drafter -> /data/tiny", "kind": "download", "state": "downloading", "process_state": "running",
+     "exit_code": None, "signal": None, "submitted_at": NOW - 30, "started_at": NOW - 30, "ended_at": None, "pid": 7000,
+     "log_bytes": 100, "error": None, "meta": {"repo": "team/tiny-drafter", "local_dir": "/data/tiny"},
+     "progress": {"job": "download", "repo": "team/tiny-drafter", "local_dir": "/data/tiny", "state": "downloading", "final": False,
+                  "files": [{"path": "config.json", "bytes_total": 900, "bytes_done": 900, "bytes_checked": 900, "state": "verified"},
+                            {"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
+                  "bytes_total": 1_000_000_900, "bytes_done": 420_000_900, "bytes_checked": 420_000_900, "rate_bytes_per_s": 52_400_000, "eta_s": 11.1,
+                  "verdict": None, "error": None}},
+]
+
+
+class FixedClock:
+    """Stands in for the `time` module inside the pane modules: runtimes use a fixed now."""
+
+    def __init__(self, real):
+        self._real = real
+
+    def time(self):
+        return NOW
+
+    def strftime(self, fmt, t=None):
+        return self._real.strftime(fmt, self._real.gmtime(NOW) if t is None else t)
+
+    def __getattr__(self, name):
+        return getattr(self._real, name)
+
+
+class SnapshotApp(app_module.SpecdeckApp):
+    """The console as it looks connected to `gpu01` with the jobs above."""
+
+    CSS_PATH = str(Path(app_module.__file__).with_name("app.tcss"))  # not relative to tests/
+
+    def _connect(self):
+        header = self.header
+        header.host_label, header.hostname = "root@gpu01", "gpu01"
+        header.state, header.rtt_s = "connected", 0.011
+        self.connection_state = "connected"
+        self.post_message(JobEvents({"snapshot": [dict(job) for job in JOBS], "records": []}))
+
+    def _show_rtt(self):
+        pass
+
+
+def freeze(monkeypatch):
+    """Fixed time for everything a pane shows (runtimes, start times, the header clock)."""
+    import time as real_time
+
+    from tui import display
+    from tui.panes import jobs
+    from tui.widgets import header
+
+    clock = FixedClock(real_time)
+    for module in (display, jobs, header):
+        monkeypatch.setattr(module, "time", clock)
+    monkeypatch.setattr(display, "format_time", lambda epoch: "-" if not epoch else "%02d:%02d" % divmod(int((epoch % 86400) // 60), 60))
+    return types.SimpleNamespace(now=NOW)
