@@ -28,15 +28,8 @@ from . import paths
 from .job_input import check_command, check_cwd, check_env, disk_error
 from .login_env import login_environment, login_path, resolve_executable
 from .protocol import BadRequest, NotFound, RemoteError
-from .supervisor import (
-    STOP_GRACE_S,
-    is_same_process,
-    legacy_stop,
-    process_start_ticks,
-    read_json,
-    reserve,
-    write_json,
-)
+from .records import read_json, reserve, write_json
+from .supervisor import STOP_GRACE_S, is_same_process, legacy_stop, process_start_ticks
 
 log = logging.getLogger("specdeck.jobs")
 

@@ -19,11 +19,12 @@ import sys
 import threading
 import time
 
+from .records import read_json, write_record
+
 STOP_GRACE_S = 10.0
 STOP_CHECK_S = 2.0  # stop.json looked at this often, in case its signal never came
 STOPPING_POLL_S = 0.1
 KILL_ROUNDS = 200
-RESERVED_BYTES = 1024  # run.json and exit.json are made this big at submit, filled in later
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -88,69 +89,13 @@ def environ_has(pid, entry):
         return False
 
 
-# ---------------------------------------------------------------- records
-
-
-def read_json(path):
-    """A file's JSON value, or None when it is missing, reserved (blank) or not JSON."""
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
-
-
-def write_json(path, value):
-    """Replace the file at once; on failure (a full disk) leave no temp file behind."""
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    try:
-        with open(tmp, "w") as f:
-            json.dump(value, f)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-
-
-def reserve(path):
-    """Make `path` RESERVED_BYTES of blanks (read as no record yet), so that write_record can
-    fill it in place later without needing a free block."""
-    with open(path, "wb") as f:
-        f.write(b" " * RESERVED_BYTES)
-
-
-def write_record(path, value, retry_s=None):
-    """Write a small record into the space reserved for it (in place: a full disk cannot refuse
-    it), or replace the file when there is none. With `retry_s`, try again until it works."""
-    data = json.dumps(value, separators=(",", ":")).encode()
-    while True:
-        try:
-            try:
-                fd = os.open(path, os.O_WRONLY)
-            except FileNotFoundError:
-                fd = None
-            if fd is not None:
-                try:
-                    size = os.fstat(fd).st_size
-                    if len(data) <= size:
-                        os.pwrite(fd, data.ljust(size), 0)
-                        return
-                finally:
-                    os.close(fd)
-            write_json(path, value)
-            return
-        except OSError:
-            if retry_s is None:
-                raise
-            time.sleep(retry_s)
+# ---------------------------------------------------------------- stopping a job of an older agent
 
 
 def legacy_stop(job_dir, run, grace_s):
     """A job whose supervisor predates supervised stops (it would die of SIGUSR1): TERM to its
     group, and KILL after the grace from here, as such agents did."""
+
     def kill_after():
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline and read_json(os.path.join(job_dir, "exit.json")) is None:
@@ -204,9 +149,17 @@ class Supervisor:
         self.main_status = None
         self.deadline = None  # monotonic time of the KILL, once a stop is under way
         self._environ_verdicts = {}  # (pid, start_ticks) -> carries our token
+        self.unkillable = set()  # left after every KILL (not ours to signal: a setuid program)
 
     def path(self, name):
         return os.path.join(self.job_dir, name)
+
+    def say(self, line):
+        """One line in the job's log, if the disk takes it."""
+        try:
+            os.write(self.log_fd, (line + "\n").encode("utf-8", "replace"))
+        except OSError:
+            pass
 
     def run(self):
         wake_read, wake_write = os.pipe()
@@ -242,7 +195,7 @@ class Supervisor:
         except (OSError, ValueError, subprocess.SubprocessError) as exc:
             reason = getattr(exc, "strerror", None) or str(exc)
             write_record(self.path("run.json"), run, retry_s=1.0)
-            os.write(self.log_fd, ("specdeck: could not start %s: %s\n" % (spec["argv"][0], reason)).encode("utf-8", "replace"))
+            self.say("specdeck: could not start %s: %s" % (spec["argv"][0], reason))
             self.finish({"exit_code": 127, "signal": None, "ended_at": time.time(), "error": ("could not start: %s" % reason)[:300]})
             return
         self.main_pid = self.pgid = process.pid
@@ -267,19 +220,19 @@ class Supervisor:
         killed_after_grace = False
         while True:
             now = time.monotonic()
-            signalled = bool(self.signals & {signal.SIGUSR1, signal.SIGTERM})
+            # Swapped, not emptied: a handler running meanwhile adds to the new set.
+            arrived, self.signals = self.signals, set()
+            signalled = bool(arrived & {signal.SIGUSR1, signal.SIGTERM})
             if signalled or now >= next_stop_check:
-                self.signals -= {signal.SIGUSR1, signal.SIGTERM}
                 self.take_stop_request(now, signalled)
                 next_stop_check = now + STOP_CHECK_S
-            self.signals.discard(signal.SIGCHLD)
             self.reap()
             if self.deadline is None:
                 if self.main_status is not None:
                     break
                 timeout_s = max(0.0, next_stop_check - now)
             else:
-                left = self.job_processes()
+                left = self.job_processes() - self.unkillable
                 if self.main_status is None:
                     left.add(self.main_pid)
                 if not left:
@@ -298,6 +251,8 @@ class Supervisor:
         end = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
         if self.deadline is not None:
             end.update(stopped=True, killed_after_grace=killed_after_grace)
+            if self.unkillable:
+                end["processes_left"] = len(self.unkillable)
         self.finish(end)
 
     def take_stop_request(self, now, signalled):
@@ -338,9 +293,12 @@ class Supervisor:
             self.send(signal.SIGKILL)
             time.sleep(0.02)
             self.reap()
-            if not self.job_processes() and self.main_status is not None:
+            left = self.job_processes()
+            if not left and self.main_status is not None:
                 return
-        os.write(self.log_fd, b"specdeck: some processes of the job could not be killed\n")
+        # Record the end all the same rather than read `stopping` for ever.
+        self.unkillable |= left
+        self.say("specdeck: processes of the job that could not be killed: %s" % sorted(left))
 
     def reap(self):
         """Collect every ended child (ours, and orphans handed to us); note the main one's status."""

@@ -1,0 +1,66 @@
+"""A job's small JSON records (job.json, run.json, exit.json, stop.json): replaced whole, or
+written in place into space reserved at submit, so that a disk that fills while the job
+runs cannot lose how it ended, and a failed write leaves no temp file behind."""
+
+import json
+import os
+import time
+
+RESERVED_BYTES = 1024  # run.json and exit.json are made this big at submit, filled in later
+
+
+def read_json(path):
+    """A file's JSON value, or None when it is missing, reserved (blank) or not JSON."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def write_json(path, value):
+    """Replace the file at once; on failure (a full disk) leave no temp file behind."""
+    tmp = "%s.tmp.%d" % (path, os.getpid())
+    try:
+        with open(tmp, "w") as f:
+            json.dump(value, f)
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def reserve(path):
+    """Make `path` RESERVED_BYTES of blanks (read as no record yet), so that write_record can
+    fill it in place later without needing a free block."""
+    with open(path, "wb") as f:
+        f.write(b" " * RESERVED_BYTES)
+
+
+def write_record(path, value, retry_s=None):
+    """Write a small record into the space reserved for it (in place: a full disk cannot refuse
+    it), or replace the file when there is none. With `retry_s`, try again until it works."""
+    data = json.dumps(value, separators=(",", ":")).encode()
+    while True:
+        try:
+            try:
+                fd = os.open(path, os.O_WRONLY)
+            except FileNotFoundError:
+                fd = None
+            if fd is not None:
+                try:
+                    size = os.fstat(fd).st_size
+                    if len(data) <= size:
+                        os.pwrite(fd, data.ljust(size), 0)
+                        return
+                finally:
+                    os.close(fd)
+            write_json(path, value)
+            return
+        except OSError:
+            if retry_s is None:
+                raise
+            time.sleep(retry_s)
