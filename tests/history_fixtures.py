@@ -41,7 +41,7 @@ class SimulatedGpus:
     every series each `every_s` simulated seconds and, every `flush_every_s`, does what the
     history service does each second (flush, then maintenance until none is waiting)."""
 
-    def __init__(self, gpus=8, start=1_750_000_000.0, seed=7):
+    def __init__(self, gpus=8, start=1_749_999_600.0, seed=7):
         rng = random.Random(seed)
         self.now = start
         self.series = [("gpu", metric, {"gpu": str(gpu)}) for gpu in range(gpus) for metric in GPU_METRICS]

@@ -422,7 +422,7 @@ class HistoryStore:
         """Over `max_bytes`: drop the oldest hour of the coarsest tier that has more than a day
         (else of the finest with more than an hour), then give free pages back."""
         page_size, pages, free = (conn.execute("PRAGMA " + p).fetchone()[0] for p in ("page_size", "page_count", "freelist_count"))
-        if free > max(1024, pages // 4):
+        if free > max(64, pages // 8):
             conn.execute("PRAGMA incremental_vacuum(1024)").fetchall()
         if (pages - free) * page_size <= self.max_bytes:
             return False
