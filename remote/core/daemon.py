@@ -1,8 +1,9 @@
 """The host daemon: one per user, detached, reached over a Unix socket only its user can open.
 
-It answers requests from any number of relays (one per console connection), runs each
-request in its own thread so that a slow one (hashing a checkpoint) never holds up a
-ping, pumps streams (streams.py) and runs its services (services.py: the job watcher, the
+It answers requests from any number of relays (one per console connection), each with a
+few threads of its own so that a slow request (hashing a checkpoint) never holds up a ping
+and a client that floods it or stops reading costs it a bounded amount (connection.py),
+pumps streams (streams.py) and runs its services (services.py: the job watcher, the
 history store, samplers). Its methods are registered by each area's module (wire.py). It
 keeps no state of its own that matters: jobs live on disk (see jobs.py) and samples in the
 history store, so killing and restarting the daemon loses nothing committed.
@@ -19,83 +20,16 @@ import threading
 import time
 
 from .. import AGENT_VERSION, PROTOCOL_VERSION
-from . import buildinfo, capabilities, paths
-from . import wire
+from . import buildinfo, capabilities, paths, wire
 from .history import HistoryService
 from .job_streams import JobWatcher
-from ..serving.sampler import SpeculationSampler
-from ..telemetry.sampler import TelemetrySampler
 from .jobs import JobStore
-from .protocol import BadRequest, FrameReader, ProtocolError, RemoteError, encode
+from .connection import Connection
+from .daemon_log import setup_logging
 from .services import Services
-from .streams import Topic, cancel
+from .streams import Topic
 
 log = logging.getLogger("specdeck.daemon")
-
-
-class Connection:
-    """One client (a relay) of the daemon: frames in, replies and stream frames out."""
-
-    def __init__(self, sock, daemon):
-        self.sock = sock
-        self.daemon = daemon
-        self._write_lock = threading.Lock()
-        self.streams = {}  # stream id -> its stop event (see streams.serve)
-        self.closed = threading.Event()
-
-    def send(self, frame):
-        data = encode(frame)
-        with self._write_lock:
-            if self.closed.is_set():
-                return False
-            try:
-                self.sock.sendall(data)
-                return True
-            except OSError:
-                self.closed.set()
-                return False
-
-    def serve(self):
-        self.send(self.daemon.hello)
-        reader = FrameReader(self.sock.recv)
-        try:
-            for frame in reader:
-                if isinstance(frame, ProtocolError):
-                    log.warning("skipped a bad frame: %s", frame)
-                    self.send({"type": "notice", "level": "warning", "message": str(frame)})
-                    continue
-                if "method" not in frame:
-                    continue  # replies from a client are not expected; unknown frames are ignored
-                threading.Thread(target=self._answer, args=(frame,), daemon=True).start()
-        except OSError:
-            pass
-        finally:
-            self.closed.set()
-            for stream_id in list(self.streams):
-                cancel(self, stream_id)
-            try:
-                self.sock.close()
-            except OSError:
-                pass
-
-    def _answer(self, frame):
-        request_id = frame.get("id")
-        try:
-            method = frame.get("method")
-            params = frame.get("params") or {}
-            if not isinstance(method, str) or not isinstance(params, dict):
-                raise BadRequest("a request needs a method name and an object of params")
-            result = wire.dispatch(self.daemon, self, method, params)
-            reply = {"id": request_id, "ok": True, "result": result}
-        except RemoteError as exc:
-            reply = {"id": request_id, "ok": False, "error": exc.to_wire()}
-        except Exception as exc:  # the answer is always produced, even for a crash
-            log.exception("request %r failed", frame.get("method"))
-            reply = {"id": request_id, "ok": False, "error": {"type": "InternalError", "message": "%s: %s" % (type(exc).__name__, exc)}}
-        try:
-            self.send(reply)
-        except ProtocolError as exc:
-            self.send({"id": request_id, "ok": False, "error": {"type": "TooLarge", "message": str(exc)}})
 
 
 class Daemon:
@@ -122,8 +56,8 @@ class Daemon:
     def start_services(self):
         self.history = self.services.add(HistoryService())  # first: samplers record into it
         self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
-        self.services.add(SpeculationSampler(self))
-        self.services.add(TelemetrySampler(self))
+        for service_class in wire.area_services():  # samplers: telemetry, speculation, ...
+            self.services.add(service_class(self))
 
     def serve_forever(self, listener, socket_path):
         listener.settimeout(0.5)
@@ -209,11 +143,7 @@ def run_daemon(foreground=False):
         sys.stderr.write("specdeck daemon already running\n")
         return 0
 
-    log_file = os.path.join(paths.state_dir(), "daemon.log")
-    _redirect_stdio(log_file)
-    logging.basicConfig(
-        filename=log_file, level=logging.INFO, format="%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"
-    )
+    setup_logging(os.path.join(paths.state_dir(), "daemon.log"))
     try:
         listener = bind_private_socket(paths.socket_path())
         daemon = Daemon(buildinfo.build_id())
@@ -243,14 +173,3 @@ def run_daemon(foreground=False):
     if not foreground:
         os._exit(0)
     return 0
-
-
-def _redirect_stdio(log_file):
-    """stdout/stderr to the log: a stray print must never reach a socket or a dead terminal."""
-    fd = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    devnull = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(devnull, 0)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    os.close(devnull)

@@ -59,6 +59,12 @@ def load_areas():
     return METHODS
 
 
+def area_services():
+    """The service classes each area asks the daemon to run (a module's `SERVICES`), in area order.
+    Each is made with the daemon as its only argument."""
+    return [service for module in AREAS for service in getattr(importlib.import_module(module), "SERVICES", ())]
+
+
 def param(params, name, kind, default=None, required=False):
     """params[name] checked against `kind` (int, float, str, list, dict, bool); BadRequest if wrong."""
     value = params.get(name, default)

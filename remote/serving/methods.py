@@ -12,6 +12,10 @@ from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.streams import TopicSource
 from ..core.wire import method
 from . import breakeven, engines
+from .sampler import SpeculationSampler
+
+# The daemon starts these with itself (see remote/core/wire.py, area_services).
+SERVICES = (SpeculationSampler,)
 
 LIVE = ("running", "starting")
 

@@ -7,7 +7,11 @@ from ..core import streams
 from ..core.protocol import BadRequest, RemoteError
 from ..core.streams import TopicSource
 from ..core.wire import method
+from .sampler import TelemetrySampler
 from .sample import GPU_SERIES, GPU_SOURCE, HOST_SERIES, HOST_SOURCE, samples_from_series
+
+# The daemon starts these with itself (see remote/core/wire.py, area_services).
+SERVICES = (TelemetrySampler,)
 
 LATEST_WAIT_S = 5.0
 SAMPLES_MAX = 2000  # per `telemetry.samples` reply: a week at 1 Hz would not fit in a frame
