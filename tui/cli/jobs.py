@@ -32,7 +32,7 @@ def add_commands(commands):
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows, across reconnects")
     p.add_argument("--tail", type=int, metavar="BYTES", help="start this many bytes before the end")
 
-    p = commands.add_parser("stop", help="stop a job: TERM to its process group, KILL after the grace period")
+    p = commands.add_parser("stop", help="stop a job: TERM to everything it started, KILL after the grace period")
     p.set_defaults(func=cmd_stop)
     p.add_argument("host")
     p.add_argument("job")
