@@ -11,8 +11,6 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from remote.core import paths
 from remote.core.history import HistoryStore, default_tiers
 from remote.core.protocol import FrameReader, encode
@@ -183,7 +181,9 @@ def test_a_file_that_is_not_a_database_is_kept_aside_for_a_fresh_store(tmp_path,
     store = HistoryStore(str(path), clock=Clock()).open()
     assert store.recovered and "not a usable database" in store.recovered["reason"]
     kept = glob.glob(str(path) + ".corrupt-*")
-    assert kept == [store.recovered["kept_as"]] and open(kept[0], "rb").read().startswith(b"this is not a database")
+    assert kept == [store.recovered["kept_as"]]
+    with open(kept[0], "rb") as old:
+        assert old.read().startswith(b"this is not a database")
     assert [r.message for r in caplog.records if "kept it as" in r.message] == [
         "history store %s %s; kept it as %s and started a fresh store" % (path, store.recovered["reason"], kept[0])]
     store.add("test", "line", {}, 1.0, START)
@@ -363,8 +363,8 @@ def test_daemon_killed_keeps_what_was_committed_and_lives_through_failing_servic
             old_values = [v for (v,) in old.execute(
                 "SELECT value FROM raw JOIN series ON series.id = series_id WHERE labels = '{\"run\":\"b\"}' ORDER BY t_ms")]
         assert old_values + [v for _, v in fresh] == list(range(1, len(old_values) + len(fresh) + 1))
-        log_text = open(os.path.join(paths.state_dir(), "daemon.log")).read()
-        assert log_text.count("kept it as") == 1
+        with open(os.path.join(paths.state_dir(), "daemon.log")) as log_file:
+            assert log_file.read().count("kept it as") == 1
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(30)
