@@ -3,6 +3,7 @@ watcher) beside the usual monitors, polling at 1 Hz on the same GPUs at the same
 
   python3 benchmarks/bench_telemetry.py [--seconds 30]                   # on a GPU host
   python3 benchmarks/bench_telemetry.py --replay tests/data/nvml-h200.json.gz --gpus 8
+  python3 benchmarks/bench_telemetry.py --calls                          # CPU and wall per NVML call
 
 Ours: `python -m remote daemon --foreground` in a fresh state directory, with one client
 following `telemetry.follow` on its socket (what a console does): its CPU as a share of one
@@ -135,6 +136,56 @@ def baselines():
     return found
 
 
+class TimedNvml:
+    """pynvml with the CPU (this thread's) and wall time of every call added up per function."""
+
+    def __init__(self, real):
+        self._real = real
+        self.totals = {}  # name -> [calls, cpu s, wall s]
+
+    def __getattr__(self, name):
+        value = getattr(self._real, name)
+        if not name.startswith("nvml") or not callable(value) or isinstance(value, type):
+            return value
+
+        def timed(*args):
+            cpu, wall = time.thread_time(), time.perf_counter()
+            try:
+                return value(*args)
+            finally:
+                total = self.totals.setdefault(name, [0, 0.0, 0.0])
+                total[0] += 1
+                total[1] += time.thread_time() - cpu
+                total[2] += time.perf_counter() - wall
+
+        return timed
+
+
+def profile_calls(rounds=30):
+    """Our reader's NVML calls on this host's GPUs: CPU and wall per call, per function."""
+    import pynvml
+
+    from remote.telemetry.nvml import Nvml
+
+    timed = TimedNvml(pynvml)
+    session = Nvml(timed)
+    session.open()
+    timed.totals.clear()
+    cpu, wall = time.thread_time(), time.perf_counter()
+    for _ in range(rounds):
+        session.drain_xid()
+        for reader in session.gpus:
+            reader.read(time.monotonic())
+            reader.processes()
+        time.sleep(0.2)
+    cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall - 0.2 * rounds
+    print("%d GPUs, %d samples: %.2f ms CPU and %.1f ms wall per sample (all GPUs)" % (len(session.gpus), rounds, 1000 * cpu / rounds, 1000 * wall / rounds))
+    print("%-44s %7s %12s %12s" % ("function", "calls", "CPU us/call", "wall us/call"))
+    for name, (calls, cpu_s, wall_s) in sorted(timed.totals.items(), key=lambda item: -item[1][1]):
+        print("%-44s %7d %12.1f %12.1f" % (name, calls, 1e6 * cpu_s / calls, 1e6 * wall_s / calls))
+    session.close()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=30.0)
@@ -142,7 +193,10 @@ def main():
     parser.add_argument("--replay", help="an NVML recording to play instead of the GPUs")
     parser.add_argument("--gpus", type=int, help="with --replay: how many GPUs it plays")
     parser.add_argument("--json", help="write the figures to this file too")
+    parser.add_argument("--calls", action="store_true", help="only time each NVML call of our reader")
     args = parser.parse_args()
+    if args.calls:
+        return profile_calls()
     replay = "%s:%d" % (args.replay, args.gpus) if args.replay and args.gpus else args.replay
     agent = Agent(replay)
     others = []

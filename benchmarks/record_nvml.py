@@ -3,9 +3,10 @@
   python3 benchmarks/record_nvml.py tests/data/nvml-h200.json.gz [--idle-s 15 --load-s 30 --stall-s 20 --after-s 8]
 
 Runs our telemetry sampler (the real one, over pynvml wrapped by RecordingNvml) once a second
-through four phases: the GPUs idle; a specdeck job running a bf16 matmul loop with host-to-GPU
-copies on every GPU (utilisation, power, clocks, PCIe); the same job holding its memory but
-idle (a stalled training: what the gpu_idle alert is for); after the job exited with code 1.
+through four phases: the GPUs idle; a specdeck job running a bf16 matmul loop with host-to-GPU copies
+on every GPU, and GPU-to-GPU copies where there are two (utilisation, power, clocks, PCIe,
+NVLink); the same job holding its memory but idle (a stalled training: what the gpu_idle
+alert is for); after the job exited with code 1.
 Every frame keeps what NVML answered and the sample our sampler made from it, so a test can
 check that a replay gives the same sample. Needs torch with CUDA for the load.
 """
@@ -33,6 +34,8 @@ while time.time() < end:
         for _ in range(8):
             m @ m
         held[d.index][: host.numel()].copy_(host, non_blocking=True)
+    if len(devices) > 1:  # GPU to GPU: NVLink where the GPUs have it
+        held[1][: 1 << 30].copy_(held[0][: 1 << 30], non_blocking=True)
     for d in devices:
         torch.cuda.synchronize(d)
 print("phase stall", flush=True)

@@ -13,9 +13,10 @@ from remote.core import buildinfo
 
 AGENT_DIR = ".cache/specdeck/agents"  # relative to the login directory, where SFTP and exec start
 # Pure-Python field libraries the agent carries (each module with what it imports), so the
-# host needs nothing installed: prometheus-client's text parser reads the engines' /metrics.
-# Its own __init__ (which loads the whole client) is replaced by an empty one.
-CARRIED = {"prometheus_client": ("parser.py", "metrics_core.py", "samples.py", "validation.py")}
+# host needs nothing installed: prometheus-client's text parser reads the engines' /metrics
+# (its own __init__, which loads the whole client, is replaced by an empty one); nvidia-ml-py's
+# pynvml, one file over ctypes, reads NVML (`()`: a single-file module, carried whole).
+CARRIED = {"prometheus_client": ("parser.py", "metrics_core.py", "samples.py", "validation.py"), "pynvml": ()}
 ZIP_MAIN = b"import sys\nfrom remote.__main__ import main\nsys.exit(main(sys.argv[1:]))\n"
 _built = {}
 
@@ -44,7 +45,13 @@ def carried_sources():
     sources = []
     for package, modules in sorted(CARRIED.items()):
         spec = importlib.util.find_spec(package)
-        if spec is None or not spec.submodule_search_locations:
+        if spec is None:
+            continue
+        if not modules:
+            with open(spec.origin, "rb") as f:
+                sources.append(("%s.py" % package, f.read()))
+            continue
+        if not spec.submodule_search_locations:
             continue
         directory = list(spec.submodule_search_locations)[0]
         sources.append(("%s/__init__.py" % package, b'"""Only the modules specdeck\'s agent needs, carried in its zipapp."""\n'))

@@ -29,15 +29,17 @@ THROTTLE_REASONS = (
     (0x100, "display_clocks"),
 )
 
-# Field ids (nvml.h) read in one nvmlDeviceGetFieldValues call per GPU per sample.
+# Field ids (nvml.h), read with nvmlDeviceGetFieldValues, several in one call. PCIe comes from
+# nvmlDeviceGetPcieThroughput instead: the PCIe byte-count fields are 32-bit and wrap several
+# times a second under load (seen on an H200: 4 GiB wraps at ~13 GB/s).
 FI_ECC_SBE_VOLATILE_TOTAL = 3
 FI_ECC_DBE_VOLATILE_TOTAL = 4
 FI_MEMORY_TEMPERATURE = 82
 FI_NVLINK_LINK_COUNT = 91
-FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, a counter
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, a 64-bit counter
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
-FI_PCIE_COUNT_TX_BYTES = 197  # bytes, a counter (recent drivers)
-FI_PCIE_COUNT_RX_BYTES = 198
+COUNTERS_EVERY_S = 5.0  # NVLink and ECC counters: their batch costs ~0.5 ms of driver time per GPU
+WRAP_BY_VALUE_TYPE = {1: 1 << 32, 5: 1 << 32, 6: 1 << 16}  # counters narrower than 64 bits
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by nvmlValueType_t
 
 
@@ -203,13 +205,15 @@ class GpuReader:
         self.last_xid = None
         self._slow = None
         self._slow_at = None
-        self._fields = None
         self._counters = {}  # field id -> (monotonic time, value) for rates
+        self._wraps = {}  # field id -> where its counter wraps (None: 64 bits)
+        self._counter_values = None
+        self._counters_at = None
 
     def query(self, name, *args):
         # Keyed by GPU and by the small arguments (which clock, which sensor): the SM clock may be
         # readable where the memory clock is not.
-        key = (name, self.index) + tuple(a for a in args if isinstance(a, int))
+        key = (name, self.index) + tuple(a if isinstance(a, int) else repr(a) for a in args)
         return self.session.query(name, self.handle, *args, gpu=self, key=key)
 
     def slow(self, now_monotonic):
@@ -227,7 +231,6 @@ class GpuReader:
                 "nvlink_count": links.get(FI_NVLINK_LINK_COUNT) if links else None,
             }
             self._slow_at = now_monotonic
-            self._fields = None  # which counters to read depends on the link count
         return self._slow
 
     def read(self, now_monotonic):
@@ -239,7 +242,9 @@ class GpuReader:
         reasons = self.query("nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
             reasons = self.query("nvmlDeviceGetCurrentClocksThrottleReasons")  # nvidia-ml-py < 12.535
-        fields = self._field_values(self._counter_fields(slow))
+        memory_temperature = self._field_values([FI_MEMORY_TEMPERATURE]).get(FI_MEMORY_TEMPERATURE)
+        pcie_tx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0))
+        pcie_rx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1))
         gpu = dict(slow)
         gpu.update(
             index=self.index,
@@ -248,22 +253,17 @@ class GpuReader:
             memory_used_bytes=memory.used if memory is not None else None,
             memory_total_bytes=memory.total if memory is not None else None,
             temperature_c=self.query("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
-            memory_temperature_c=fields.get(FI_MEMORY_TEMPERATURE) or None,  # 0: no sensor
+            memory_temperature_c=memory_temperature or None,  # 0: no sensor
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             sm_clock_mhz=self.query("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1)),
             memory_clock_mhz=self.query("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2)),
             throttle_reasons=throttle_words(reasons),
-            pcie_rx_bytes_per_s=self._rate(FI_PCIE_COUNT_RX_BYTES, fields, now_monotonic),
-            pcie_tx_bytes_per_s=self._rate(FI_PCIE_COUNT_TX_BYTES, fields, now_monotonic),
-            nvlink_rx_bytes_per_s=self._rate(FI_NVLINK_THROUGHPUT_DATA_RX, fields, now_monotonic, 1024),
-            nvlink_tx_bytes_per_s=self._rate(FI_NVLINK_THROUGHPUT_DATA_TX, fields, now_monotonic, 1024),
-            ecc_corrected_errors=fields.get(FI_ECC_SBE_VOLATILE_TOTAL),
-            ecc_uncorrected_errors=fields.get(FI_ECC_DBE_VOLATILE_TOTAL),
+            pcie_rx_bytes_per_s=pcie_rx_kb * 1000 if pcie_rx_kb is not None else None,
+            pcie_tx_bytes_per_s=pcie_tx_kb * 1000 if pcie_tx_kb is not None else None,
             xid_errors=self.xid_errors if self.session._events is not None else None,
             last_xid=self.last_xid,
         )
-        if FI_PCIE_COUNT_RX_BYTES not in fields:
-            self._pcie_sampled(gpu)
+        gpu.update(self._counters_now(slow, now_monotonic))
         if self.lost:
             gpu["lost"] = True
         return gpu
@@ -279,15 +279,24 @@ class GpuReader:
                     found[process.pid] = (process.pid, memory, kind if old is None else "compute+graphics")
         return list(found.values())
 
-    # -- counters, read in one batch
+    # -- counters, read in one batch every few seconds
 
-    def _counter_fields(self, slow):
-        if self._fields is None:
-            fields = [FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES, FI_ECC_SBE_VOLATILE_TOTAL, FI_ECC_DBE_VOLATILE_TOTAL, FI_MEMORY_TEMPERATURE]
-            if slow.get("nvlink_count"):
-                fields += [(FI_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS), (FI_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS)]
-            self._fields = fields
-        return self._fields
+    def _counters_now(self, slow, now_monotonic):
+        """NVLink rates and ECC counts: read every COUNTERS_EVERY_S, the last values in between."""
+        if self._counter_values is not None and now_monotonic - self._counters_at < COUNTERS_EVERY_S:
+            return self._counter_values
+        fields = [FI_ECC_SBE_VOLATILE_TOTAL, FI_ECC_DBE_VOLATILE_TOTAL]
+        if slow.get("nvlink_count"):
+            fields += [(FI_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS), (FI_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS)]
+        values = self._field_values(fields)
+        self._counter_values = {
+            "nvlink_rx_bytes_per_s": self._rate(FI_NVLINK_THROUGHPUT_DATA_RX, values, now_monotonic, 1024),
+            "nvlink_tx_bytes_per_s": self._rate(FI_NVLINK_THROUGHPUT_DATA_TX, values, now_monotonic, 1024),
+            "ecc_corrected_errors": values.get(FI_ECC_SBE_VOLATILE_TOTAL),
+            "ecc_uncorrected_errors": values.get(FI_ECC_DBE_VOLATILE_TOTAL),
+        }
+        self._counters_at = now_monotonic
+        return self._counter_values
 
     def _field_values(self, field_ids):
         """{field id: number} for the fields NVML gave; one driver call for all of them."""
@@ -299,24 +308,23 @@ class GpuReader:
             number = field_number(value)
             if number is not None:
                 found[value.fieldId] = number
+                self._wraps[value.fieldId] = WRAP_BY_VALUE_TYPE.get(value.valueType)
         return found
 
     def _rate(self, field_id, fields, now_monotonic, scale=1):
-        """Per second, from two readings of a counter; None on the first or after a reset."""
+        """Per second, from two readings of a counter (a narrow one may wrap once between them);
+        None on the first reading or after a reset."""
         value = fields.get(field_id)
         if value is None:
             return None
         previous = self._counters.get(field_id)
         self._counters[field_id] = (now_monotonic, value)
-        if previous is None or value < previous[1] or now_monotonic <= previous[0]:
+        if previous is None or now_monotonic <= previous[0]:
             return None
-        return (value - previous[1]) * scale / (now_monotonic - previous[0])
-
-    def _pcie_sampled(self, gpu):
-        """Older drivers have no PCIe byte counters: NVML's own 20 ms sample, in KB/s."""
-        counter_tx = getattr(self.nvml, "NVML_PCIE_UTIL_TX_BYTES", 0)
-        counter_rx = getattr(self.nvml, "NVML_PCIE_UTIL_RX_BYTES", 1)
-        tx = self.query("nvmlDeviceGetPcieThroughput", counter_tx)
-        rx = self.query("nvmlDeviceGetPcieThroughput", counter_rx) if tx is not None else None
-        gpu["pcie_tx_bytes_per_s"] = tx * 1000 if tx is not None else None
-        gpu["pcie_rx_bytes_per_s"] = rx * 1000 if rx is not None else None
+        change = value - previous[1]
+        if change < 0:
+            wrap = self._wraps.get(field_id)
+            if wrap is None or previous[1] >= wrap:
+                return None  # reset (driver reloaded)
+            change += wrap
+        return change * scale / (now_monotonic - previous[0])
