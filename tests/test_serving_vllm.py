@@ -20,6 +20,7 @@ from tests.conftest import run_cli
 from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
+pytestmark = pytest.mark.timeout(900)  # the first test waits for the module's vLLM to start
 K = 3
 READY_TIMEOUT_S = 600  # a bound on a hang; ~55 s on an idle machine
 LOG_INTERVAL_S = 10.0  # vLLM logs its SpecDecoding line every 10 s while busy

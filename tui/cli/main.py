@@ -13,6 +13,7 @@
   specdeck spec HOST (JOB | --url URL) [--window 5m]
   specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
   specdeck bench HOST TARGET --drafter PATH [-- ENGINE_ARGS]
+  specdeck gpus HOST [--since DURATION] [--alerts]   GPUs, CPU, memory, disks; a window of history
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
 """
@@ -23,10 +24,10 @@ import sys
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from . import checkpoints, config, downloads, jobs, serving
+from . import checkpoints, config, downloads, gpus, jobs, serving
 from .common import EXIT_FAILED, EXIT_USAGE, CommandError, agent_python, connection_options, report_error, setup_logging
 
-AREAS = (jobs, checkpoints, downloads, serving, config)  # each adds its commands to the parser
+AREAS = (gpus, jobs, checkpoints, downloads, serving, config)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.

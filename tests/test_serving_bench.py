@@ -1,0 +1,46 @@
+"""The A/B benchmark job over a real vLLM (CPU) and the real sshd: a baseline server, then one
+with the random drafter, the same requests through each. vLLM accepts none of a random drafter's
+drafts, so its accept length is exactly 1.00, each cycle pays for K drafts and a K+1-token verify
+to yield one token, and the benchmark must say it is slower, below break-even."""
+
+import json
+import os
+import socket
+
+import pytest
+
+from tests import serving_fixtures
+from tests.conftest import run_cli
+
+pytestmark = pytest.mark.timeout(900)  # two vLLM start-ups on a 2-core machine (~55 s each when idle)
+
+
+@pytest.fixture
+def models():
+    python = serving_fixtures.require_vllm()
+    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_bench_random_drafter_is_below_break_even(laptop, models):
+    env_args = []
+    for key, value in serving_fixtures.SERVER_ENV.items():
+        env_args += ["--env", "%s=%s" % (key, value)]
+    result = run_cli("bench", "gpuhost", models["target"], "--drafter", models["drafter_random"], "--k", "3",
+                     "--requests", "4", "--max-tokens", "32", "--port", free_port(), "--python", serving_fixtures.vllm_python(),
+                     *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS, home=laptop, timeout=900)
+    assert result.returncode == 0, result.stderr
+    reply = json.loads(result.stdout)
+    assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length"}
+    assert reply["accept_length"] == 1.0
+    assert reply["baseline_tps"] > 0 and reply["spec_tps"] > 0
+    assert reply["speedup"] == pytest.approx(reply["spec_tps"] / reply["baseline_tps"])
+    assert reply["speedup"] < 1.0 and reply["break_even_accept_length"] > reply["accept_length"]
+    # One cycle yields accept_length tokens: its time and the break-even follow from the rates.
+    assert reply["cycle_ms"] == pytest.approx(1000.0 * reply["accept_length"] / reply["spec_tps"])
+    assert reply["break_even_accept_length"] == pytest.approx(reply["cycle_ms"] / 1000.0 * reply["baseline_tps"])
