@@ -59,8 +59,10 @@ def telemetry_latest(call):
     in the first sample."""
     service = sampler(call)
     deadline = time.monotonic() + LATEST_WAIT_S
-    while service.latest_sample() is None and time.monotonic() < deadline:
-        time.sleep(0.05)  # the daemon has just started: the first sample is a second away
+    # A daemon that has just started: its first sample is a second away, and rates (CPU, PCIe)
+    # need a second one.
+    while service.samples < 2 and time.monotonic() < deadline:
+        time.sleep(0.05)
     latest = service.latest_sample()
     if latest is None:
         raise RemoteError("NotFound", "no telemetry sample yet (see the telemetry service's status)")
