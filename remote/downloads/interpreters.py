@@ -5,15 +5,14 @@ with a quick `import huggingface_hub`."""
 
 import glob
 import os
-import pwd
 import shutil
 import subprocess
 import threading
 
+from ..core.login_env import login_environment
+
 PROBE_TIMEOUT_S = 15.0
-LOGIN_SHELL_TIMEOUT_S = 15.0
 MAX_CANDIDATES = 48
-MARKER = "--specdeck-login-env--"
 # Relative to the home directory; each names a python that may have its own site-packages.
 HOME_GLOBS = (
     ".venv*/bin/python", "venv*/bin/python", ".virtualenvs/*/bin/python", "*/.venv/bin/python",
@@ -22,24 +21,6 @@ HOME_GLOBS = (
     ".conda/envs/*/bin/python", ".pyenv/versions/*/bin/python", ".local/bin/python3",
 )
 SYSTEM_GLOBS = ("/opt/conda/bin/python", "/opt/conda/envs/*/bin/python")
-
-
-def login_environment():
-    """PATH, CONDA_PREFIX and VIRTUAL_ENV as the user's login shell sets them ({} on failure).
-
-    The values follow a marker line, so whatever the profile prints first is skipped."""
-    shell = pwd.getpwuid(os.getuid()).pw_shell or "/bin/sh"
-    script = 'printf "\\n%s\\n%s\\0%s\\0%s\\0" "{}" "$PATH" "${{CONDA_PREFIX:-}}" "${{VIRTUAL_ENV:-}}"'.format(MARKER)
-    try:
-        out = subprocess.run([shell, "-l", "-c", script], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                             stderr=subprocess.DEVNULL, timeout=LOGIN_SHELL_TIMEOUT_S)
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    text = out.stdout.decode("utf-8", "replace")
-    if MARKER not in text:
-        return {}
-    values = text.rsplit(MARKER + "\n", 1)[1].split("\0")
-    return {name: value for name, value in zip(("PATH", "CONDA_PREFIX", "VIRTUAL_ENV"), values) if value}
 
 
 def shebang_interpreter(script, search_path):
@@ -60,7 +41,8 @@ def shebang_interpreter(script, search_path):
 
 
 def candidates(environment):
-    """Paths of interpreters worth probing, most telling first, without repeats."""
+    """Paths of interpreters worth probing, most telling first, without repeats. `environment`:
+    the login one (its PATH, and the CONDA_PREFIX or VIRTUAL_ENV the profile activates)."""
     home = os.path.expanduser("~")
     search_path = environment.get("PATH") or os.environ.get("PATH", "")
     found = []

@@ -5,7 +5,7 @@ import os
 import subprocess
 
 from ..core import paths
-from ..core.jobs import login_path, resolve_executable
+from ..core.login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
 from .interpreters import missing_hub_message, with_huggingface_hub
@@ -55,8 +55,9 @@ def _agent_under(call):
 
 
 def _run_plan(interpreter, command, job_dir, env, secret_env):
-    """The plan the download-plan step leaves in job_dir/plan.json; RemoteError when it is no good."""
-    run_env = dict(os.environ)
+    """The plan the download-plan step leaves in job_dir/plan.json; RemoteError when it is no good.
+    It runs in the environment the job will have (the login one), so both see the same hub."""
+    run_env = login_environment()
     run_env.pop("PYTHONPATH", None)
     run_env.update(env)
     run_env.update(secret_env)
