@@ -63,9 +63,12 @@ class TimeChart(PlotextPlot):
             if any(len(point) >= 4 and point[3] is not None and point[3] > point[2] for point in points):
                 plt.plot(xs, [point[3] for point in points], color=color, marker="dot")
             drawn = True
+        left = -(self._window_s or 60) if self.time_axis else min((p[0] for pts in self._series.values() for p in pts), default=0)
         for value, label in self.thresholds:
             if value is not None:
                 plt.hline(value, "red")
+                if label:
+                    plt.text(label, x=left, y=value, color="red", alignment="left")
                 drawn = True
         if self.y_range:
             plt.ylim(*self.y_range)
