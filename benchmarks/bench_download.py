@@ -7,7 +7,7 @@ One fake hub (tests/hubserver.py, loopback, no throttle, in a process of its own
 Then, into fresh directories and alternating the order, `--repeat` times:
   hf       `hf download org/bench --local-dir D` (the huggingface_hub CLI; snapshot_download
            through `python -c` when the CLI is not installed)
-  specdeck `python -c 'remote.downloads.download.main(["download", SPEC])'`: fetch + sha256 + verdict
+  specdeck `python -c 'remote.downloads.download.main(["download", JOB_DIR])'`: fetch + sha256 + verdict
 and once, on org/big: our job's own "after the last byte" time, our `verify` subcommand, and
 `sha256sum` of the same file.
 
@@ -96,18 +96,23 @@ def timed(cmd, env, log_path):
 def run_ours(url, work, tag, repo, local_dir):
     spec = {"repo": repo, "repo_type": "model", "revision": None, "files": [], "include": [], "exclude": [],
             "local_dir": local_dir, "endpoint": None}
-    spec_path = os.path.join(work, "spec-%s.json" % tag)
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
+    job_dir = job_with_spec(os.path.join(work, "job-" + tag), spec)
     env = env_for(url, os.path.join(work, "home-" + tag))
-    env["SPECDECK_JOB_DIR"] = os.path.join(work, "job-" + tag)
     log = os.path.join(work, "log-%s.txt" % tag)
-    dt = timed([sys.executable, "-c", RUNNER, "download", spec_path], env, log)
+    dt = timed([sys.executable, "-c", RUNNER, "download", job_dir], env, log)
     with open(log) as f:
         text = f.read()
     m = re.search(r"downloaded .* in ([\d.]+) s", text)
     after = re.search(r"\(([\d.]+) s after the last byte", text)
-    return dt, float(m.group(1)) if m else None, float(after.group(1)) if after else None, spec_path, env
+    return dt, float(m.group(1)) if m else None, float(after.group(1)) if after else None, spec, env
+
+
+def job_with_spec(job_dir, spec):
+    """A job directory holding spec.json, as download.start leaves it for the job."""
+    os.makedirs(job_dir, exist_ok=True)
+    with open(os.path.join(job_dir, "spec.json"), "w") as f:
+        json.dump(spec, f)
+    return job_dir
 
 
 def main():
@@ -182,7 +187,7 @@ def main():
         print()
         print("last byte to verdict, %.2f GB model.safetensors:" % (big_bytes / 1e9))
         dest = os.path.join(dest_root, "dest-big")
-        dt, transfer, after, spec_path, env = run_ours(url, work, "big", "org/big", dest)
+        dt, transfer, after, spec, env = run_ours(url, work, "big", "org/big", dest)
         print("  download job: %.2f s in all, transfer %.2f s, last byte -> verdict %.2f s (hashed while receiving)"
               % (dt, transfer or -1, after if after is not None else -1))
         target = os.path.join(dest, "model.safetensors")
@@ -194,9 +199,9 @@ def main():
             t0 = time.perf_counter()
             subprocess.run(["openssl", "dgst", "-sha256", target], capture_output=True, check=True)
             t_ossl = time.perf_counter() - t0
-        env = dict(env, SPECDECK_JOB_DIR=os.path.join(work, "job-verify"))
+        verify_dir = job_with_spec(os.path.join(work, "job-verify"), spec)
         t0 = time.perf_counter()
-        p = subprocess.run([sys.executable, "-c", RUNNER, "verify", spec_path], env=env, capture_output=True,
+        p = subprocess.run([sys.executable, "-c", RUNNER, "verify", verify_dir], env=env, capture_output=True,
                            text=True)
         t_verify = time.perf_counter() - t0
         verdict = json.loads(p.stdout.strip().splitlines()[-1])
