@@ -182,16 +182,17 @@ async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
         assert "INCOMPATIBLE" in text_of(verdict) and verdict.has_class("incompatible")
         assert text_of(screen.query_one("#compare-reasons", Static)).strip()
         table = screen.query_one("#compare-rows", DataTable)
-        rows = {str(table.get_row_at(i)[0]): table.get_row_at(i) for i in range(table.row_count)}
+        # Status first (short words), then the tensor, then what A and B hold.
+        rows = {str(table.get_row_at(i)[1]): table.get_row_at(i) for i in range(table.row_count)}
         fc = rows["fc.weight"]
-        assert "64, 192" in str(fc[1]) and "64, 288" in str(fc[2])
-        assert str(fc[3]) != "same" and "red" in str(fc[0].style)
-        assert str(rows["norm.weight"][3]) == "same" and not str(rows["norm.weight"][0].style)
+        assert str(fc[2]) == "[64,192] BF16" and str(fc[3]) == "[64,288] BF16"
+        assert str(fc[0]) == "shape" and "red" in str(fc[1].style)
+        assert str(rows["norm.weight"][0]) == "same" and not str(rows["norm.weight"][1].style)
         config = screen.query_one("#compare-config", DataTable)
         fields = {str(config.get_row_at(i)[0]): [str(c) for c in config.get_row_at(i)[1:]] for i in range(config.row_count)}
         assert fields["target_hidden_size"] == ["(not set)", "96"]
         await pilot.press("d")  # differences only
-        assert {str(table.get_row_at(i)[0]) for i in range(table.row_count)} == set(screen.differing_rows())
+        assert {str(table.get_row_at(i)[1]) for i in range(table.row_count)} == set(screen.differing_rows())
         await pilot.press("escape")
         assert app.screen is not screen and pane.report["path"] == str(mine)
 

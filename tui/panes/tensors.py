@@ -21,7 +21,11 @@ from ..screens.file_picker import FilePicker
 from .base import Pane
 
 INSPECT_TIMEOUT_S = 600.0
-PROBLEMS_SHOWN = 6
+PROBLEMS_SHOWN = 3
+# Tensors a page asks the host for, when a checkpoint is too large to send whole.
+PAGE_TENSORS = 500
+# Ask for the next page when the cursor comes this close to the last row loaded.
+PAGE_AHEAD_ROWS = 50
 SORT_KEYS = ("name", "size", "dtype")
 EAGLE3_FIELDS = (
     ("hidden", "hidden_size"),
@@ -63,17 +67,27 @@ def eagle3_summary(report):
 
 
 def problems_text(problems, limit=PROBLEMS_SHOWN):
-    """Errors (red) before warnings (yellow), one a line, at most `limit` lines and a count of the rest."""
+    """A count line, then errors (red) before warnings (yellow), one line each, at most `limit`.
+
+    Compact so that a corrupt checkpoint still leaves room for what could be read of it."""
     ordered = sorted(problems or [], key=lambda p: p.get("level") != "error")
-    text = Text()
+    errors = sum(1 for p in ordered if p.get("level") == "error")
+    warnings = len(ordered) - errors
+    text = Text(no_wrap=True, overflow="ellipsis")
+    counts = []
+    if errors:
+        counts.append("%d error%s" % (errors, "" if errors == 1 else "s"))
+    if warnings:
+        counts.append("%d warning%s" % (warnings, "" if warnings == 1 else "s"))
+    text.append(", ".join(counts), style="bold red" if errors else "bold yellow")
+    if len(ordered) > limit:
+        text.append("  (first %d below; specdeck inspect lists them all)" % limit, style="dim")
     for problem in ordered[:limit]:
         error = problem.get("level") == "error"
-        if text:
-            text.append("\n")
+        text.append("\n")
         text.append("error: " if error else "warning: ", style="bold red" if error else "bold yellow")
-        text.append(problem.get("message", ""), style="red" if error else "yellow")
-    if len(ordered) > limit:
-        text.append("\nand %d more (specdeck inspect lists them all)" % (len(ordered) - limit), style="dim")
+        # One line each: the message is cut at the pane's edge, never wrapped.
+        text.append(" ".join(problem.get("message", "").split()), style="red" if error else "yellow")
     return text
 
 
@@ -92,6 +106,22 @@ def filter_tensors(tensors, text):
     return [t for t in tensors if needle in t["name"].lower() or needle in (t.get("role") or "").lower()]
 
 
+def _whole(client, report):
+    """The report with every tensor (from its pages when the first was not all of them)."""
+    if report.get("complete", True):
+        return report
+    tensors = list(report["tensors"])
+    while len(tensors) < report["tensor_count"]:
+        page = client.call("checkpoint.tensors", {"handle": report.get("handle"), "path": report["path"],
+                                                  "offset": len(tensors), "limit": 5000}, timeout=INSPECT_TIMEOUT_S)
+        if not page["tensors"]:
+            break
+        tensors += page["tensors"]
+    whole = dict(report)
+    whole["tensors"], whole["complete"] = tensors, True
+    return whole
+
+
 class TensorsPane(Pane):
     """A checkpoint's tensors, problems and EAGLE-3 summary; `open_path` loads one."""
 
@@ -100,7 +130,7 @@ class TensorsPane(Pane):
     DEFAULT_CSS = """
     TensorsPane { height: 1fr; }
     TensorsPane #tensors-path { height: auto; text-style: bold; }
-    TensorsPane #tensors-problems { height: auto; }
+    TensorsPane #tensors-problems { height: auto; max-height: 4; text-wrap: nowrap; text-overflow: ellipsis; }
     TensorsPane #tensors-summary { height: auto; }
     TensorsPane #tensors-filter { display: none; }
     TensorsPane #tensors-filter.shown { display: block; }
@@ -116,6 +146,7 @@ class TensorsPane(Pane):
         Binding("slash", "filter", "filter"),
         Binding("s", "cycle_sort", "sort"),
         Binding("c", "compare", "compare"),
+        Binding("g", "toggle_groups", "patterns", tooltip="a huge checkpoint's tensors grouped by name pattern, or one by one"),
         Binding("escape", "clear_filter", "clear filter", show=False),
     ]
 
@@ -140,6 +171,15 @@ class TensorsPane(Pane):
             self.report_a = report_a
             self.report_b = report_b
 
+    class Paged(Message):
+        """A page of a huge checkpoint's tensors arrived (filtered and sorted on the host)."""
+
+        def __init__(self, handle, page, append):
+            super().__init__()
+            self.handle = handle
+            self.page = page
+            self.append = append
+
     class Failed(Message):
         """Reading a checkpoint failed: one line for the user."""
 
@@ -152,25 +192,24 @@ class TensorsPane(Pane):
         super().__init__(**kwargs)
         self.report = None
         self.shown_tensors = []
+        # A checkpoint too large to send whole is paged: the host filters and sorts, and
+        # `page_total` tensors match of which `shown_tensors` are loaded so far.
+        self.paged = False
+        self.page_total = 0
+        self.page_loading = False
+        self.showing_groups = False
 
     def compose(self):
         yield Static("No checkpoint open: o picks one on the host", id="tensors-path")
         yield Static(id="tensors-problems")
         yield Static(id="tensors-summary")
-        table = DataTable(id="tensors-table", cursor_type="row", zebra_stripes=True)
-        # The role is a sentence: last, so that shape, dtype and bytes stay on an 80-column screen.
-        table.add_column("name", key="name")
-        table.add_column("shape", key="shape")
-        table.add_column("dtype", key="dtype")
-        table.add_column(Text("bytes", justify="right"), key="bytes")
-        table.add_column("role", key="role")
-        yield table
+        yield DataTable(id="tensors-table", cursor_type="row", zebra_stripes=True)  # columns: _fill_table
         # Below the table, as a search line is; and after it in the DOM, so that the table,
         # not a hidden Input, is the pane's first focusable widget.
         yield Input(placeholder="filter: part of a name or a role (Enter keeps it, Esc clears)", id="tensors-filter")
         yield Static(id="tensors-role")  # the highlighted tensor's role in full: the column is cut at 80 columns
         yield Static(id="tensors-totals")
-        yield Static("o open  / filter  s sort  c compare", id="tensors-status")
+        yield Static("o open  / filter  s sort  c compare  g patterns", id="tensors-status")
 
     # -- public
 
@@ -199,9 +238,24 @@ class TensorsPane(Pane):
             return
         self.post_message(self.Inspected(path, report))
 
+    @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-page")
+    def _fetch_page(self, handle, path, offset, filter_text, sort_key, append):
+        client = self._client()
+        if client is None:
+            self.post_message(self.Failed(path, "not connected to a host"))
+            return
+        params = {"handle": handle, "path": path, "offset": offset, "limit": PAGE_TENSORS,
+                  "filter": filter_text, "sort": sort_key}
+        try:
+            page = client.call("checkpoint.tensors", params, timeout=INSPECT_TIMEOUT_S)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(self.Failed(path, getattr(exc, "message", None) or str(exc)))
+            return
+        self.post_message(self.Paged(handle, page, append))
+
     @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-compare")
     def _compare(self, report_a, path_b):
-        from remote.checkpoints import report as checkpoint  # the same comparison the CLI's `compare` prints
+        from remote.checkpoints import compatibility, report as checkpoint  # the comparison the CLI's `compare` prints
 
         client = self._client()
         if client is None:
@@ -209,13 +263,16 @@ class TensorsPane(Pane):
             return
         try:
             report_b = client.call("checkpoint.inspect", {"path": path_b, "sha256": False}, timeout=INSPECT_TIMEOUT_S)
+            if not (compatibility.is_target_model(report_a) or compatibility.is_target_model(report_b)):
+                # Two drafters (or two of anything): compare matches every tensor, so all pages.
+                report_a, report_b = _whole(client, report_a), _whole(client, report_b)
         except (RemoteError, ConnectError) as exc:
             self.post_message(self.Failed(path_b, getattr(exc, "message", None) or str(exc)))
             return
         self.post_message(self.Compared(checkpoint.compare(report_a, report_b), report_a, report_b))
 
     def on_worker_state_changed(self, event):
-        if event.worker.group in ("tensors-inspect", "tensors-compare") and event.worker.error is not None:
+        if event.worker.group in ("tensors-inspect", "tensors-compare", "tensors-page") and event.worker.error is not None:
             self._set_status("reading the checkpoint failed: %s" % event.worker.error, error=True)
 
     # -- results
@@ -225,16 +282,40 @@ class TensorsPane(Pane):
             return  # an answer for a path the user has since left
         self.report = message.report
         report = message.report
+        self.paged = not report.get("complete", True)
+        self.page_total = report.get("tensor_count", len(report.get("tensors") or []))
+        self.page_loading = False
+        self.showing_groups = False
         self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or message.path, "bold")))
         problems = self.query_one("#tensors-problems", Static)
         problems.update(problems_text(report.get("problems")))
         problems.display = bool(report.get("problems"))
-        self.query_one("#tensors-summary", Static).update(eagle3_summary(report))
+        summary = eagle3_summary(report)
+        if self.paged:
+            summary.append("\n{:,} tensors in {:,} name patterns: g shows them".format(
+                self.page_total, report.get("group_count", 0)), style="dim")
+        self.query_one("#tensors-summary", Static).update(summary)
         self._fill_table()
-        self._set_status("o open  / filter  s sort (%s)  c compare" % self.sort_key)
+        self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+
+    def on_tensors_pane_paged(self, message):
+        self.page_loading = False
+        if self.report is None or message.handle != self.report.get("handle"):
+            return  # a page of a checkpoint since closed
+        page = message.page
+        if page.get("filter", "") != self.filter_text.strip() or page.get("sort") != self.sort_key:
+            return  # asked for before the filter or the sort changed; the newer request follows
+        self.page_total = page["total"]
+        if message.append:
+            self.shown_tensors = self.shown_tensors + page["tensors"]
+            self._add_rows(page["tensors"])
+            self._show_totals()
+        else:
+            self.shown_tensors = page["tensors"]
+            self._fill_table()
 
     def on_tensors_pane_compared(self, message):
-        self._set_status("o open  / filter  s sort (%s)  c compare" % self.sort_key)
+        self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
         self.app.push_screen(CompareScreen(message.result, message.report_a, message.report_b))
 
     def on_tensors_pane_failed(self, message):
@@ -248,10 +329,25 @@ class TensorsPane(Pane):
 
     def _fill_table(self):
         table = self.query_one("#tensors-table", DataTable)
-        table.clear()
-        tensors = (self.report or {}).get("tensors") or []
-        self.shown_tensors = sort_tensors(filter_tensors(tensors, self.filter_text), self.sort_key)
-        for tensor in self.shown_tensors:
+        table.clear(columns=True)
+        if self.showing_groups:
+            self._fill_groups(table)
+            return
+        # The role is a sentence: last, so that shape, dtype and bytes stay on an 80-column screen.
+        table.add_column("name", key="name")
+        table.add_column("shape", key="shape")
+        table.add_column("dtype", key="dtype")
+        table.add_column(Text("bytes", justify="right"), key="bytes")
+        table.add_column("role", key="role")
+        if not self.paged:
+            tensors = (self.report or {}).get("tensors") or []
+            self.shown_tensors = sort_tensors(filter_tensors(tensors, self.filter_text), self.sort_key)
+        self._add_rows(self.shown_tensors)
+        self._show_totals()
+
+    def _add_rows(self, tensors):
+        table = self.query_one("#tensors-table", DataTable)
+        for tensor in tensors:
             table.add_row(
                 Text(tensor["name"]),  # Text, not str: a str cell would be read as markup
                 Text(format_shape(tensor.get("shape"))),
@@ -260,38 +356,76 @@ class TensorsPane(Pane):
                 Text(tensor.get("role") or "", style="dim" if not tensor.get("role") else ""),
                 key=tensor["name"],
             )
-        self._show_totals(tensors)
 
-    def _show_totals(self, tensors):
+    def _fill_groups(self, table):
+        table.add_column(Text("count", justify="right"), key="count")
+        table.add_column("pattern", key="pattern")
+        table.add_column("shape", key="shape")
+        table.add_column(Text("bytes", justify="right"), key="bytes")
+        table.add_column("role", key="role")
+        for group in (self.report or {}).get("groups") or []:
+            shapes = ", ".join(format_shape(s) for s in group.get("shapes") or []) + (", ..." if group.get("more_shapes") else "")
+            table.add_row(Text("{:,}".format(group["count"]), justify="right"), Text(group["pattern"]), Text(shapes),
+                          Text("{:,}".format(group.get("bytes") or 0), justify="right"), Text(group.get("role") or ""),
+                          key=group["pattern"])
+        self._show_totals()
+
+    def _show_totals(self):
         totals = self.query_one("#tensors-totals", Static)
         if self.report is None:
             totals.update("")
             return
-        tensor_bytes = sum(t.get("bytes") or 0 for t in tensors)
+        if self.paged:
+            count, tensor_bytes = self.report.get("tensor_count", 0), self.report.get("tensor_bytes")
+        else:
+            tensors = self.report.get("tensors") or []
+            count, tensor_bytes = len(tensors), sum(t.get("bytes") or 0 for t in tensors)
         text = Text()
-        text.append("%d tensors  " % len(tensors), style="bold")
+        text.append("{:,} tensors  ".format(count), style="bold")
         text.append(format_bytes(tensor_bytes, exact=True))
         if self.filter_text.strip():
-            shown_bytes = sum(t.get("bytes") or 0 for t in self.shown_tensors)
-            text.append('\nshown %d matching "%s"  ' % (len(self.shown_tensors), self.filter_text.strip()), style="dim")
-            text.append(format_bytes(shown_bytes, exact=True), style="dim")
+            text.append('\nshown {:,} matching "{}"'.format(self.page_total if self.paged else len(self.shown_tensors),
+                                                          self.filter_text.strip()), style="dim")
+            if not self.paged:
+                text.append("  " + format_bytes(sum(t.get("bytes") or 0 for t in self.shown_tensors), exact=True), style="dim")
+        if self.paged and len(self.shown_tensors) < self.page_total and not self.showing_groups:
+            text.append("\nloaded {:,} of {:,}: more load as you scroll".format(len(self.shown_tensors), self.page_total), style="dim")
         files = self.report.get("files") or []
         if files:
             text.append("\n%d file%s on disk  " % (len(files), "" if len(files) == 1 else "s"), style="dim")
             text.append(format_bytes(self.report.get("total_bytes"), exact=True), style="dim")
         totals.update(text)
 
+    def _reload_pages(self):
+        """A new filter or sort of a paged checkpoint: its first page again, from the host."""
+        self.page_loading = True
+        self._fetch_page(self.report.get("handle"), self.report.get("path") or self.path, 0,
+                         self.filter_text.strip(), self.sort_key, False)
+
     def watch_filter_text(self, value):
-        self._fill_table()
+        if self.paged and self.report is not None:
+            self._reload_pages()
+        else:
+            self._fill_table()
 
     def watch_sort_key(self, value):
-        self._fill_table()
+        if self.paged and self.report is not None:
+            self._reload_pages()
+        else:
+            self._fill_table()
         if self.report is not None:
-            self._set_status("o open  / filter  s sort (%s)  c compare" % value)
+            self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % value)
 
     @on(DataTable.RowHighlighted, "#tensors-table")
     def _row_highlighted(self, event):
         event.stop()
+        if self.showing_groups:
+            return
+        if (self.paged and not self.page_loading and len(self.shown_tensors) < self.page_total
+                and event.cursor_row >= len(self.shown_tensors) - PAGE_AHEAD_ROWS):
+            self.page_loading = True
+            self._fetch_page(self.report.get("handle"), self.report.get("path") or self.path, len(self.shown_tensors),
+                             self.filter_text.strip(), self.sort_key, True)
         tensor = next((t for t in self.shown_tensors if t["name"] == event.row_key.value), None)
         role = self.query_one("#tensors-role", Static)
         if tensor is None:
@@ -328,6 +462,12 @@ class TensorsPane(Pane):
         field.value = ""
         field.remove_class("shown")
         self.query_one("#tensors-table", DataTable).focus()
+
+    def action_toggle_groups(self):
+        if self.report is None:
+            return
+        self.showing_groups = not self.showing_groups
+        self._fill_table()
 
     def action_cycle_sort(self):
         self.sort_key = SORT_KEYS[(SORT_KEYS.index(self.sort_key) + 1) % len(SORT_KEYS)]

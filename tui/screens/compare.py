@@ -16,19 +16,25 @@ from textual.widgets import DataTable, Footer, Static
 SAME = "same"
 
 
+# Statuses as the rows show them: short, so that the column fits beside the shapes at 80 columns.
+STATUS_WORDS = {"shape differs": "shape", "dtype differs": "dtype", "only in A": "A only", "only in B": "B only"}
+STATUS_WIDTH = 6
+SIDE_WIDTH_MOST = 20
+
+
 def describe_side(side):
-    """What one checkpoint holds for a tensor row: `[7168, 21504] bfloat16`, or `-` when absent."""
+    """What one checkpoint holds for a tensor row: `[7168,21504] BF16`, or `-` when absent."""
     if side is None:
         return "-"
     if isinstance(side, dict):
         parts = []
         if side.get("shape") is not None:
-            parts.append("[%s]" % ", ".join(str(n) for n in side["shape"]))
+            parts.append("[%s]" % ",".join(str(n) for n in side["shape"]))
         if side.get("dtype"):
             parts.append(str(side["dtype"]))
         return " ".join(parts) or ", ".join("%s=%s" % item for item in sorted(side.items()))
     if isinstance(side, (list, tuple)):
-        return "[%s]" % ", ".join(str(n) for n in side)
+        return "[%s]" % ",".join(str(n) for n in side)
     return str(side)
 
 
@@ -82,12 +88,7 @@ class CompareScreen(ModalScreen):
         with Vertical():
             yield Static(id="compare-verdict")
             yield Static(id="compare-reasons")
-            rows = DataTable(id="compare-rows", cursor_type="row", zebra_stripes=True)
-            rows.add_column("tensor", key="name")
-            rows.add_column("A", key="a")
-            rows.add_column("B", key="b")
-            rows.add_column("status", key="status")
-            yield rows
+            yield DataTable(id="compare-rows", cursor_type="row", zebra_stripes=True)  # columns: on_mount
             yield Static(id="compare-config-title")
             config = DataTable(id="compare-config", cursor_type="row")
             config.add_column("config field", key="field")
@@ -122,19 +123,48 @@ class CompareScreen(ModalScreen):
             config.add_row(Text(field), config_value(entry, "a"), config_value(entry, "b"), key=field)
         self.query_one("#compare-rows", DataTable).focus()
 
+    def _add_columns(self, table):
+        """Status first, then the tensor, then A and B: every column inside the screen's width.
+
+        The shapes take what their longest cell needs (at most SIDE_WIDTH_MOST) and the tensor
+        name the rest; a longer name is cut (the highlighted row is whole in the CLI's compare).
+        """
+        if self.result.get("target"):
+            table.add_column("result", key="status", width=STATUS_WIDTH)
+            table.add_column("check", key="name")
+            table.add_column("why", key="a")
+            return
+        sides = [describe_side(row.get(key)) for row in self.result.get("rows") or [] for key in ("a", "b")]
+        side_width = min(SIDE_WIDTH_MOST, max([len(text) for text in sides] + [1]))
+        # Each column is padded by one cell on either side; keep two cells for the scrollbar.
+        name_width = max(12, self.app.size.width - STATUS_WIDTH - 2 * side_width - 4 * 2 - 2)
+        table.add_column("status", key="status", width=STATUS_WIDTH)
+        table.add_column("tensor", key="name", width=name_width)
+        table.add_column("A", key="a", width=side_width)
+        table.add_column("B", key="b", width=side_width)
+
     def _fill_rows(self):
         table = self.query_one("#compare-rows", DataTable)
-        table.clear()
+        table.clear(columns=True)
+        self._add_columns(table)
+        if self.result.get("target"):
+            for check in self.result.get("checks") or []:
+                if self.differences_only and check.get("ok"):
+                    continue
+                style = "" if check.get("ok") else "bold red"
+                table.add_row(Text("ok" if check.get("ok") else "FAILS", style=style), Text(check.get("check", "?"), style=style),
+                              Text(check.get("message", ""), style=style), key=check.get("check"))
+            return
         for row in self.result.get("rows") or []:
             status = row.get("status") or SAME
             if self.differences_only and status == SAME:
                 continue
             style = status_style(status)
             table.add_row(
+                Text(STATUS_WORDS.get(status, status), style=style),
                 Text(row.get("name", "?"), style=style),
                 Text(describe_side(row.get("a")), style=style),
                 Text(describe_side(row.get("b")), style=style),
-                Text(status, style=style),
                 key=row.get("name"),
             )
 

@@ -1,7 +1,7 @@
 """A modal that walks the host's filesystem through `fs.list` and returns the path picked.
 
-Enter opens a directory or picks a file, `o` picks the highlighted directory itself (a
-checkpoint is usually a directory), Backspace goes up, and the path Input takes a typed
+Enter opens a directory or picks a file, `o` picks the highlighted entry itself, directory or
+file (a checkpoint is usually a directory), Backspace goes up, and the path Input takes a typed
 path (typing "/" or "~" in the list starts one): Enter there picks it, or opens it when it
 ends with "/".
 """
@@ -23,7 +23,8 @@ from ..client import ConnectError
 from ..display import format_bytes, format_time
 
 LIST_TIMEOUT_S = 30.0
-HINT = "Enter open/pick  o pick directory  Backspace up  / or ~ type a path  Esc cancel"
+# Two short lines (the dialog is 68 cells wide inside at 80 columns), saying what each key does.
+HINT = "Enter open dir/pick file   o pick highlighted   Backspace up\n/ or ~ type a path   Esc cancel"
 PARENT = ".."
 
 
@@ -44,7 +45,7 @@ class FilePicker(ModalScreen):
     BINDINGS = [
         Binding("escape", "cancel", "cancel"),
         Binding("backspace", "up", "up"),
-        Binding("o", "pick_highlighted", "pick dir"),
+        Binding("o", "pick_highlighted", "pick highlighted"),
         # As in GTK's file chooser: starting to type a path goes to the path field.
         Binding("slash", "type_path('/')", "type a path", show=False),
         Binding("tilde", "type_path('~')", "type a path", show=False),
@@ -124,7 +125,7 @@ class FilePicker(ModalScreen):
             entries.highlighted = 1 if self.entries[0] is None and len(options) > 1 else 0
         count = len(listing["entries"])
         note = " (only the first %d shown)" % count if listing.get("truncated") else ""
-        self._set_status("%d entr%s%s   %s" % (count, "y" if count == 1 else "ies", note, HINT))
+        self._set_status("%d entr%s%s\n%s" % (count, "y" if count == 1 else "ies", note, HINT))
 
     def on_file_picker_list_failed(self, message):
         self._set_status("%s: %s" % (message.path, message.message), error=True)
