@@ -205,6 +205,9 @@ def test_attached_server_is_sampled_live_and_a_restart_is_summed(agent_home, met
         assert figures["accept_length"] == pytest.approx(1 + 360 / 124) and figures["reset"] is True
         rates = [r.get("accepted_tps") for r in records if r["server"] == server_id and r.get("accepted_tps") is not None]
         assert rates and min(rates) >= 0
+        # The same seconds went to the history store, where a console that connects later finds them.
+        stored = wait_for(lambda: client.call("serving.history", {"id": server_id, "metric": "accept_length", "since_s": 300})["series"], 30)
+        assert max(point[3] for point in stored[0]["points"]) == pytest.approx(1 + 180 / 62)
     finally:
         client.close()
 

@@ -4,6 +4,7 @@ them live, the break-even arithmetic, and the A/B benchmark job."""
 
 import json
 import os
+import time
 import uuid
 
 from ..core import paths, streams
@@ -157,8 +158,6 @@ def serving_stats(call):
     service = sampler(call)
     if service.server(server_id) is None:
         call.daemon.services.wake("speculation")  # a server just started: read it now
-        import time
-
         deadline = time.monotonic() + 3.0
         while service.server(server_id) is None and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -166,6 +165,32 @@ def serving_stats(call):
     if figures is None:
         raise NotFound("server %s is not being sampled (not running)" % server_id)
     return figures
+
+
+@method("serving.history")
+def serving_history(call):
+    """One speculation series of a server over a window, from the history store (recorded once
+    a second while the server runs). Params: `id`, `metric` (one of accept_length,
+    draft_acceptance_rate, accepted_tps, drafted_tps, generation_tps, running, waiting,
+    kv_cache_usage, per_position), `since_s` (default 3600) or `start`/`end`, `resolution_s`.
+    Reply: `{metric, resolution_s, series: [{labels, points: [[time, min, mean, max], ...]}]}`
+    (per_position has one series per `position` label). A bucket's mean of accept length is the
+    mean of its seconds, not weighted by drafts: `serving.stats` gives a window's exact value."""
+    from .sampler import RECORDED
+
+    metric = call.param("metric", str, required=True)
+    if metric not in RECORDED + ("per_position",):
+        raise BadRequest("no serving series %r (there are: %s)" % (metric, ", ".join(RECORDED + ("per_position",))))
+    history = getattr(call.daemon, "history", None)
+    if history is None:
+        raise RemoteError("NotFound", "this agent keeps no history store")
+    end = call.param("end", float) or time.time()
+    start = call.param("start", float) or end - call.param("since_s", float, 3600.0)
+    if start >= end:
+        raise BadRequest("the window is empty: start must come before end")
+    labels = {"job": call.param("id", str, required=True)}
+    series, resolution_s = history.store.query("serving", metric, labels, start, end, call.param("resolution_s", float))
+    return {"metric": metric, "resolution_s": resolution_s, "series": series}
 
 
 @method("serving.follow")
