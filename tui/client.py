@@ -24,10 +24,10 @@ log = logging.getLogger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
 # Seconds from the start of one reconnect attempt to the start of the next (the last repeats).
-# The first seconds after a drop are tried at least once a second, so a link that comes back
+# For the first ~5 s after a drop a try starts every half second, so a link that comes back
 # (a Wi-Fi blip, a laptop waking up) is used within a second; a host that stays away is then
 # asked less and less often, up to every 15 s.
-RETRY_INTERVALS_S = (0.0, 0.25, 0.5, 1, 1, 1, 1, 1, 2, 4, 8, 15)
+RETRY_INTERVALS_S = (0.0, 0.25) + (0.5,) * 8 + (1, 2, 4, 8, 15)
 
 
 class ConnectError(Exception):
