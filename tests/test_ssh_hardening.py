@@ -360,6 +360,21 @@ def test_an_existing_specdeck_home_keeps_its_mode(mode, tmp_path, monkeypatch):
     assert (expected / "daemon.sock").exists() and (expected / "jobs" / job["id"]).is_dir()
 
 
+def test_a_squatted_state_directory_is_one_line(tmp_path, monkeypatch):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    squatted = shared / ("specdeck-%d" % os.getuid())
+    squatted.mkdir()
+    os.chown(squatted, 65534, 65534)  # someone else got there first
+    monkeypatch.setenv("SPECDECK_HOME", str(shared))
+    result = run_cli("jobs", "local")
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "%s cannot hold specdeck's state: it belongs to uid 65534" % squatted in line, line
+    assert not (squatted / "jobs").exists() and stat.S_IMODE(shared.stat().st_mode) == 0o1777
+
+
 @pytest.mark.parametrize("squat", ["owned_by_someone_else", "not_private"])
 def test_a_squatted_socket_directory_is_one_line_and_avoided(squat, host_user, host_python):
     # The host user's state directory is too deep for a socket path, so the socket goes to

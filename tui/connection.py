@@ -6,6 +6,7 @@ A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our 
 """
 
 import os
+import re
 import selectors
 import shlex
 import socket
@@ -30,6 +31,12 @@ from .ssh_transport import (  # noqa: F401 (the errors and HostKey are part of t
 # quickly and tried again, so that a SYN goes out at least every second: the link is used
 # within a second of its return instead of after the kernel's next SYN retransmission.
 RECONNECT_TCP_TIMEOUT_S = 1.0
+
+
+def _last_line(lines):
+    """The agent's last stderr line, a traceback's `remote.core.paths.UnsafeDirectory: ...` shown
+    as `UnsafeDirectory: ...`: the module path says nothing to the user."""
+    return re.sub(r"^(?:[A-Za-z_]\w*\.)+([A-Za-z_]\w*: )", r"\1", lines[-1])
 
 
 class SSHLink:
@@ -74,7 +81,7 @@ class SSHLink:
         if status == 127:
             return "the interpreter was not found on the host (%s)" % (lines[-1] if lines else "exit 127")
         if lines:
-            return "the agent failed to start on the host: %s" % lines[-1]
+            return "the agent failed to start on the host: %s" % _last_line(lines)
         return "the agent exited with status %s before its handshake" % status if status is not None else ""
 
 
@@ -126,7 +133,7 @@ class LocalLink:
             err = self.process.stderr.read().decode("utf-8", "replace").strip().splitlines()
         except OSError:
             err = []
-        return "the local agent failed: %s" % err[-1] if err else ""
+        return "the local agent failed: %s" % _last_line(err) if err else ""
 
 
 def refuse_unknown(host_key):
