@@ -3,6 +3,11 @@
 It starts the daemon when none listens, and replaces a daemon of another build (an older
 agent) so that a console always talks to the code it shipped. Jobs survive the swap: they
 are not the daemon's children.
+
+It holds at most one chunk in each direction: a console that reads slowly blocks the relay's
+write, so the relay stops reading the daemon, whose writes then wait (and give up on a client
+that reads nothing for a long time). When the console closes its input, the relay passes the
+half-close on and keeps copying until the daemon has answered everything and closed.
 """
 
 import os
@@ -82,6 +87,18 @@ def pump(read, write, chunk_bytes=262144):
         return
 
 
+def write_all(raw_file):
+    """A write function that writes all of a chunk: an unbuffered file's write may take only part."""
+
+    def write(data):
+        view = memoryview(data)
+        while view:
+            written = raw_file.write(view)
+            view = view[written or 0 :]
+
+    return write
+
+
 def run_relay():
     protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
     # Anything else written to stdout would corrupt the protocol: send it to a log instead.
@@ -92,17 +109,22 @@ def run_relay():
     except (ConnectionError, OSError, ValueError) as exc:
         sys.stderr.write("specdeck relay: %s\n" % exc)
         return 1
-    protocol_out.write(hello_line + b"\n" + rest)
+    write_out = write_all(protocol_out)
+    try:
+        write_out(hello_line + b"\n" + rest)
+    except OSError:
+        return 1
 
     def daemon_to_stdout():
-        pump(sock.recv, protocol_out.write)
-        os._exit(0)  # the daemon went away: so does this session
+        pump(sock.recv, write_out)
+        os._exit(0)  # the daemon went away (or answered everything after our input ended): so do we
 
     threading.Thread(target=daemon_to_stdout, daemon=True).start()
     stdin = sys.stdin.buffer.raw if hasattr(sys.stdin.buffer, "raw") else sys.stdin.buffer
     pump(stdin.read, sock.sendall)  # until SSH closes our stdin
     try:
-        sock.shutdown(socket.SHUT_RDWR)
+        # Done sending, not done reading: the daemon answers what it has, ends the streams, closes.
+        sock.shutdown(socket.SHUT_WR)
     except OSError:
-        pass
-    os._exit(0)
+        os._exit(0)
+    threading.Event().wait()  # daemon_to_stdout ends the process

@@ -5,6 +5,8 @@ offset), or a `Topic`, an in-memory ring of records that a service publishes to 
 telemetry, speculation stats, training curves). `serve()` pumps one source to one client
 connection on its own thread; resuming after a cut link, de-duplication (seq only grows) and
 cancel (`stream.cancel`, a reused stream id, or the client going away) work the same for all.
+Every stream that is not cancelled by its client ends with an end frame, `data.error` saying
+what went wrong when something did.
 """
 
 import collections
@@ -13,9 +15,15 @@ import logging
 import threading
 import time
 
+from .protocol import BadRequest, Busy
+
 log = logging.getLogger("specdeck.streams")
 
 WAIT_SLICE_S = 0.25  # how often a waiting stream looks at its cancel flag
+MAX_SEQ = 2**53  # seqs beyond it lose precision in a JavaScript client and overflow file offsets
+MAX_STREAMS = 32  # per connection: each stream is a thread
+
+_registry_lock = threading.Lock()
 
 
 class Batch:
@@ -126,48 +134,108 @@ class TopicSource(Source):
         self.topic.wait(after, timeout_s)
 
 
+class Stream:
+    """One open stream of a connection: the thread that pumps it and how it was asked to stop."""
+
+    __slots__ = ("id", "stopped", "reason", "thread")
+
+    def __init__(self, stream_id):
+        self.id = stream_id
+        self.stopped = threading.Event()
+        self.reason = None
+        self.thread = None
+
+    def stop(self, reason=None):
+        """Stop pumping. With a `reason`, the client gets an end frame with it as `data.error`;
+        without (cancelled, or its id reused), nothing more is sent under this id."""
+        self.reason = reason
+        self.stopped.set()
+
+
+def check_seq(after):
+    """BadRequest unless `after` is None or within [-MAX_SEQ, MAX_SEQ]."""
+    if after is not None and not -MAX_SEQ <= after <= MAX_SEQ:
+        raise BadRequest("after must be between -2^53 and 2^53, not %d" % after)
+    return after
+
+
 def serve(connection, stream_id, source, after):
     """Pump `source` to `connection` as stream `stream_id` from `after`, on a thread of its own.
 
     A stream id the connection already uses is cancelled first (a client that reuses an id
     after a reconnect must not leave a follower behind that nobody can cancel). Returns the
-    seq the stream starts from.
+    seq the stream starts from. Busy when the connection has MAX_STREAMS open.
     """
-    start = source.first_seq(after)
-    stop = threading.Event()
-    previous = connection.streams.pop(stream_id, None)
-    if previous is not None:
-        previous.set()
-    connection.streams[stream_id] = stop
-    threading.Thread(target=_pump, args=(connection, stream_id, source, start, stop), name="stream-%s" % stream_id, daemon=True).start()
+    start = source.first_seq(check_seq(after))
+    stream = Stream(stream_id)
+    with _registry_lock:  # two requests of one connection may reuse an id at the same instant
+        previous = connection.streams.pop(stream_id, None)
+        if previous is not None:
+            previous.stop()
+        if len(connection.streams) >= MAX_STREAMS:
+            raise Busy("this connection has %d open streams; cancel one first" % MAX_STREAMS)
+        connection.streams[stream_id] = stream
+    stream.thread = threading.Thread(target=_pump, args=(connection, stream, source, start), name="stream-%s" % stream_id, daemon=True)
+    stream.thread.start()
     return start
 
 
 def cancel(connection, stream_id):
-    stop = connection.streams.pop(stream_id, None)
-    if stop is not None:
-        stop.set()
-    return stop is not None
+    """Stop stream `stream_id` of `connection` without an end frame; False when none was open."""
+    with _registry_lock:
+        stream = connection.streams.pop(stream_id, None)
+    if stream is not None:
+        stream.stop()
+    return stream is not None
 
 
-def _pump(connection, stream_id, source, seq, stop):
+def end_all(connection, reason, wait_s=2.0):
+    """Stop every stream of `connection`, each with an end frame saying `reason`, and wait
+    (a bounded time) for their last frames to be written."""
+    with _registry_lock:
+        open_streams = list(connection.streams.values())
+        connection.streams.clear()
+    for stream in open_streams:
+        stream.stop(reason)
+    deadline = time.monotonic() + wait_s
+    for stream in open_streams:
+        if stream.thread is not None:
+            stream.thread.join(max(0.0, deadline - time.monotonic()))
+
+
+def _pump(connection, stream, source, seq):
+    end = None  # (seq, data) of the end frame, once the stream has one
     try:
-        while not stop.is_set() and not connection.closed.is_set():
+        while not stream.stopped.is_set() and not connection.closed.is_set():
             batch = source.read(seq)
             if batch.ended:
-                connection.send({"stream": stream_id, "end": True, "seq": batch.seq, "data": batch.data or {}})
-                return
+                end = (batch.seq, batch.data or {})
+                break
             if batch.data is None:
                 source.wait(seq, WAIT_SLICE_S)
                 continue
-            if not connection.send({"stream": stream_id, "seq": batch.seq, "data": batch.data}):
+            if not connection.send({"stream": stream.id, "seq": batch.seq, "data": batch.data}):
                 return
             seq = batch.seq
             if source.gather_s and not batch.more:
-                stop.wait(source.gather_s)
+                stream.stopped.wait(source.gather_s)
     except Exception as exc:  # a stream that fails tells its client, and the daemon goes on
-        log.exception("stream %s failed", stream_id)
-        connection.send({"stream": stream_id, "end": True, "seq": seq, "data": {"error": "%s: %s" % (type(exc).__name__, exc)}})
+        log.exception("stream %s failed", stream.id)
+        end = (seq, {"error": "%s: %s" % (type(exc).__name__, exc)})
     finally:
-        if connection.streams.get(stream_id) is stop:
-            connection.streams.pop(stream_id, None)
+        if end is None and stream.reason is not None:
+            end = (seq, {"error": stream.reason})
+        elif end is None and not stream.stopped.is_set() and not connection.closed.is_set():
+            end = (seq, {"error": "the stream stopped unexpectedly"})  # whatever got past `except`
+        with _registry_lock:
+            if connection.streams.get(stream.id) is stream:
+                del connection.streams[stream.id]
+        if end is not None:
+            _send_end(connection, stream.id, *end)
+
+
+def _send_end(connection, stream_id, seq, data):
+    try:
+        connection.send({"stream": stream_id, "end": True, "seq": seq, "data": data})
+    except Exception as exc:  # an end frame too large (a huge job description) still ends the stream
+        connection.send({"stream": stream_id, "end": True, "seq": seq, "data": {"error": "%s: %s" % (type(exc).__name__, exc)}})
