@@ -12,6 +12,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
+from .. import config
 from ..messages import OpenCheckpoint
 from ..screens.download_form import DownloadForm
 from ..display import format_bytes, format_duration, format_rate, job_runtime
@@ -356,7 +357,8 @@ class DownloadsPane(Pane):
         self.post_message(OpenCheckpoint(local_dir))
 
     def _call_start(self, method, params, what):
-        self.request(method, params, done=lambda job: self._track_started(job, params, what),
+        # The token goes with the request as the form sends it (the console's HF_TOKEN), never in meta.
+        self.request(method, dict(params, token=config.hub_token()), done=lambda job: self._track_started(job, params, what),
                      failed=lambda message: self._set_status("%s refused" % what, error=True), title="%s refused" % what, timeout=START_TIMEOUT_S)
 
     def _set_status(self, text, error=False, transient=False):
