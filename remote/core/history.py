@@ -33,10 +33,16 @@ tier is dropped (then of the 10 s tier, then raw) every step until the store is 
 again; pages freed in bulk go back to the file system by incremental vacuum.
 
 Durability: WAL with synchronous=NORMAL: every committed flush survives the daemon being
-killed (a power loss may lose the last second). A file that is not a database, fails
-`PRAGMA quick_check`, or is locked by another process is renamed aside with a timestamp
-(history.sqlite.corrupt-20250101T120000) and a fresh store started: one log line, and
-`detail()` (the service's status) says so.
+killed (a power loss may lose the last commits, never the file's consistency). A file that is
+not a database, fails `PRAGMA quick_check`, or is locked by another process for longer than
+LOCK_TIMEOUT_S is renamed aside with a timestamp (history.sqlite.corrupt-20250101T120000, its
+-wal and -shm with it) and a fresh store started: one log line, and `detail()` (the service's
+status) says so. Points added meanwhile wait in the buffer and go to the fresh store.
+Known limit (SQLite's, with renamed files): a process that still holds the old file open and
+later closes it normally deletes the -wal and -shm files by their names, now the fresh store's,
+which can then lose writes not yet checkpointed. Only the locked case can meet it (someone
+holding a write lock on the store for seconds), and only when that process closes cleanly.
+Needs SQLite 3.8.2+ for WITHOUT ROWID (older: plain tables, larger); no newer SQL is used.
 """
 
 import json
