@@ -223,3 +223,131 @@ async def test_problems_come_first_errors_red_warnings_yellow(client, tmp_path):
         assert any("red" in style for style in styles_on_line(error)) and not any("yellow" in style for style in styles_on_line(error))
         assert any("yellow" in style for style in styles_on_line(warning)) and not any("red" in style for style in styles_on_line(warning))
         assert len(table_rows(pane)) == 15  # the listing is still there to look at
+
+
+# --------------------------------------------------------------------------- at 80x24
+
+def screen_text(app):
+    """What the terminal shows, line by line."""
+    return [strip.text for strip in app.screen._compositor.render_strips()]
+
+
+async def test_corrupt_checkpoint_at_80x24_shows_a_problem_count_and_still_the_tensors(client, tmp_path):
+    drafter = build_drafter(tmp_path / "drafter")
+    config = json.loads((drafter / "config.json").read_text())
+    config.update(hidden_size=128, num_attention_heads=8, num_key_value_heads=8, intermediate_size=999)
+    del config["draft_vocab_size"]
+    (drafter / "config.json").write_text(json.dumps(config))
+    with open(str(drafter / "model.safetensors"), "ab") as f:
+        f.write(b"\0" * 24)  # a file longer than its header says
+    app = TensorsHost(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None)
+        await pilot.pause()
+        errors = sum(1 for p in pane.report["problems"] if p["level"] == "error")
+        assert errors >= 4
+        lines = screen_text(app)
+        count = next(i for i, line in enumerate(lines) if line.startswith("%d errors, 1 warning" % errors))
+        assert "(first 3 below" in lines[count]
+        assert [line.split(":")[0] for line in lines[count + 1:count + 4]] == ["error"] * 3
+        # What could be read is still there: the table's header and its first rows are on screen.
+        table_top = next(i for i, line in enumerate(lines) if line.split()[:3] == ["name", "shape", "dtype"])
+        assert table_top < 14 and any(line.startswith(" d2t ") or line.startswith("d2t ") for line in lines[table_top:])
+        assert any("fc.weight" in line for line in lines[table_top:])
+
+
+async def test_compare_at_80x24_keeps_the_status_column_on_screen(client, tmp_path):
+    mine = build_drafter(tmp_path / "mine", hidden=64)
+    other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96)
+    app = TensorsHost(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(mine))
+        await wait_until(pilot, lambda: pane.report is not None)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        await pilot.press(*str(other), "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=30)
+        await pilot.pause()
+        lines = screen_text(app)
+        header = next(line for line in lines if line.split()[:2] == ["status", "tensor"])
+        assert header.split()[2:] == ["A", "B"]
+        fc = next(line for line in lines if line.split()[1:2] == ["fc.weight"])
+        assert fc.split()[0] == "shape" and fc.rstrip().endswith("[64,288] BF16") and "[64,192] BF16" in fc
+        assert any(line.split()[:2] == ["same", "midlayer.hidden_norm.weight"] for line in lines)
+
+
+async def test_picker_at_80x24_says_what_o_and_enter_do(client, tmp_path):
+    drafter = build_drafter(tmp_path / "models" / "drafter")
+    app = TensorsHost(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(TensorsPane)
+        await pilot.press("o")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        picker = app.screen
+        await pilot.press(*(str(tmp_path / "models") + "/"), "enter")
+        await wait_until(pilot, lambda: picker.directory == str(tmp_path / "models"))
+        await pilot.pause()
+        lines = screen_text(app)
+        assert any("Enter open dir/pick file   o pick highlighted   Backspace up" in line for line in lines)
+        assert any("/ or ~ type a path   Esc cancel" in line for line in lines)
+        # Enter on a directory browses into it; o then picks the highlighted entry, a file here.
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: picker.directory == str(drafter))
+        entries = picker.query_one(OptionList)
+        labels = [str(entries.get_option_at_index(i).prompt) for i in range(entries.option_count)]
+        entries.highlighted = next(i for i, label in enumerate(labels) if label.startswith("model.safetensors"))
+        await pilot.press("o")
+        await wait_until(pilot, lambda: pane.report is not None)
+        assert pane.path == str(drafter / "model.safetensors")
+
+
+async def test_n_means_nothing_twice_in_the_tensors_pane(client, tmp_path):
+    keys = [binding.key for binding in TensorsPane.BINDINGS]
+    assert len(keys) == len(set(keys)), "a key bound twice in the Tensors pane"
+    drafter = build_drafter(tmp_path / "drafter")
+    app = TensorsHost(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None)
+        status = text_of(pane.query_one("#tensors-status", Static))
+        await pilot.press("n")  # not a key of this pane: nothing opens, nothing changes
+        await pilot.pause()
+        assert len(app.screen_stack) == 1 and len(table_rows(pane)) == 15
+        assert text_of(pane.query_one("#tensors-status", Static)) == status and pane.filter_text == ""
+        # In the filter, n is a letter of the filter.
+        await pilot.press("slash", "n", "o", "r", "m")
+        assert pane.query_one("#tensors-filter", Input).value == "norm"
+
+
+async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
+    from tests.test_checkpoint_scale import FIXTURE_CACHE
+    from tests.checkpoint_fixtures import cached_moe_target
+    from tui.panes.tensors import PAGE_TENSORS
+
+    moe = cached_moe_target(FIXTURE_CACHE)
+    app = TensorsHost(client)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(moe["directory"])
+        await wait_until(pilot, lambda: pane.report is not None)
+        await pilot.pause()
+        lines = screen_text(app)
+        assert any("139,583 tensors in 37 name patterns: g shows them" in line for line in lines)
+        table = pane.query_one("#tensors-table", DataTable)
+        assert table.row_count == len(pane.report["tensors"])
+        pane.query_one("#tensors-table", DataTable).focus()
+        table.move_cursor(row=table.row_count - 1)  # near the end: the next page loads
+        await wait_until(pilot, lambda: table.row_count > len(pane.report["tensors"]))
+        assert table.row_count == len(pane.report["tensors"]) + PAGE_TENSORS
+        names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+        assert names == sorted(names) and len(set(names)) == len(names)
+        await pilot.press("slash", *"experts.17.")
+        await wait_until(pilot, lambda: pane.page_total == 360 and table.row_count == 360)
+        assert any('shown 360 matching "experts.17."' in line for line in screen_text(app))
+        await pilot.press("enter", "g")  # the name patterns, largest first
+        assert str(table.get_row_at(0)[1]) == "model.layers.{N}.mlp.experts.{E}.down_proj.weight"
+        assert str(table.get_row_at(0)[0]) == "23,040"

@@ -286,6 +286,7 @@ class TensorsPane(Pane):
         self.page_total = report.get("tensor_count", len(report.get("tensors") or []))
         self.page_loading = False
         self.showing_groups = False
+        self.shown_tensors = list(report.get("tensors") or []) if self.paged else []
         self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or message.path, "bold")))
         problems = self.query_one("#tensors-problems", Static)
         problems.update(problems_text(report.get("problems")))
