@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from safetensors import safe_open
 
 from remote.checkpoints import report as ck
+from remote.checkpoints.safetensors_header import read_header_rows
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402
@@ -27,6 +28,11 @@ def ours(path):
     except ck.HeaderError:
         return None
     tensors, problems = ck.check_header(header, size - data_start)
+    # The fast path inspect takes (C parser, tuples) must say exactly what the exact one says.
+    rows, fast_problems, _, _ = read_header_rows(path)
+    assert fast_problems == problems
+    assert [(r[0], list(r[2]) if r[2] is not None else None, r[1], r[3]) for r in rows] == \
+        [(t["name"], t["shape"], t["dtype"], t["bytes"]) for t in tensors]
     if any(p["level"] == "error" for p in problems):
         return None
     return dict((t["name"], (t["shape"], t["dtype"])) for t in tensors)
