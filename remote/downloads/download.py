@@ -72,11 +72,13 @@ import sys
 import threading
 import time
 
+from ..core import hashing
+from ..core.hashing import hash_file
 from .hub import (PlanError, RemoteFile, Resolved, _endpoint, _hf_headers, _http_error, _import_hf, _Stopped,
                   _token, _Transient, classify, fmt_gb, fmt_size, http_open, load_spec, log, normalize_spec,
                   one_line, resolve, resolve_url, scrub, select_paths, short)
 from .progress import FileState, Progress
-from .transfer import (HASH_BLOCK, Downloader, LocalPaths, hash_file, mount_point, new_hasher, read_metadata,
+from .transfer import (Downloader, LocalPaths, mount_point, new_hasher, read_metadata,
                        space_check)
 
 SPEC_FILE = "spec.json"
@@ -276,7 +278,7 @@ def hash_tree(spec, resolved, progress, stop, workers=None):
         todo.put(rf)
 
     def work():
-        buf = bytearray(HASH_BLOCK)
+        buf = bytearray(hashing.BLOCK_BYTES)
         while not stop.is_set():
             try:
                 rf = todo.get_nowait()

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
+from ..core.hashing import Stopped
+
 GB = 1000 ** 3
 READ_TIMEOUT = 60.0
 MAX_REDIRECTS = 10
@@ -46,8 +48,7 @@ class PlanError(Exception):
         return d
 
 
-class _Stopped(Exception):
-    pass
+_Stopped = Stopped  # the job is being cancelled (raised by hashing too)
 
 
 class _Transient(Exception):

@@ -20,9 +20,9 @@ except ImportError:  # pragma: no cover
 
 from .hub import (READ_TIMEOUT, PlanError, _endpoint, _hf_headers, _http_error, _Stopped, _token, _Transient,
                   fmt_size, http_open, hub_origins, log, one_line, resolve_url, scrub, short)
+from ..core.hashing import hash_file
 from .progress import FileState
 
-HASH_BLOCK = 4 * 1024 * 1024  # one reusable buffer for hashing files on disk
 NET_CHUNK = 4 * 1024 * 1024  # one network read
 NET_BUFFERS = 4  # buffers in flight between the receiving and the hashing thread, per file
 READ_SLICE = 256 * 1024  # one socket read, written to disk at once
@@ -144,27 +144,6 @@ def new_hasher(rf, size=None):
     h = hashlib.sha1()
     h.update(b"blob %d\0" % (rf.size if size is None else size))
     return h
-
-
-def hash_file(path, hasher, limit=None, progress=None, stop=None, buf=None):
-    """Feed `hasher` the first `limit` bytes of `path` (all when None), 4 MiB at a time."""
-    buf = buf if buf is not None else bytearray(HASH_BLOCK)
-    view = memoryview(buf)
-    left = limit
-    with open(path, "rb", buffering=0) as f:
-        while left is None or left > 0:
-            if stop is not None and stop.is_set():
-                raise _Stopped()
-            want = len(buf) if left is None else min(len(buf), left)
-            n = f.readinto(view[:want])
-            if not n:
-                break
-            hasher.update(view[:n])
-            if left is not None:
-                left -= n
-            if progress is not None:
-                progress(n)
-    return hasher
 
 
 class StreamHasher:
