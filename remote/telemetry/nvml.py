@@ -38,7 +38,13 @@ FI_MEMORY_TEMPERATURE = 82
 FI_NVLINK_LINK_COUNT = 91
 FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB, a 64-bit counter
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
-COUNTERS_EVERY_S = 5.0  # NVLink and ECC counters: their batch costs ~0.5 ms of driver time per GPU
+# Measured on H200 hosts (benchmarks/bench_telemetry.py --calls): the field batch with NVLink
+# throughput costs ~2.7 ms of CPU per GPU, nvmlDeviceGetPcieThroughput measures for 20 ms and
+# costs ~0.9 ms per call, the per-second calls ~0.2 ms per GPU together. So NVLink, ECC and
+# memory temperature are read every 15 s and PCIe every 5 s, the GPUs' turns spread over the
+# seconds: 8 GPUs stay under 1% of a core.
+COUNTERS_EVERY_S = 15.0
+PCIE_EVERY_S = 5.0
 WRAP_BY_VALUE_TYPE = {1: 1 << 32, 5: 1 << 32, 6: 1 << 16}  # counters narrower than 64 bits
 VALUE_MEMBERS = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by nvmlValueType_t
 
@@ -209,6 +215,8 @@ class GpuReader:
         self._wraps = {}  # field id -> where its counter wraps (None: 64 bits)
         self._counter_values = None
         self._counters_at = None
+        self._pcie_values = None
+        self._pcie_due = None
 
     def query(self, name, *args):
         # Keyed by GPU and by the small arguments (which clock, which sensor): the SM clock may be
@@ -242,9 +250,6 @@ class GpuReader:
         reasons = self.query("nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
             reasons = self.query("nvmlDeviceGetCurrentClocksThrottleReasons")  # nvidia-ml-py < 12.535
-        memory_temperature = self._field_values([FI_MEMORY_TEMPERATURE]).get(FI_MEMORY_TEMPERATURE)
-        pcie_tx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(nvml, "NVML_PCIE_UTIL_TX_BYTES", 0))
-        pcie_rx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(nvml, "NVML_PCIE_UTIL_RX_BYTES", 1))
         gpu = dict(slow)
         gpu.update(
             index=self.index,
@@ -253,16 +258,14 @@ class GpuReader:
             memory_used_bytes=memory.used if memory is not None else None,
             memory_total_bytes=memory.total if memory is not None else None,
             temperature_c=self.query("nvmlDeviceGetTemperature", getattr(nvml, "NVML_TEMPERATURE_GPU", 0)),
-            memory_temperature_c=memory_temperature or None,  # 0: no sensor
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             sm_clock_mhz=self.query("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_SM", 1)),
             memory_clock_mhz=self.query("nvmlDeviceGetClockInfo", getattr(nvml, "NVML_CLOCK_MEM", 2)),
             throttle_reasons=throttle_words(reasons),
-            pcie_rx_bytes_per_s=pcie_rx_kb * 1000 if pcie_rx_kb is not None else None,
-            pcie_tx_bytes_per_s=pcie_tx_kb * 1000 if pcie_tx_kb is not None else None,
             xid_errors=self.xid_errors if self.session._events is not None else None,
             last_xid=self.last_xid,
         )
+        gpu.update(self._pcie_now(now_monotonic))
         gpu.update(self._counters_now(slow, now_monotonic))
         if self.lost:
             gpu["lost"] = True
@@ -279,19 +282,33 @@ class GpuReader:
                     found[process.pid] = (process.pid, memory, kind if old is None else "compute+graphics")
         return list(found.values())
 
-    # -- counters, read in one batch every few seconds
+    # -- what is read every few seconds
+
+    def _pcie_now(self, now_monotonic):
+        """PCIe rx/tx in bytes/s (NVML's 20 ms sample, in KB/s): every PCIE_EVERY_S, this GPU's turn."""
+        if self._pcie_values is not None and now_monotonic < self._pcie_due:
+            return self._pcie_values
+        tx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(self.nvml, "NVML_PCIE_UTIL_TX_BYTES", 0))
+        rx_kb = self.query("nvmlDeviceGetPcieThroughput", getattr(self.nvml, "NVML_PCIE_UTIL_RX_BYTES", 1))
+        self._pcie_values = {"pcie_rx_bytes_per_s": rx_kb * 1000 if rx_kb is not None else None,
+                             "pcie_tx_bytes_per_s": tx_kb * 1000 if tx_kb is not None else None}
+        # The first turn comes at once for every GPU; the next ones are spread by GPU index.
+        stagger_s = 0.0 if self._pcie_due is not None else self.index % int(PCIE_EVERY_S)
+        self._pcie_due = now_monotonic + PCIE_EVERY_S + stagger_s - 0.05
+        return self._pcie_values
 
     def _counters_now(self, slow, now_monotonic):
-        """NVLink rates and ECC counts: read every COUNTERS_EVERY_S, the last values in between."""
+        """NVLink rates, ECC counts, memory temperature: every COUNTERS_EVERY_S, the last in between."""
         if self._counter_values is not None and now_monotonic - self._counters_at < COUNTERS_EVERY_S:
             return self._counter_values
-        fields = [FI_ECC_SBE_VOLATILE_TOTAL, FI_ECC_DBE_VOLATILE_TOTAL]
+        fields = [FI_MEMORY_TEMPERATURE, FI_ECC_SBE_VOLATILE_TOTAL, FI_ECC_DBE_VOLATILE_TOTAL]
         if slow.get("nvlink_count"):
             fields += [(FI_NVLINK_THROUGHPUT_DATA_TX, ALL_LINKS), (FI_NVLINK_THROUGHPUT_DATA_RX, ALL_LINKS)]
         values = self._field_values(fields)
         self._counter_values = {
             "nvlink_rx_bytes_per_s": self._rate(FI_NVLINK_THROUGHPUT_DATA_RX, values, now_monotonic, 1024),
             "nvlink_tx_bytes_per_s": self._rate(FI_NVLINK_THROUGHPUT_DATA_TX, values, now_monotonic, 1024),
+            "memory_temperature_c": values.get(FI_MEMORY_TEMPERATURE) or None,  # 0: no sensor
             "ecc_corrected_errors": values.get(FI_ECC_SBE_VOLATILE_TOTAL),
             "ecc_uncorrected_errors": values.get(FI_ECC_DBE_VOLATILE_TOTAL),
         }

@@ -45,7 +45,7 @@ def boot_time():
     return None
 
 
-def holds_nvidia_device(pid):
+def holds_nvidia_device(pid, device_prefix="/dev/nvidia"):
     """True or False when /proc/PID/fd can be read; None when it cannot (another user's)."""
     directory = "/proc/%d/fd" % pid
     try:
@@ -54,7 +54,7 @@ def holds_nvidia_device(pid):
         return None
     for name in names:
         try:
-            if os.readlink(os.path.join(directory, name)).startswith("/dev/nvidia"):
+            if os.readlink(os.path.join(directory, name)).startswith(device_prefix):
                 return True
         except OSError:
             continue
@@ -75,8 +75,9 @@ def job_from_environment(pid):
 class ProcessMapper:
     """`describe(pid, now_monotonic)`: {pid, command, started_at, job_id} or {pid, other_namespace}."""
 
-    def __init__(self, jobs_root=None):
+    def __init__(self, jobs_root=None, device_prefix="/dev/nvidia"):
         self.jobs_root = jobs_root or paths.jobs_dir()
+        self.device_prefix = device_prefix  # what a GPU process has open (tests name a file of their own)
         self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
         self.boot_time = boot_time()
         self._known = {}  # pid -> (start ticks, description)
@@ -102,7 +103,7 @@ class ProcessMapper:
         return description
 
     def _look_up(self, pid, fields, start_ticks, now_monotonic):
-        if holds_nvidia_device(pid) is False:
+        if holds_nvidia_device(pid, self.device_prefix) is False:
             return {"pid": pid, "other_namespace": True}
         raw = read_bytes("/proc/%d/cmdline" % pid) or b""
         command = raw.rstrip(b"\0").replace(b"\0", b" ").decode("utf-8", "replace")[:COMMAND_MAX_CHARS]

@@ -90,8 +90,11 @@ class TelemetrySampler(Service):
             self._nvml = None
 
     def step(self):
+        self.sample_once(time.time(), time.monotonic())
+
+    def sample_once(self, now, now_monotonic):
+        """One sample at `now` (s since the epoch): store, stream, alerts. Tests pass their own clock."""
         cpu_began = time.thread_time()
-        now, now_monotonic = time.time(), time.monotonic()
         if self._nvml is None and now_monotonic - self._nvml_tried_at >= NVML_RETRY_S:
             self._open_nvml()
         sample = self.take_sample(now, now_monotonic)
