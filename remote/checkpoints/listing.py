@@ -14,7 +14,7 @@ import threading
 from collections import OrderedDict
 
 from . import report
-from .roles import RoleNamer, marked_name, pattern_text
+from .roles import RoleNamer, marked_numbers, pattern_text
 
 SORT_KEYS = ("name", "size", "dtype")
 # The first page `checkpoint.inspect` returns: every tensor of any drafter and of most dense
@@ -57,8 +57,9 @@ class Listing(object):
 
     def _group(self):
         by_pattern = {}
+        mark = marked_numbers
         for index, name in enumerate(self.names):
-            marked = marked_name(name)[0]
+            marked = mark("{#}", name)
             group = by_pattern.get(marked)
             if group is None:
                 group = by_pattern[marked] = [0, 0, {}, {}]

@@ -50,6 +50,10 @@ def pattern_text(marked):
     return text
 
 
+# marked_numbers("{#}", name): the name with its numbers marked, and nothing else (for grouping).
+marked_numbers = _NUMBER.sub
+
+
 def marked_name(name):
     """(the name with its numbers marked `{#}`, the numbers as written)."""
     return _NUMBER.sub("{#}", name), _NUMBER.findall(name)

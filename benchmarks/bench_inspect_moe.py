@@ -1,0 +1,155 @@
+"""Listing a 64-shard MoE target with 100,000+ (and 1,000,000) tensors: ours against safetensors.
+
+Side by side on the same header-only shards (tests/checkpoint_fixtures.py, built once and
+cached), each method in its own fresh process so that its peak RSS is its own:
+  safetensors   safe_open(shard).keys() + get_slice(k).get_shape()/get_dtype(), every shard
+  ours          remote.checkpoints.listing: read, check, group by name pattern, summary + first page
+  ours, paged   the same, then every page of 5,000 tensors (what `inspect --all` does)
+  daemon        checkpoint.inspect + every checkpoint.tensors page through the real local agent:
+                the console's and the daemon's peak RSS (skipped when the console cannot start one)
+Figures: seconds (median of --repeat fresh processes), tensors per second, peak RSS, and ours/theirs.
+
+Usage: python3 benchmarks/bench_inspect_moe.py [--sizes 100k,1m] [--repeat 3] [--cache DIR]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO_ROOT)
+
+# (layers, experts) giving ~100,000+ and ~1,000,000 tensors over 64 shards.
+SIZES = {"100k": (61, 384), "1m": (61, 2776)}
+DEFAULT_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
+
+# Each method runs as `python -c CHILD method directory`, printing {"tensors", "seconds", "peak_rss_bytes"}.
+CHILD = r'''
+import glob, json, os, resource, sys, time
+sys.path.insert(0, %(root)r)
+method, directory = sys.argv[1], sys.argv[2]
+started = time.perf_counter()
+extra = {}
+if method == "safetensors":
+    from safetensors import safe_open
+    count = 0
+    for shard in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        with safe_open(shard, framework="np") as f:
+            for key in f.keys():
+                piece = f.get_slice(key)
+                piece.get_shape(), piece.get_dtype()
+                count += 1
+elif method in ("ours", "ours-paged"):
+    from remote.checkpoints import listing
+    kept = listing.open_listing(directory)
+    summary = kept.summary()
+    count = summary["tensor_count"]
+    if method == "ours-paged":
+        offset = len(summary["tensors"])
+        while offset < count:
+            offset += len(kept.page(offset, 5000)["tensors"])
+        assert offset == count
+elif method == "daemon":
+    os.environ["SPECDECK_HOME"] = sys.argv[3]
+    from tui.connection import open_client
+    client = open_client("local")
+    started = time.perf_counter()
+    summary = client.call("checkpoint.inspect", {"path": directory}, timeout=600)
+    count, offset, largest = summary["tensor_count"], len(summary["tensors"]), 0
+    while offset < count:
+        page = client.call("checkpoint.tensors", {"handle": summary["handle"], "offset": offset, "limit": 5000}, timeout=600)
+        offset += len(page["tensors"])
+        largest = max(largest, len(json.dumps(page)))
+    assert offset == count
+    seconds = time.perf_counter() - started
+    with open("/proc/%%d/status" %% client.hello["daemon_pid"]) as f:
+        hwm = [l for l in f if l.startswith("VmHWM:")][0]
+    extra = {"daemon_peak_rss_bytes": int(hwm.split()[1]) * 1024, "largest_page_bytes": largest, "seconds": seconds}
+    client.close()
+result = {"tensors": count, "seconds": time.perf_counter() - started,
+          "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+result.update(extra)
+print(json.dumps(result))
+'''
+
+
+def run_child(method, directory, *extra):
+    code = CHILD % {"root": REPO_ROOT}
+    out = subprocess.run([sys.executable, "-c", code, method, directory] + list(extra), capture_output=True, text=True)
+    if out.returncode != 0:
+        raise RuntimeError("%s failed: %s" % (method, out.stderr.strip().splitlines()[-1:] or out.stderr))
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def median_run(method, directory, repeat, *extra):
+    runs = [run_child(method, directory, *extra) for _ in range(repeat)]
+    best = dict(runs[0])
+    best["seconds"] = statistics.median(r["seconds"] for r in runs)
+    best["peak_rss_bytes"] = max(r["peak_rss_bytes"] for r in runs)
+    if "daemon_peak_rss_bytes" in best:
+        best["daemon_peak_rss_bytes"] = max(r["daemon_peak_rss_bytes"] for r in runs)
+    return best
+
+
+def stop_daemon(home):
+    try:
+        from tests.conftest import stop_daemon as stop
+    except ImportError:
+        return
+    stop(home)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="100k,1m")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--cache", default=DEFAULT_CACHE)
+    parser.add_argument("--no-daemon", action="store_true")
+    args = parser.parse_args(argv)
+    sys.path.insert(0, os.path.join(REPO_ROOT, "tests"))
+    import checkpoint_fixtures as fx
+
+    for size in args.sizes.split(","):
+        layers, experts = SIZES[size]
+        started = time.perf_counter()
+        facts = fx.cached_moe_target(args.cache, layers=layers, experts=experts, shards=64)
+        directory = facts["directory"]
+        header_bytes = 0
+        for name in os.listdir(directory):
+            if name.endswith(".safetensors"):
+                with open(os.path.join(directory, name), "rb") as f:
+                    header_bytes += int.from_bytes(f.read(8), "little")
+        print("\n%s tensors over 64 shards (%s bytes of headers), fixture ready in %.1f s"
+              % ("{:,}".format(facts["tensors"]), "{:,}".format(header_bytes), time.perf_counter() - started))
+        run_child("ours", directory)  # warm the page cache for every method alike
+        rows = [("safetensors: safe_open keys + get_slice shape/dtype", median_run("safetensors", directory, args.repeat)),
+                ("ours: summary + first page", median_run("ours", directory, args.repeat)),
+                ("ours: summary + every page", median_run("ours-paged", directory, args.repeat))]
+        daemon = None
+        if not args.no_daemon:
+            home = tempfile.mkdtemp(prefix="specdeck-bench-home.")
+            try:
+                daemon = median_run("daemon", directory, 1, home)
+                rows.append(("daemon: inspect + every page over the wire", daemon))
+            except (RuntimeError, ImportError) as exc:
+                print("  (daemon row skipped: %s)" % exc)
+            finally:
+                stop_daemon(home)
+        base = rows[0][1]
+        print("%-52s %9s %14s %11s %10s" % ("method", "seconds", "tensors/s", "peak RSS", "x theirs"))
+        for name, r in rows:
+            print("%-52s %9.3f %14s %8.0f MB %9.2fx" % (name, r["seconds"], "{:,.0f}".format(r["tensors"] / r["seconds"]),
+                                                       r["peak_rss_bytes"] / 1e6, r["seconds"] / base["seconds"]))
+        if daemon:
+            print("daemon peak RSS %.0f MB; largest page frame %s bytes (bound 16 MiB)"
+                  % (daemon["daemon_peak_rss_bytes"] / 1e6, "{:,}".format(daemon["largest_page_bytes"])))
+        assert all(r["tensors"] == facts["tensors"] for _, r in rows)
+
+
+if __name__ == "__main__":
+    main()
