@@ -146,6 +146,32 @@ def test_a_flooding_client_does_not_slow_the_others(daemon, agent_home):
     flooder.close()
 
 
+def test_a_connection_with_every_worker_stuck_still_answers(daemon, agent_home):
+    client = RawClient(agent_home)
+    job = client.call("jobs.submit", {"argv": ["true"]})["result"]
+    wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["result"]["exit_code"] == 0, HANG_BOUND_S)
+    # A log that blocks whoever opens it, as a file on a hung network disk would.
+    log_path = agent_home / "jobs" / job["id"] / "output.log"
+    log_path.unlink()
+    os.mkfifo(str(log_path))
+    stuck = list(range(2000, 2004))  # one per worker
+    queued = list(range(3000, 3064))  # a full queue behind them
+    refused = list(range(4000, 4010))
+    for request_id in stuck:
+        client.send({"id": request_id, "method": "jobs.tail", "params": {"id": job["id"]}})
+    time.sleep(0.5)  # let the workers take them
+    for request_id in queued + refused:
+        client.send({"id": request_id, "method": "jobs.get", "params": {"id": job["id"]}})
+    for request_id in refused:
+        reply = client.reply(request_id)
+        assert reply["ok"] is False and reply["error"]["type"] == "Busy", reply
+    assert client.call("ping")["ok"]  # answered while every worker is stuck
+    with open(str(log_path), "wb"):
+        pass  # the stuck requests go on (and fail: a pipe is no log), and the queue drains
+    assert all("error" in client.reply(request_id) for request_id in stuck)
+    assert all(client.reply(request_id)["ok"] for request_id in queued)
+
+
 def test_a_client_that_never_reads_is_dropped(monkeypatch, agent_home):
     monkeypatch.setenv("SPECDECK_STALLED_CLIENT_S", "2")
     pid = start_daemon(agent_home)
@@ -307,3 +333,32 @@ def _write_quietly(pipe, payload):
         pipe.flush()
     except (OSError, ValueError):
         pass
+
+
+def test_repeated_log_lines_become_a_summary(tmp_path, monkeypatch):
+    import logging
+
+    from remote.core import daemon_log
+
+    monkeypatch.setattr(daemon_log, "WINDOW_S", 0.2)
+    handler = daemon_log.RateLimitedFileHandler(str(tmp_path / "daemon.log"), max_bytes=20000, backups=2)
+    logger = logging.getLogger("specdeck.test-rate-limit")
+    logger.propagate = False
+    logger.addHandler(handler)
+    try:
+        for i in range(1000):
+            logger.warning("skipped a bad frame: %d", i)
+        logger.warning("another kind")
+        time.sleep(0.3)  # the window ends: the next line brings the summary
+        logger.warning("skipped a bad frame: %d", 1000)
+        lines = (tmp_path / "daemon.log").read_text().splitlines()
+        assert sum("skipped a bad frame" in line for line in lines) == 10 + 1 + 1  # 10, the summary, 1 after it
+        assert any("990 more like this skipped" in line and "skipped a bad frame: 999" in line for line in lines)
+        assert "another kind" in lines[10]
+        for i in range(2000):  # all different: rotation bounds them
+            logger.warning("line %d " % i + "x" * 100)
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["daemon.log", "daemon.log.1", "daemon.log.2"]
+    assert all(p.stat().st_size <= 20000 for p in tmp_path.iterdir())
