@@ -186,3 +186,16 @@ def test_the_daemon_reports_its_services_and_pushes_job_events(agent_home):
         assert kinds[0] == "submitted" and kinds[-1] == "ended"
     finally:
         client.close()
+
+
+def test_following_the_last_bytes_of_a_log_starts_on_a_whole_line(agent_home):
+    client = open_client("local")
+    try:
+        job = client.call("jobs.submit", {"argv": ["printf", "aaaa\\nbbbb\\ncccc\\n"]})
+        ended = threading.Event()
+        texts = []
+        client.subscribe("jobs.follow", {"id": job["id"], "after": -7}, lambda data, seq: texts.append(data["text"]), lambda data: ended.set())
+        assert ended.wait(30)
+        assert "".join(texts) == "cccc\n", "the follow started mid-line: %r" % texts
+    finally:
+        client.close()

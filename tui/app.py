@@ -22,12 +22,13 @@ from .messages import AgentError, ClientReady, ConnectionChanged
 from .pane_host import PaneHost
 from .panes.downloads import DownloadsPane
 from .panes.jobs import JobsPane
+from .panes.speculation import SpeculationPane
 from .panes.tensors import TensorsPane
 from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
 
-PANES = (JobsPane, DownloadsPane, TensorsPane)  # in key order: 1, 2, 3, ...
+PANES = (JobsPane, DownloadsPane, TensorsPane, SpeculationPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
 
 
@@ -175,6 +176,9 @@ class SpecdeckApp(PaneHost):
             self.header.rtt_s = client.rtt_s
 
     def action_reconnect(self):
+        failed, self.client = self.client, None
+        if failed is not None:  # a client that gave up (a changed host key): its threads end here
+            threading.Thread(target=failed.close, name="specdeck-close", daemon=True).start()
         self.connection_state = "connecting"
         header = self.header
         header.state, header.detail = "connecting", {}

@@ -27,8 +27,8 @@ class LogSource(Source):
     def first_seq(self, after):
         if after is None:
             return 0
-        if after < 0:  # the last -after bytes, from a line boundary
-            return self.jobs.tail(self.job_id, after, 1)["offset"]
+        if after < 0:  # the last -after bytes, from a line boundary (looked for in the first 64 KiB)
+            return self.jobs.tail(self.job_id, after, LOG_CHUNK_BYTES)["offset"]
         return after
 
     def read(self, after):
