@@ -139,7 +139,6 @@ def test_a_flooding_client_does_not_slow_the_others(daemon, agent_home):
         threads.append(thread_count(daemon))
     loaded_s = statistics.median(loaded)
     # The old daemon: 936 threads and jobs.list 190x slower. A floor absorbs a shared machine's noise.
-    print("round trip unloaded %.4f s, loaded %.4f s" % (unloaded_s, loaded_s), threads)
     assert loaded_s < max(20 * unloaded_s, 0.25), (unloaded_s, loaded_s)
     assert max(threads) < 64, threads
     assert other.call("ping")["ok"]
