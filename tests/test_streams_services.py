@@ -192,6 +192,9 @@ def test_following_the_last_bytes_of_a_log_starts_on_a_whole_line(agent_home):
     client = open_client("local")
     try:
         job = client.call("jobs.submit", {"argv": ["printf", "aaaa\\nbbbb\\ncccc\\n"]})
+        deadline = time.monotonic() + 30
+        while client.call("jobs.get", {"id": job["id"]})["log_bytes"] < 15 and time.monotonic() < deadline:
+            time.sleep(0.05)
         ended = threading.Event()
         texts = []
         client.subscribe("jobs.follow", {"id": job["id"], "after": -7}, lambda data, seq: texts.append(data["text"]), lambda data: ended.set())
