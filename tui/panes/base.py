@@ -143,7 +143,8 @@ class Pane(Widget):
         pane put its own state right (not show the message again)."""
         client = self.client
         if client is None:
-            self.notify("not connected to the host yet", severity="warning")
+            # The header already says why; a pane asking on its own must not add a toast each time.
+            self.set_status("not connected to the host yet", error=True)
             if failed is not None:
                 failed("not connected to the host yet")
             return None
