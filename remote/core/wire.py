@@ -21,6 +21,7 @@ AREAS = (
     "remote.downloads.methods",
     "remote.serving.methods",
     "remote.telemetry.methods",
+    "remote.training.methods",
 )
 
 METHODS = {}

@@ -1,0 +1,2 @@
+"""Drafter training and data generation as jobs: their logs turned into curves and the accept
+length they predict, their checkpoints inspected as they are written."""

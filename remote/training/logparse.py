@@ -1,0 +1,306 @@
+"""Training records out of a training job's log, as it was actually written.
+
+Three forms are read, line by line (feed() one line at a time, take records as they complete):
+- speculators: one `key=value, key=value, ...` message per step (`train/loss_0=2.303,
+  train/full_acc_0=0.023, ..., global_step=7`) or per validation epoch (`val/..._epoch`), printed
+  through rich's logging handler: a time column `[17:03:01]` only when the second changes (blank
+  otherwise), the level, the message wrapped over several lines at the console's width, and the
+  source (`trainer.py:587`) right-aligned on the first line. A record's lines are joined back
+  whatever the width was; numbers come as `0.023`, `1.69e+03`, `8.33e-04`, `nan`.
+- SpecForge: `Train Epoch [1/10], position 0,  Acc: 0.52` and `..., pLoss: 2.31` (and `Eval
+  Epoch ...`), one line per position, gathered into one record per epoch.
+- generic: a JSON object per line, or a line of `key=value` pairs, for anyone's script.
+A line that is none of these is left alone (no record comes of it).
+
+A record: {"kind": "step" | "validation", "source", "step", "epoch", "epochs_total", "loss",
+"loss_k": [...], "full_acc": [...], "cond_acc": [...], "acc": [...], "lr", "step_ms",
+"tokens_per_s", "time" (from rich's column, else None), "values": {every key read}}.
+"""
+
+import json
+import math
+import re
+import time as time_module
+
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+# rich: optional "[time]" column, the level padded to 8, the message, the source on the right.
+_RICH_FIRST = re.compile(r"^(?P<lead>(?:\[(?P<time>[^\]]{1,40})\])?\s*)(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?P<gap>\s+)(?P<rest>.*)$")
+_RICH_SOURCE = re.compile(r"\s+(?P<source>[\w.\-]+\.py:\d+)\s*$")
+NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf)"
+_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<key>[A-Za-z_][\w./\-]*)=(?P<value>%s)(?=$|[\s,;|)\]}])" % NUMBER)
+_SPECFORGE = re.compile(r"(?P<phase>Train|Eval) Epoch \[(?P<epoch>\d+)/(?P<total>\d+)\], position (?P<position>\d+),\s+(?P<what>Acc|pLoss): (?P<value>%s)" % NUMBER)
+_STEP_KEYS = ("global_step", "step", "iter", "iteration")
+_LOSS_KEYS = ("loss", "train/loss", "train_loss")
+_INDEXED = re.compile(r"^(?:train/|val/|eval/)?(?P<name>loss|full_acc|cond_acc|acc|ploss)_(?P<index>\d+)(?:_epoch)?$")
+
+
+def number(text):
+    try:
+        return float(text)
+    except ValueError:
+        return None
+
+
+def pairs(text):
+    """{key: float} of every `key=number` in the text, in order."""
+    return {m.group("key"): float(m.group("value")) for m in _PAIR.finditer(text)}
+
+
+def _positions(values, name, prefix):
+    found = {}
+    for key, value in values.items():
+        if not key.startswith(prefix):
+            continue
+        m = _INDEXED.match(key)
+        if m and m.group("name") == name:
+            found[int(m.group("index"))] = value
+    return [found[i] for i in sorted(found)] if found else []
+
+
+def _first(values, keys):
+    for key in keys:
+        if key in values:
+            return values[key]
+    return None
+
+
+def _lr(values):
+    if "lr" in values:
+        return values["lr"]
+    for key in ("train/lr", "learning_rate"):
+        if key in values:
+            return values[key]
+    for key, value in values.items():
+        if key.startswith("lr/"):
+            return value  # several optimizers: the first one's
+    return None
+
+
+def _integer(value):
+    return int(value) if value is not None and math.isfinite(value) else None
+
+
+def record_from_values(values, source, time=None):
+    """A record from flat {key: float}, or None when the keys say nothing about training."""
+    validation = any(k.startswith(("val/", "eval/")) for k in values)
+    train_keys = [k for k in values if not k.startswith(("val/", "eval/"))]
+    if validation and not any(k.startswith(("train/", "profile/")) for k in train_keys):
+        prefix = "val/" if any(k.startswith("val/") for k in values) else "eval/"
+        record = {
+            "kind": "validation", "loss": _first(values, (prefix + "loss_epoch", prefix + "loss")),
+            "loss_k": _positions(values, "loss", prefix) or _positions(values, "ploss", prefix),
+            "full_acc": _positions(values, "full_acc", prefix), "cond_acc": _positions(values, "cond_acc", prefix),
+            "acc": _positions(values, "acc", prefix),
+        }
+    else:
+        prefix = "train/" if any(k.startswith("train/") for k in values) else ""
+        record = {
+            "kind": "step", "loss": _first(values, _LOSS_KEYS),
+            "loss_k": _positions(values, "loss", prefix) or _positions(values, "ploss", prefix),
+            "full_acc": _positions(values, "full_acc", prefix), "cond_acc": _positions(values, "cond_acc", prefix),
+            "acc": _positions(values, "acc", prefix),
+        }
+    record.update(source=source, step=_integer(_first(values, _STEP_KEYS)), epoch=_integer(values.get("epoch")),
+                  epochs_total=None, lr=_lr(values), step_ms=values.get("profile/step_ms"),
+                  tokens_per_s=values.get("profile/tokens_per_s"), time=time, values=values)
+    if record["loss"] is None and record["loss_k"]:
+        record["loss"] = sum(v for v in record["loss_k"])  # a script that logs only per-position losses
+    useful = record["loss"] is not None or record["full_acc"] or record["cond_acc"] or record["acc"]
+    if not useful:
+        return None
+    if record["kind"] == "step" and record["step"] is None and source == "generic" and record["epoch"] is None:
+        return None  # no x to draw it against
+    return record
+
+
+class Assembler:
+    """Feed lines, take records. Holds at most one unfinished rich record (its lines so far) and
+    one unfinished SpecForge epoch; `flush()` ends them (the job ended)."""
+
+    def __init__(self, clock=time_module.time):
+        self.clock = clock
+        self._rich = None  # {"column": message column, "parts": [...], "time": str|None}
+        self._last_time_text = None
+        self._specforge = None  # {"key": (phase, epoch), "values": {...}}
+        self._out = []
+
+    # -- rich
+
+    def _start_rich(self, match, line):
+        rest = match.group("rest")
+        column = len(match.group("lead")) + len(match.group("level")) + len(match.group("gap"))
+        source = _RICH_SOURCE.search(rest)
+        # The message column's width: up to the gap before the source column. A part that
+        # fills it was folded mid-token (a token longer than the column) and joins without a space.
+        width = None
+        if source and source.group("source"):
+            width = source.start("source") - 1
+            rest = rest[: source.start()]
+        time_text = match.group("time")
+        if time_text:
+            self._last_time_text = time_text
+        self._rich = {"column": column, "parts": [rest.rstrip()], "time": self._last_time_text, "width": width}
+
+    def _continues_rich(self, line):
+        rich = self._rich
+        if rich is None:
+            return False
+        column = rich["column"]
+        if len(line) > column and not line.strip():
+            return True  # rich pads every row to the width, an empty one too (a wrap left nothing on it)
+        if len(line) <= column or line[:column].strip() or line[column] == " ":
+            return False
+        return True
+
+    def _end_rich(self):
+        rich, self._rich = self._rich, None
+        if rich is None:
+            return
+        text, width = "", rich["width"]
+        previous = None
+        for part in rich["parts"]:
+            if not part:
+                continue
+            if previous is not None and not (width and len(previous) >= width):
+                text += " "  # rich broke the line at a space, which it dropped
+            text += part
+            previous = part
+        values = pairs(text)
+        if values:
+            record = record_from_values(values, "speculators" if any("/" in k for k in values) else "generic",
+                                        time=self._resolve_time(rich["time"]))
+            if record is not None:
+                self._out.append(record)
+
+    def _resolve_time(self, text):
+        """rich's `[%X]` column as seconds since the epoch: the last such moment at or before now."""
+        if not text:
+            return None
+        for pattern in ("%H:%M:%S", "%I:%M:%S %p", "%x %X", "%m/%d/%y %H:%M:%S"):
+            try:
+                parsed = time_module.strptime(text.strip(), pattern)
+            except ValueError:
+                continue
+            now = self.clock()
+            if pattern.startswith("%x") or pattern.startswith("%m"):
+                return time_module.mktime(parsed)
+            local = time_module.localtime(now)
+            moment = time_module.mktime((local.tm_year, local.tm_mon, local.tm_mday, parsed.tm_hour, parsed.tm_min,
+                                         parsed.tm_sec, 0, 0, -1))
+            if moment > now + 60:
+                moment -= 86400  # written before midnight, read after
+            return moment
+        return None
+
+    # -- SpecForge
+
+    def _specforge_line(self, match):
+        key = (match.group("phase"), int(match.group("epoch")))
+        if self._specforge is not None and self._specforge["key"] != key:
+            self._end_specforge()
+        if self._specforge is None:
+            self._specforge = {"key": key, "total": int(match.group("total")), "acc": {}, "ploss": {}}
+        target = self._specforge["acc" if match.group("what") == "Acc" else "ploss"]
+        target[int(match.group("position"))] = float(match.group("value"))
+
+    def _end_specforge(self):
+        pending, self._specforge = self._specforge, None
+        if pending is None:
+            return
+        (phase, epoch), acc, ploss = pending["key"], pending["acc"], pending["ploss"]
+        values = {}
+        prefix = "train/" if phase == "Train" else "eval/"
+        for i, v in sorted(acc.items()):
+            values["%sacc_%d" % (prefix, i)] = v
+        for i, v in sorted(ploss.items()):
+            values["%sploss_%d" % (prefix, i)] = v
+        loss_k = [ploss[i] for i in sorted(ploss)]
+        self._out.append({
+            "kind": "step" if phase == "Train" else "validation", "source": "specforge", "step": None,
+            "epoch": epoch - 1, "epochs_total": pending["total"], "loss": sum(loss_k) if loss_k else None,
+            "loss_k": loss_k, "full_acc": [], "cond_acc": [], "acc": [acc[i] for i in sorted(acc)], "lr": None,
+            "step_ms": None, "tokens_per_s": None, "time": None, "values": values, "epoch_summary": True,
+        })
+
+    # -- lines
+
+    def feed(self, line):
+        """One line of the log (without its newline)."""
+        line = line.rstrip("\n")
+        if self._continues_rich(line):
+            # The source column is printed on a record's first line only.
+            self._rich["parts"].append(line[self._rich["column"]:].rstrip())
+            return
+        self._end_rich()
+        rich = _RICH_FIRST.match(line)
+        if rich:
+            if self._specforge is not None:
+                self._end_specforge()
+            self._start_rich(rich, line)
+            return
+        specforge = _SPECFORGE.search(line)
+        if specforge:
+            self._specforge_line(specforge)
+            return
+        self._end_specforge()
+        record = generic_record(line)
+        if record is not None:
+            self._out.append(record)
+
+    def flush(self):
+        self._end_rich()
+        self._end_specforge()
+
+    def pending(self):
+        """Whether a record is still open (more of its lines may follow)."""
+        return self._rich is not None or self._specforge is not None
+
+    def take(self):
+        out, self._out = self._out, []
+        return out
+
+
+def generic_record(line):
+    """A record from a JSON object line or a line of key=value pairs; None for any other line."""
+    stripped = line.strip()
+    if stripped.startswith("{") and stripped.endswith("}"):
+        try:
+            value = json.loads(stripped)
+        except ValueError:
+            return None
+        if not isinstance(value, dict):
+            return None
+        flat = {}
+        _flatten(value, "", flat)
+        return record_from_values(flat, "generic")
+    values = pairs(stripped)
+    if len(values) < 2:
+        return None
+    return record_from_values(values, "speculators" if any(k.startswith(("train/", "val/")) for k in values) else "generic")
+
+
+def _flatten(value, prefix, out):
+    for key, item in value.items():
+        name = prefix + str(key)
+        if isinstance(item, dict):
+            _flatten(item, name + "/", out)
+        elif isinstance(item, bool):
+            continue
+        elif isinstance(item, (int, float)):
+            out[name] = float(item)
+        elif isinstance(item, str) and number(item) is not None and item.strip().lower() in ("nan", "inf", "-inf"):
+            out[name] = float(item)
+
+
+def parse_text(text):
+    """Every record in a whole log text (tests, and reading a log from the start)."""
+    assembler = Assembler()
+    for line in split_lines(text):
+        assembler.feed(line)
+    assembler.flush()
+    return assembler.take()
+
+
+def split_lines(text):
+    """Lines split at \\n, \\r\\n and a lone \\r (progress bars redraw with \\r)."""
+    return re.split(r"\r\n|\r|\n", text)

@@ -1,0 +1,169 @@
+"""Wire methods of training: start a training or data-generation job, its curves and the accept
+length they predict, its checkpoints with verdicts, and the live stream of its records."""
+
+import os
+import re
+import time
+
+from ..core import streams
+from ..core.protocol import BadRequest, RemoteError
+from ..core.records import read_json
+from ..core.streams import TopicSource
+from ..core.wire import method
+from . import checkpoints, curves
+from .sampler import STATE_FILE, TrainingSampler, progress_of
+
+# The daemon starts these with itself (see remote/core/wire.py, area_services).
+SERVICES = (TrainingSampler,)
+MAX_POINTS = 5000
+
+
+def _option(argv, names):
+    """The integer value of the first of `names` in argv (`--epochs 3` or `--epochs=3`), or None."""
+    for index, word in enumerate(argv):
+        for name in names:
+            if word == name and index + 1 < len(argv) and re.match(r"^\d+$", argv[index + 1]):
+                return int(argv[index + 1])
+            if word.startswith(name + "=") and word[len(name) + 1:].isdigit():
+                return int(word[len(name) + 1:])
+    return None
+
+
+@method("training.start")
+def training_start(call):
+    """Start a training or data-generation job. Params: `argv` (list, required: any command,
+    speculators, SpecForge, a script), `python` (the interpreter to run argv under), `save_dir`
+    (where the run writes checkpoints; watched), `name`, `kind` (training|datagen, default
+    training), `cwd`, `env`, `start_from` (the drafter the run starts from, compared with each
+    checkpoint), `target` (the target model directory, each checkpoint checked against its
+    config.json), `steps_total`, `epochs_total` (for the ETA; default read from argv's
+    --max-steps, --epochs / --num-epochs), `break_even` (the accept length serving must beat).
+    Reply: the job, as `jobs.get`."""
+    argv = call.param("argv", list, required=True)
+    kind = call.param("kind", str, "training")
+    if kind not in ("training", "datagen"):
+        raise BadRequest("kind must be training or datagen, not %r" % kind)
+    save_dir = call.param("save_dir", str)
+    if save_dir:
+        save_dir = os.path.abspath(os.path.expanduser(save_dir))
+    meta = {
+        "save_dir": save_dir, "start_from": call.param("start_from", str), "target": call.param("target", str),
+        "steps_total": call.param("steps_total", int) or _option(argv, ("--max-steps", "--max_steps")),
+        "epochs_total": call.param("epochs_total", int) or _option(argv, ("--epochs", "--num-epochs", "--num_epochs")),
+        "break_even": call.param("break_even", float), "python": call.param("python", str),
+    }
+    job = call.daemon.jobs.submit(argv, cwd=call.param("cwd", str), env=call.param("env", dict, {}), interpreter=call.param("python", str),
+                                  name=call.param("name", str), kind=kind, meta=meta)
+    call.daemon.services.wake("job-events")
+    call.daemon.services.wake("training")
+    return job
+
+
+def _job(call):
+    job = call.daemon.jobs.describe(call.param("id", str, required=True))
+    if job["kind"] not in ("training", "datagen"):
+        raise BadRequest("job %s is a %s job, not training" % (job["id"], job["kind"]))
+    return job
+
+
+def _history(call):
+    history = getattr(call.daemon, "history", None)
+    if history is None:
+        raise RemoteError("NotFound", "this agent keeps no history store")
+    return history.store
+
+
+def checkpoint_list(job_dir, meta):
+    saved = checkpoints.Watcher(job_dir, meta.get("save_dir")).entries if meta.get("save_dir") else []
+    listed = []
+    for entry in saved:
+        listed.append({
+            "path": entry["path"], "name": entry["name"], "step": entry.get("step"), "epoch": entry.get("epoch"),
+            "format": entry.get("format"), "verdict": checkpoints.judge(entry, meta.get("break_even")),
+            "reasons": entry.get("reasons", []), "best": entry.get("best", False), "bytes": entry.get("bytes"),
+            "validation": entry.get("validation"), "predicted_accept_length": entry.get("predicted_accept_length"),
+            "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
+            "against_target": entry.get("against_target"), "complete_at": entry.get("complete_at"),
+        })
+    return listed
+
+
+@method("training.curves")
+def training_curves(call):
+    """A run's curves, from the history store. Params: `id` (a training job), `points` (at most
+    this many steps, default 2000: a longer run comes in buckets, each a mean), `start`/`end`
+    (a window; default the whole run). Reply: `{id, steps: [{time, step, epoch, loss, lr,
+    step_ms, tokens_per_s, full_acc: [...], cond_acc: [...], loss_k: [...],
+    predicted_accept_length}], validation: [{time, epoch, step, loss, full_acc, cond_acc,
+    predicted_accept_length}], latest, predicted_accept_length (the latest validation's, else
+    the latest step's), steps_per_s, eta_s, progress, break_even, alerts: [text],
+    checkpoints: [as training.checkpoints], resolution_s}`."""
+    job = _job(call)
+    store = _history(call)
+    points = max(10, min(call.param("points", int, 2000), MAX_POINTS))
+    start = call.param("start", float) or (job.get("started_at") or job["submitted_at"]) - 1.0
+    end = call.param("end", float) or (job.get("ended_at") or time.time()) + 5.0
+    steps, validation, resolution = curves.read_curves(store, job["id"], start, end, max((end - start) / points, 0.001))
+    job_dir = call.daemon.jobs.job_dir(job["id"])
+    state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
+    latest = state.get("latest") or (steps[-1] if steps else None)
+    last_validation = state.get("validation") or (validation[-1] if validation else None)
+    progress = job.get("progress") or {}
+    rate, eta = curves.rate_and_eta(steps, job["meta"].get("steps_total"), job["meta"].get("epochs_total"))
+    if progress.get("eta_s") is not None and job["process_state"] == "running":
+        rate, eta = progress.get("steps_per_s") or rate, progress["eta_s"]
+    if job["process_state"] not in ("running", "starting"):
+        eta = 0.0 if job.get("exit_code") == 0 else None
+    predicted = (last_validation or {}).get("predicted_accept_length") or (latest or {}).get("predicted_accept_length")
+    return {
+        "id": job["id"], "steps": steps, "validation": validation, "latest": latest, "predicted_accept_length": predicted,
+        "steps_per_s": rate, "eta_s": eta, "progress": progress, "break_even": job["meta"].get("break_even"),
+        "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0)),
+        "checkpoints": checkpoint_list(job_dir, job["meta"]), "resolution_s": resolution,
+    }
+
+
+def alerts(job, steps, plateau_s):
+    """What a user must know about a run: a NaN loss, a loss that stopped falling, a bad end."""
+    found = []
+    if any(entry.get("loss") == "nan" for entry in steps):
+        first = next(entry for entry in steps if entry.get("loss") == "nan")
+        found.append("the loss became NaN at step %s" % first.get("step"))
+    finite = [(e["time"], e["loss"]) for e in steps if isinstance(e.get("loss"), float)]
+    if finite and finite[-1][0] - finite[0][0] > plateau_s:
+        cut = finite[-1][0] - plateau_s
+        before = min(loss for t, loss in finite if t < cut)
+        after = min(loss for t, loss in finite if t >= cut)
+        if after >= before:
+            found.append("the loss has not fallen below %.4g for %d min" % (before, plateau_s // 60))
+    if job["process_state"] not in ("running", "starting", "stopped") and job.get("exit_code") not in (0, None):
+        found.append("the run ended with exit code %s" % job["exit_code"])
+    elif job["process_state"] == "failed" and job.get("signal"):
+        found.append("the run was killed by signal %s" % job["signal"])
+    return found
+
+
+@method("training.checkpoints")
+def training_checkpoints(call):
+    """The checkpoints a run wrote, each inspected once complete. Params: `id`. Reply: a list of
+    `{path, name, step, epoch, format, verdict (ok, broken, incompatible, above break-even,
+    below break-even), reasons, best, bytes, validation, predicted_accept_length,
+    measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
+    reasons}, complete_at}`."""
+    job = _job(call)
+    return checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])
+
+
+@method("training.follow")
+def training_follow(call):
+    """Stream every run's records as they are read. Params: `stream`, `after` (a seq; absent:
+    from now). Frames: first `{snapshot: {job id: progress}, records: []}`, then `{records:
+    [...]}`: a step or validation record (`{job, kind: step|validation, time, step, epoch,
+    loss, full_acc, cond_acc, loss_k, lr, step_ms, tokens_per_s, predicted_accept_length}`) or
+    `{job, kind: checkpoint, checkpoint}`. Reply: `{stream, seq}`."""
+    service = call.daemon.services.get("training")
+    if service is None:
+        raise RemoteError("NotFound", "this agent's daemon runs no training sampler")
+    source = TopicSource(call.daemon.topics["training"], snapshot=lambda: {run.id: progress_of(run) for run in list(service.runs.values())})
+    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
+    return {"stream": call.params["stream"], "seq": seq}

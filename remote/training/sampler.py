@@ -1,0 +1,247 @@
+"""The training sampler: a daemon service that follows every training and data-generation job's
+log, turns its records into curves in the history store (remote/training/curves.py), publishes
+each record to the `training` topic, watches the run's save directory for checkpoints
+(checkpoints.py) and writes the job's progress (step of total, ETA, predicted accept length;
+samples done of total for data generation) to its progress.json, which job events carry.
+
+Where it got to in each log (the byte offset of the first line of a record not yet complete)
+is kept in the job's directory (training-state.json), so a restarted daemon neither loses nor
+repeats a point.
+"""
+
+import math
+import os
+import re
+import time
+
+from ..core.records import read_json, write_json
+from ..core.services import Service
+from ..core.streams import Topic
+from . import checkpoints, curves, logparse
+
+KINDS = ("training", "datagen")
+STATE_FILE = "training-state.json"
+READ_BYTES = 4 << 20  # per job per step: a long backlog is caught up over several steps
+JOBS_EVERY_S = 2.0
+# tqdm (`450/1000 [00:10<00:12, 44.5it/s]`) and rich (`11/11  [ 0:00:14 < 0:00:00 , 1 it/s ]`) bars.
+_BAR = re.compile(r"(?P<done>\d+)/(?P<total>\d+)\s*\[\s*[\d:]+\s*<\s*[\d:?]+\s*,\s*(?P<rate>[\d.]+)\s*(?P<unit>it/s|s/it)")
+_SAMPLES = re.compile(r"Processing (?P<total>\d+) samples")
+
+
+class Run:
+    """One followed job: where its log was read to, its parser, its checkpoint watcher."""
+
+    def __init__(self, job, job_dir):
+        self.id = job["id"]
+        self.kind = job["kind"]
+        self.meta = job.get("meta") or {}
+        self.job_dir = job_dir
+        state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
+        self.offset = int(state.get("offset", 0))
+        self.last_time = float(state.get("last_time", 0.0))
+        self.latest = state.get("latest")
+        self.validation = state.get("validation")
+        self.samples = state.get("samples") or {}
+        self.epoch_starts = state.get("epoch_starts") or {}  # epoch -> its first step
+        self.assembler = logparse.Assembler()
+        self.pending_offset = self.offset
+        self.recent = []  # (time, step) of the last records, for the rate
+        save_dir = self.meta.get("save_dir")
+        self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
+        self.ended = False
+
+    def save(self):
+        write_json(os.path.join(self.job_dir, STATE_FILE), {"offset": self.pending_offset, "last_time": self.last_time,
+                                                            "latest": self.latest, "validation": self.validation,
+                                                            "samples": self.samples, "epoch_starts": self.epoch_starts})
+
+
+class TrainingSampler(Service):
+    name = "training"
+    interval_s = 0.5
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self.topic = daemon.topics.setdefault("training", Topic("training"))
+        self.runs = {}
+        self._jobs_at = 0.0
+        self.records = 0
+
+    def detail(self):
+        return {"runs": len(self.runs), "records": self.records}
+
+    def _jobs(self):
+        jobs = []
+        for kind in KINDS:
+            jobs.extend(self.daemon.jobs.list(kind=kind))
+        return jobs
+
+    def step(self):
+        now = time.time()
+        if now - self._jobs_at >= JOBS_EVERY_S or not self.runs:
+            self._jobs_at = now
+            jobs = {job["id"]: job for job in self._jobs()}
+            for job_id in set(self.runs) - set(jobs):
+                del self.runs[job_id]
+            for job_id, job in jobs.items():
+                run = self.runs.get(job_id)
+                if run is None and (job["process_state"] in ("running", "starting") or not _finished(job, self.daemon.jobs.job_dir(job_id))):
+                    run = self.runs[job_id] = Run(job, self.daemon.jobs.job_dir(job_id))
+                if run is not None:
+                    run.ended = job["process_state"] not in ("running", "starting")
+                    run.job = job
+        for run in list(self.runs.values()):
+            self._follow(run)
+            if run.ended and run.pending_offset >= _size(self.daemon.jobs.log_path(run.id)):
+                self._final(run)
+                del self.runs[run.id]
+
+    def _follow(self, run):
+        path = self.daemon.jobs.log_path(run.id)
+        size = _size(path)
+        if size > run.offset:
+            with open(path, "rb") as f:
+                f.seek(run.offset)
+                data = f.read(min(READ_BYTES, size - run.offset))
+            cut = max(data.rfind(b"\n"), data.rfind(b"\r"))
+            if cut < 0 and not run.ended:
+                data = b""
+            elif cut >= 0 and not (run.ended and len(data) == size - run.offset):
+                data = data[: cut + 1]
+            position = run.offset
+            for raw in re.split(rb"(?<=\n)|(?<=\r)(?!\n)", data):
+                if not raw:
+                    continue
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                if not run.assembler.pending():
+                    run.pending_offset = position  # a record that starts here is not read yet
+                run.assembler.feed(line)
+                position += len(raw)
+                if run.kind == "datagen":
+                    self._datagen_line(run, line)
+                if not run.assembler.pending():
+                    run.pending_offset = position
+                self._publish(run, run.assembler.take())
+            run.offset = position
+        if run.ended and run.offset >= size:
+            run.assembler.flush()
+            self._publish(run, run.assembler.take())
+            run.pending_offset = run.offset
+        if run.watcher is not None:
+            for entry in run.watcher.look():
+                self._checkpoint(run, entry)
+        run.save()
+
+    def _publish(self, run, records):
+        store = getattr(self.daemon, "history", None)
+        for record in records:
+            when = record.get("time") or time.time()
+            when = max(when, run.last_time + 0.001)
+            run.last_time = when
+            if store is not None:
+                store.add_many(curves.history_points(run.id, record, when))
+            public = curves.public_record(record, when)
+            public["job"] = run.id
+            if record["kind"] == "step":
+                if public["epoch"] is not None and public["step"] is not None:
+                    run.epoch_starts.setdefault(str(public["epoch"]), public["step"])
+                run.latest = public
+                run.recent = (run.recent + [(when, record.get("step"))])[-50:]
+            else:
+                if public["step"] is None and run.latest:
+                    public["step"] = run.latest.get("step")
+                run.validation = public
+            self.records += 1
+            self.topic.publish(public)
+        if records:
+            self._progress(run)
+
+    def _datagen_line(self, run, line):
+        match = _SAMPLES.search(line)
+        if match:
+            run.samples["total"] = int(match.group("total"))
+        for match in _BAR.finditer(line):
+            done, total = int(match.group("done")), int(match.group("total"))
+            rate = float(match.group("rate"))
+            rate = rate if match.group("unit") == "it/s" else (1.0 / rate if rate else None)
+            run.samples.update(done=done, total=run.samples.get("total") or total, rate=rate)
+        if run.samples.get("done") is not None:
+            store = getattr(self.daemon, "history", None)
+            now = time.time()
+            if store is not None and now - run.samples.get("recorded_at", 0) >= 1.0:
+                run.samples["recorded_at"] = now
+                labels = {"job": run.id}
+                store.add("training", "samples_done", labels, float(run.samples["done"]), now)
+                store.add("training", "samples_total", labels, float(run.samples["total"]), now)
+                if run.samples.get("rate"):
+                    store.add("training", "samples_per_s", labels, run.samples["rate"], now)
+            self._progress(run)
+
+    def _progress(self, run):
+        write_json(os.path.join(run.job_dir, "progress.json"), progress_of(run))
+
+    def _checkpoint(self, run, entry):
+        if run.validation and run.validation.get("epoch") == entry.get("epoch"):
+            entry["validation"] = run.validation
+            entry["predicted_accept_length"] = run.validation.get("predicted_accept_length")
+        elif run.latest:
+            entry["predicted_accept_length"] = run.latest.get("predicted_accept_length")
+        entry["step"] = (run.latest or {}).get("step")
+        run.watcher.save()
+        self.topic.publish({"job": run.id, "kind": "checkpoint", "checkpoint": entry, "time": time.time()})
+
+    def _final(self, run):
+        run.save()
+        self._progress(run)
+
+
+def _finished(job, job_dir):
+    """A job that ended and whose log was read to its end (nothing left to follow)."""
+    state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
+    return state.get("offset", -1) >= job.get("log_bytes", 0)
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
+
+
+def rate_of(run):
+    recent = [(t, s) for t, s in run.recent if s is not None]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0] or recent[-1][1] <= recent[0][1]:
+        return None
+    return (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0])
+
+
+def progress_of(run):
+    """The job's progress.json: {state, step, steps_total, epoch, epochs_total, steps_per_s, eta_s,
+    predicted_accept_length, loss} for training; {state, done, total, rate, eta_s} for data generation."""
+    if run.kind == "datagen":
+        samples = run.samples
+        done, total, rate = samples.get("done"), samples.get("total"), samples.get("rate")
+        eta = (total - done) / rate if rate and done is not None and total else None
+        return {"state": "generating", "done": done, "total": total, "rate": rate, "eta_s": eta, "updated_at": time.time()}
+    latest = run.latest or {}
+    rate = rate_of(run)
+    steps_total = run.meta.get("steps_total")
+    epochs_total = run.meta.get("epochs_total")
+    eta = None
+    if rate and latest.get("step") is not None:
+        total = steps_total
+        starts = run.epoch_starts
+        if total is None and epochs_total and "0" in starts and "1" in starts:
+            total = (starts["1"] - starts["0"]) * epochs_total  # steps per epoch, once one epoch ended
+        if total:
+            eta = max(0.0, (total - 1 - latest["step"]) / rate)
+    loss = latest.get("loss")
+    return {"state": "training", "step": latest.get("step"), "steps_total": steps_total, "epoch": latest.get("epoch"),
+            "epochs_total": epochs_total, "steps_per_s": rate, "eta_s": eta, "loss": loss,
+            "predicted_accept_length": latest.get("predicted_accept_length"),
+            "validation_predicted_accept_length": (run.validation or {}).get("predicted_accept_length"),
+            "updated_at": time.time()}
+
+
+def is_nan(value):
+    return value == "nan" or (isinstance(value, float) and math.isnan(value))
