@@ -30,7 +30,7 @@ DEFAULT_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
 
 # Each method runs as `python -c CHILD method directory`, printing {"tensors", "seconds", "peak_rss_bytes"}.
 CHILD = r'''
-import glob, json, os, resource, sys, time
+import glob, json, os, sys, time
 sys.path.insert(0, %(root)r)
 method, directory = sys.argv[1], sys.argv[2]
 started = time.perf_counter()
@@ -71,8 +71,10 @@ elif method == "daemon":
         hwm = [l for l in f if l.startswith("VmHWM:")][0]
     extra = {"daemon_peak_rss_bytes": int(hwm.split()[1]) * 1024, "largest_page_bytes": largest, "seconds": seconds}
     client.close()
-result = {"tensors": count, "seconds": time.perf_counter() - started,
-          "peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}
+# VmHWM, not ru_maxrss: Linux carries ru_maxrss over from the parent across fork and exec.
+with open("/proc/self/status") as f:
+    peak = int([l for l in f if l.startswith("VmHWM:")][0].split()[1]) * 1024
+result = {"tensors": count, "seconds": time.perf_counter() - started, "peak_rss_bytes": peak}
 result.update(extra)
 print(json.dumps(result))
 '''
@@ -148,7 +150,8 @@ def main(argv=None):
         if daemon:
             print("daemon peak RSS %.0f MB; largest page frame %s bytes (bound 16 MiB)"
                   % (daemon["daemon_peak_rss_bytes"] / 1e6, "{:,}".format(daemon["largest_page_bytes"])))
-        assert all(r["tensors"] == facts["tensors"] for _, r in rows)
+        wrong = [name for name, r in rows if r["tensors"] != facts["tensors"]]
+        assert not wrong, "%s listed another number of tensors than the %s written" % (wrong, facts["tensors"])
 
 
 if __name__ == "__main__":

@@ -40,8 +40,10 @@ __all__ = [
     "compare", "check_against_target",
 ]
 
-# Index and config files are small; a larger one is refused rather than read.
+# Index and config files are small; a larger one is refused rather than read. A shard index
+# names every tensor: 1,000,000 tensors make a ~70 MB one, so it may be larger.
 MAX_JSON_FILE_BYTES = 64 * 1024 * 1024
+MAX_INDEX_FILE_BYTES = 512 * 1024 * 1024
 # d2t / t2d are read for the vocabulary check only when they are at most this large.
 MAX_VOCAB_MAP_BYTES = 64 * 1024 * 1024
 # Chosen with benchmarks/bench_sha256.py on a GPU host (median of 5 warm runs, same OpenSSL as
@@ -54,10 +56,10 @@ MAX_PROBLEMS_PER_FILE = 40
 
 # ---------------------------------------------------------------------------------------------
 # Finding the files of a checkpoint
-def _load_json_file(path, what, problems):
+def _load_json_file(path, what, problems, most_bytes=MAX_JSON_FILE_BYTES):
     try:
         size = os.path.getsize(path)
-        if size > MAX_JSON_FILE_BYTES:
+        if size > most_bytes:
             problems.append(_err("%s is %s bytes, too large for a %s" % (os.path.basename(path), _n(size), what)))
             return None
         with open(path, "rb") as f:
@@ -141,7 +143,7 @@ def _resolve(path, problems):
 
 def _resolve_index(layout, problems):
     name = os.path.basename(layout.index_path)
-    index = _load_json_file(layout.index_path, "shard index", problems)
+    index = _load_json_file(layout.index_path, "shard index", problems, MAX_INDEX_FILE_BYTES)
     if index is None:
         return
     weight_map = index.get("weight_map")
