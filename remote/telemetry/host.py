@@ -92,7 +92,9 @@ class HostReader:
         self._disk_paths = None
 
     def read(self, now_monotonic, disk_paths=()):
-        host = {"cpu_count": self.cpu_count}
+        # The same keys in every sample (None when unknown): the stream's deltas cannot remove one.
+        host = {"cpu_count": self.cpu_count, "cpu_percent": None, "load_1m": None, "load_5m": None, "load_15m": None,
+                "network_rx_bytes_per_s": None, "network_tx_bytes_per_s": None}
         times = cpu_times()
         if times is not None:
             if self._cpu is not None and times[1] > self._cpu[1]:

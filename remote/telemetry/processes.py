@@ -3,8 +3,8 @@ and to the specdeck job that owns it.
 
 A job's processes carry SPECDECK_JOB_ID in their environment (the supervisor sets it, and
 children inherit it); where the environment cannot be read (another user's process), the
-process's session is matched against the sessions of running jobs (each job's supervisor leads
-one, see remote/core/jobs.py). A pid that our /proc does not have belongs to another PID
+process's group or session is matched against the running jobs' (run.json), then its ancestors
+against the jobs' supervisors. A pid that our /proc does not have belongs to another PID
 namespace (a container): it is reported as such, never guessed. So is a pid that our /proc
 has but that holds no NVIDIA device open: the same number, another namespace's process.
 Each process is looked up once; after that only its /proc/PID/stat is read, to notice a
@@ -17,6 +17,7 @@ import os
 from ..core import paths
 
 JOBS_REFRESH_S = 5.0
+ANCESTORS_MAX = 16
 COMMAND_MAX_CHARS = 200
 JOB_ID_MARK = b"SPECDECK_JOB_ID="
 
@@ -81,7 +82,7 @@ class ProcessMapper:
         self.clock_ticks_per_s = os.sysconf("SC_CLK_TCK")
         self.boot_time = boot_time()
         self._known = {}  # pid -> (start ticks, description)
-        self._job_sessions = {}  # session id -> job id, of running jobs
+        self._job_sessions = ({}, {})  # running jobs by process group, by supervisor pid
         self._job_sessions_at = None
 
     def describe_all(self, pids, now_monotonic):
@@ -110,32 +111,56 @@ class ProcessMapper:
         started_at = self.boot_time + start_ticks / float(self.clock_ticks_per_s) if self.boot_time else None
         job_id = job_from_environment(pid)
         if job_id is None:
-            job_id = self._job_of_session(int(fields[3]), now_monotonic)
+            job_id = self._job_of_process(fields, now_monotonic)
         return {"pid": pid, "command": command or None, "started_at": started_at, "job_id": job_id}
 
-    def _job_of_session(self, session_id, now_monotonic):
+    def _job_of_process(self, fields, now_monotonic):
+        """The running job whose process group or session holds the process, or whose supervisor
+        is one of its ancestors (a child that made a session of its own)."""
         if self._job_sessions_at is None or now_monotonic - self._job_sessions_at >= JOBS_REFRESH_S:
-            self._job_sessions = running_job_sessions(self.jobs_root)
+            self._job_sessions = running_jobs(self.jobs_root)
             self._job_sessions_at = now_monotonic
-        return self._job_sessions.get(session_id)
+        groups, supervisors = self._job_sessions
+        for group in (int(fields[2]), int(fields[3])):
+            if group in groups:
+                return groups[group]
+        parent = int(fields[1])
+        for _ in range(ANCESTORS_MAX):
+            if parent in supervisors:
+                return supervisors[parent]
+            parent_fields = stat_fields(parent) if parent > 1 else None
+            if parent_fields is None:
+                return None
+            parent = int(parent_fields[1])
+        return None
 
 
-def running_job_sessions(jobs_root):
-    """{session id: job id} of the jobs whose supervisor has not recorded an exit."""
-    sessions = {}
+def read_record(path):
+    """A job record's JSON object; None when missing, reserved (blank) or cut."""
+    try:
+        with open(path) as f:
+            value = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def running_jobs(jobs_root):
+    """({process group: job id}, {supervisor pid: job id}) of the jobs without an exit record."""
+    groups, supervisors = {}, {}
     try:
         names = os.listdir(jobs_root)
     except OSError:
-        return sessions
+        return groups, supervisors
     for name in names:
         directory = os.path.join(jobs_root, name)
-        if os.path.exists(os.path.join(directory, "exit.json")):
+        if read_record(os.path.join(directory, "exit.json")) is not None:
             continue
-        try:
-            with open(os.path.join(directory, "run.json")) as f:
-                run = json.load(f)
-        except (OSError, ValueError):
+        run = read_record(os.path.join(directory, "run.json"))
+        if run is None:
             continue
         if run.get("pgid"):
-            sessions[run["pgid"]] = name
-    return sessions
+            groups[run["pgid"]] = name
+        if run.get("supervisor_pid"):
+            supervisors[run["supervisor_pid"]] = name
+    return groups, supervisors

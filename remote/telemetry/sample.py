@@ -36,7 +36,8 @@ def rounded(record):
 
 def delta(previous, current):
     """What changed from `previous` to `current` (both full samples), for the stream. A change in
-    the set of GPUs sends the whole sample (`full: true`)."""
+    the set of GPUs sends the whole sample (`full: true`). Keys are never removed: the sampler
+    keeps the same keys in every sample, None for what it does not know."""
     if previous is None or [g["index"] for g in previous["gpus"]] != [g["index"] for g in current["gpus"]]:
         return dict(current, full=True)
     out = {"time": current["time"]}

@@ -1,0 +1,311 @@
+"""The GPUs pane: the host's CPU, memory and disks on one line, one row per GPU with bars, a
+history chart of one metric over a window (a minute to a week, from the host's history store),
+and the GPU processes with the job that owns each. Alerts fired on the host ring the bell.
+
+Samples come from the `telemetry.follow` stream (deltas rebuilt on the client's thread); the
+chart is seeded from `telemetry.history` when the metric or window changes, then grows with
+the stream (windows up to an hour) or is asked again once a minute (longer ones). Alerts are
+followed whether the pane is shown or not, and on connecting the pane says what fired while
+nobody watched.
+"""
+
+import time
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.widgets import Static
+
+from remote.telemetry.alerts import alert_text
+from remote.telemetry.sample import apply_delta
+
+from .. import display
+from ..messages import AgentError
+from ..widgets.chart import TimeChart
+from .base import Pane
+
+# (key word, sample field, chart label, scale to the chart's unit)
+METRICS = (
+    ("utilization", "utilization_percent", "GPU utilisation %", 1.0),
+    ("memory", "memory_used_bytes", "GPU memory GiB", 1.0 / 2 ** 30),
+    ("power", "power_w", "power W", 1.0),
+    ("temperature", "temperature_c", "temperature °C", 1.0),
+    ("pcie rx", "pcie_rx_bytes_per_s", "PCIe rx MB/s", 1e-6),
+    ("pcie tx", "pcie_tx_bytes_per_s", "PCIe tx MB/s", 1e-6),
+)
+WINDOWS_S = (60, 600, 3600, 6 * 3600, 86400, 7 * 86400)
+DEFAULT_WINDOW = 1  # 10 minutes
+LIVE_WINDOW_MAX_S = 3600  # longer windows are asked again instead of grown sample by sample
+REQUERY_S = 60.0
+CHART_POINTS = 240
+BAR_CELLS = 10
+
+
+def bar(fraction, cells=BAR_CELLS):
+    """A bar of `cells` characters, coloured by how full it is."""
+    if fraction is None:
+        return Text("·" * cells, style="dim")
+    fraction = max(0.0, min(1.0, fraction))
+    filled = int(round(fraction * cells))
+    style = "green" if fraction < 0.7 else "yellow" if fraction < 0.9 else "red"
+    return Text("█" * filled, style=style) + Text("░" * (cells - filled), style="dim")
+
+
+def number(value, unit="", width=0):
+    text = "-" if value is None else "%d%s" % (round(value), unit)
+    return text.rjust(width)
+
+
+def gpu_row(gpu, jobs):
+    """One GPU in one line of at most 80 columns."""
+    used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
+    utilization = gpu.get("utilization_percent")
+    row = Text("%d " % gpu["index"], style="bold")
+    row += bar(None if utilization is None else utilization / 100.0)
+    row += Text(" %s " % number(utilization, "%", 4))
+    row += bar(used / total if used is not None and total else None, 6)
+    row += Text(" %5s/%-4s" % ("-" if used is None else "%.1f" % (used / 2 ** 30), "-" if not total else "%.0fG" % (total / 2 ** 30)))
+    temperature = gpu.get("temperature_c")
+    row += Text(" %s" % number(temperature, "°C", 5), style="red" if temperature is not None and temperature >= 85 else "")
+    row += Text(" %s" % number(gpu.get("power_w"), "W", 5))
+    row += Text(" %s" % number(gpu.get("sm_clock_mhz"), "MHz", 7))
+    throttled = [r for r in gpu.get("throttle_reasons") or () if r not in ("gpu_idle", "sw_power_cap", "applications_clocks")]
+    if gpu.get("lost"):
+        row += Text(" LOST", style="bold red")
+    elif throttled:
+        row += Text(" throttled", style="yellow")
+    if jobs:
+        row += Text(" " + ",".join(jobs)[:14], style="cyan")
+    return row
+
+
+def host_line(host, nvml):
+    parts = ["cpu %s" % number(host.get("cpu_percent"), "%"),
+             "mem %s/%s GiB" % ("-" if host.get("memory_used_bytes") is None else "%.0f" % (host["memory_used_bytes"] / 2 ** 30),
+                                "-" if not host.get("memory_total_bytes") else "%.0f" % (host["memory_total_bytes"] / 2 ** 30)),
+             "load %s" % ("-" if host.get("load_1m") is None else "%.2f" % host["load_1m"])]
+    for disk in (host.get("disks") or ())[:2]:
+        parts.append("%s %s free" % (disk["role"].split(",")[0], display.format_bytes(disk["free_bytes"]).split(" (")[0]))
+    line = Text("  ".join(parts))
+    if not nvml.get("available"):
+        line = Text("no GPUs shown: %s\n" % (nvml.get("reason") or "NVML is not available"), style="yellow") + line
+    return line
+
+
+def process_lines(processes, now, limit):
+    lines = []
+    for process in sorted(processes, key=lambda p: (-(p.get("memory_bytes") or 0), p["pid"]))[:limit]:
+        memory = "-" if process.get("memory_bytes") is None else "%.1fG" % (process["memory_bytes"] / 2 ** 30)
+        if process.get("other_namespace"):
+            lines.append("%7d gpu%d %6s  -     another PID namespace (a container)" % (process["pid"], process["gpu_index"], memory))
+            continue
+        runtime = display.format_duration(now - process["started_at"]) if process.get("started_at") else "-"
+        lines.append("%7d gpu%d %6s  %-5s %s  %s" % (process["pid"], process["gpu_index"], memory, process.get("job_id") or "-",
+                                                    runtime, (process.get("command") or "")[:40]))
+    if len(processes) > limit:
+        lines.append("… %d more (specdeck gpus HOST lists all)" % (len(processes) - limit))
+    return "\n".join(lines) if lines else "no GPU processes"
+
+
+class GpusPane(Pane):
+    """GPU rows, a history chart, the GPU processes."""
+
+    PANE_TITLE = "GPUs"
+    can_focus = True
+    BINDINGS = [
+        Binding("m", "next_metric", "metric", tooltip="chart another metric: utilisation, memory, power, temperature, PCIe"),
+        Binding("w", "next_window", "window", tooltip="chart another window: 1 min, 10 min, 1 h, 6 h, 1 day, 1 week"),
+    ]
+    DEFAULT_CSS = """
+    GpusPane #gpu-host { height: auto; }
+    GpusPane #gpu-rows { height: auto; }
+    GpusPane #gpu-chart { height: 1fr; min-height: 5; }
+    GpusPane #gpu-processes { height: auto; max-height: 4; color: $text-muted; }
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.sample = None
+        self.metric_index = 0
+        self.window_index = DEFAULT_WINDOW
+        self.series = {}  # GPU index -> [[t, min, mean, max], ...] of the charted metric
+        self._stream_state = None  # the full sample, rebuilt on the client's thread
+        self._alerts = None
+        self._queried_at = None
+
+    def compose(self):
+        yield Static(Text("connecting…"), id="gpu-host")
+        yield Static(id="gpu-rows")
+        yield TimeChart(id="gpu-chart")
+        yield Static(id="gpu-processes")
+        yield self.status_line()
+
+    def on_mount(self):
+        self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)
+        self.set_interval(REQUERY_S, self._requery_long_window)
+        self._show_status()
+
+    # -- samples
+
+    def _rebuild(self, data, seq):
+        """On the client's thread: the full sample after this frame."""
+        if data.get("snapshot") is not None:
+            self._stream_state = data["snapshot"]
+        for record in data.get("records") or ():
+            self._stream_state = apply_delta(self._stream_state, record)
+        return self._stream_state
+
+    def _on_samples(self, items):
+        samples = [sample for sample, _ in items if sample is not None]
+        if not samples:
+            return
+        self.sample = samples[-1]
+        if WINDOWS_S[self.window_index] <= LIVE_WINDOW_MAX_S:
+            for sample in samples:
+                self._append(sample)
+        self.render_sample()
+
+    def render_sample(self):
+        sample = self.sample
+        if sample is None:
+            return
+        jobs = {}
+        for process in sample.get("processes") or ():
+            if process.get("job_id") and process["job_id"] not in jobs.setdefault(process["gpu_index"], []):
+                jobs[process["gpu_index"]].append(process["job_id"])
+        self.query_one("#gpu-host", Static).update(host_line(sample["host"], sample.get("nvml") or {}))
+        rows = Text("\n").join(gpu_row(gpu, jobs.get(gpu["index"])) for gpu in sample["gpus"])
+        self.query_one("#gpu-rows", Static).update(rows)
+        self.query_one("#gpu-rows", Static).display = bool(sample["gpus"])
+        self.query_one("#gpu-processes", Static).update(process_lines(sample.get("processes") or [], sample["time"], 3))
+        self._draw_chart()
+        self._show_status()
+
+    # -- the chart
+
+    def _append(self, sample):
+        _, field, _, _ = METRICS[self.metric_index]
+        cutoff = sample["time"] - WINDOWS_S[self.window_index]
+        for gpu in sample["gpus"]:
+            value = gpu.get(field)
+            if value is None:
+                continue
+            points = self.series.setdefault(gpu["index"], [])
+            if points and points[-1][0] >= sample["time"]:
+                continue
+            points.append([sample["time"], value, value, value])
+            while points and points[0][0] < cutoff:
+                points.pop(0)
+
+    def _draw_chart(self):
+        name, field, label, scale = METRICS[self.metric_index]
+        chart = self.query_one(TimeChart)
+        chart.title = "%s, last %s" % (label, display.format_age(WINDOWS_S[self.window_index]))
+        series = {"gpu%d" % index: [[p[0]] + [None if v is None else v * scale for v in p[1:]] for p in points]
+                  for index, points in sorted(self.series.items())}
+        thresholds = []
+        if self.sample and self.sample["gpus"]:
+            gpu = self.sample["gpus"][0]
+            if field == "power_w" and gpu.get("power_limit_w"):
+                thresholds.append((gpu["power_limit_w"], "power limit"))
+            if field == "memory_used_bytes" and gpu.get("memory_total_bytes"):
+                thresholds.append((gpu["memory_total_bytes"] * scale, "memory total"))
+        chart.thresholds = thresholds
+        chart.show(series, WINDOWS_S[self.window_index], now=self.sample["time"] if self.sample else None)
+
+    def _query_history(self):
+        if self.client is None:
+            return
+        window_s = WINDOWS_S[self.window_index]
+        metric_index, window_index = self.metric_index, self.window_index
+        self._queried_at = time.monotonic()
+
+        def done(result):
+            if (metric_index, window_index) != (self.metric_index, self.window_index):
+                return  # the user moved on meanwhile
+            self.series = {s["gpu_index"]: s["points"] for s in result["series"]}
+            self._draw_chart()
+
+        self.request("telemetry.history", {"metric": METRICS[metric_index][1], "since_s": float(window_s),
+                                           "resolution_s": max(1.0, window_s / CHART_POINTS)},
+                     done=done, title="GPU history")
+
+    def _requery_long_window(self):
+        if self.active and WINDOWS_S[self.window_index] > LIVE_WINDOW_MAX_S:
+            self._query_history()
+
+    def action_next_metric(self):
+        self.metric_index = (self.metric_index + 1) % len(METRICS)
+        self.series = {}
+        self._draw_chart()
+        self._show_status()
+        self._query_history()
+
+    def action_next_window(self):
+        self.window_index = (self.window_index + 1) % len(WINDOWS_S)
+        self.series = {}
+        self._draw_chart()
+        self._show_status()
+        self._query_history()
+
+    def _show_status(self):
+        sample = self.sample or {}
+        nvml = sample.get("nvml") or {}
+        gpus = len(sample.get("gpus") or ())
+        text = "m metric: %s   w window: %s" % (METRICS[self.metric_index][0], display.format_age(WINDOWS_S[self.window_index]))
+        if gpus:
+            text += "   %d GPU%s, driver %s" % (gpus, "" if gpus == 1 else "s", nvml.get("driver_version") or "?")
+        self.set_status(text)
+
+    # -- connection, alerts
+
+    def client_ready(self):
+        client = self.client
+        self._query_history()
+        self.run_worker(lambda: self._connect_alerts(client), thread=True, exit_on_error=False, group="gpu-alerts")
+
+    def _connect_alerts(self, client):
+        """Send this host's alert settings, show what fired while nobody watched, then follow."""
+        from remote.core.protocol import RemoteError
+
+        from ..client import ConnectError
+        from ..config import host_settings
+
+        host = getattr(self.app, "host", None)
+        settings = host_settings(host) if host else {}
+        try:
+            configure = {}
+            if isinstance(settings.get("alerts"), dict):
+                configure["alerts"] = settings["alerts"]
+            if settings.get("checkpoint_dir"):
+                configure["checkpoint_dirs"] = [settings["checkpoint_dir"]]
+            if configure:
+                client.call("telemetry.configure", configure)
+            unseen = client.call("telemetry.alerts", {"unseen": True})["alerts"]
+            if unseen:
+                self.app.call_from_thread(self._announce, unseen, True)
+            if self._alerts is not None:
+                self._alerts.cancel()
+            self._alerts = client.subscribe("telemetry.alerts_follow", {},
+                                            lambda data, seq: self.app.call_from_thread(self._announce, data.get("records") or [], False))
+        except RemoteError as exc:
+            self.post_message(AgentError(exc.message, "GPU alerts"))
+        except ConnectError:
+            pass  # the next connection tries again
+
+    def _announce(self, alerts, missed):
+        if not alerts:
+            return
+        lines = [alert_text(alert) for alert in alerts[-6:]]
+        title = "while nobody watched" if missed else "GPU alert"
+        self.app.bell()
+        self.notify("\n".join(lines), title=title, severity="warning", timeout=30 if missed else 15, markup=False)
+        until = max(max(a["fired_at"], a.get("ended_at") or 0) for a in alerts)
+        self.request("telemetry.alerts_seen", {"until": until}, title="GPU alerts")
+
+    def on_unmount(self):
+        super().on_unmount()
+        if self._alerts is not None:
+            subscription, self._alerts = self._alerts, None
+            import threading
+
+            threading.Thread(target=subscription.cancel, daemon=True).start()
