@@ -392,6 +392,8 @@ def _entry_row(name, entry, shapes, bits_of=DTYPE_BITS, names=_DTYPE_NAMES):
         if type(dim) is not int:  # bool and float compare equal to ints: checked every time
             return None
         bits *= dim
+        if bits > U64_MAX:  # even if a later 0 brings it back: _check_size words the overflow
+            return None
     key = tuple(shape)
     shared = shapes.get(key)
     if shared is None:  # a new shape: its range checked once
