@@ -179,9 +179,9 @@ class HistoryStore(Upkeep):
             locked = "locked" in str(exc) or "busy" in str(exc)
             reason = "is locked by another process" if locked else "is not a usable database (%s)" % exc
             kept_as = self._move_aside("locked" if locked else "corrupt")
+            self._conn = self._connect()
             log.warning("history store %s %s; kept it as %s and started a fresh store", self.path, reason, kept_as)
             self.recovered = {"reason": reason, "kept_as": kept_as, "at": time.time()}
-            self._conn = self._connect()
         self._first_known = {}
         self.generation += 1
         return self
