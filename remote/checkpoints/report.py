@@ -16,13 +16,14 @@ import os
 import struct
 import time
 
+from ..core import hashing
 from .compatibility import check_against_target, compare
 from .eagle3 import (FORMAT_DESCRIPTIONS, FORMATS, _check_eagle3_shapes, _check_vocab_maps, _derive_eagle3,
                      _is_eagle3_layout, _is_eagle12, aux_layer_ids_from_config, canonical_names,
                      default_aux_layer_ids, detect_format, effective_config, effective_norm_before_residual, role)
 from .safetensors_header import (DTYPE_BITS, MAX_HEADER_BYTES, MAX_UNKNOWN_FIELD_DEPTH, U64_MAX, _INT_FORMATS,
                                  CheckpointError, CheckpointIOError, HeaderError, _err, _n, _os_message, _q,
-                                 _read_exact, _warn, check_header, check_header_rows, parse_header_json, read_header,
+                                 _read_exact, _warn, check_header, parse_header_json, read_header,
                                  read_header_rows)
 from .roles import RoleNamer
 
@@ -48,7 +49,7 @@ MAX_INDEX_FILE_BYTES = 512 * 1024 * 1024
 MAX_VOCAB_MAP_BYTES = 64 * 1024 * 1024
 # Chosen with benchmarks/bench_sha256.py on a GPU host (median of 5 warm runs, same OpenSSL as
 # sha256sum): 1, 2 and 4 MiB within 0.5% of each other at ~99% of sha256sum, 8 MiB 96%.
-HASH_BLOCK_BYTES = 1024 * 1024
+HASH_BLOCK_BYTES = hashing.BLOCK_BYTES
 PROGRESS_INTERVAL_S = 0.25
 # At most this many problems of one file are listed one by one.
 MAX_PROBLEMS_PER_FILE = 40
@@ -461,37 +462,25 @@ def _read_ints(tensor):
 
 
 def sha256_file(path, progress=None, block_bytes=HASH_BLOCK_BYTES):
-    """Hex sha256 of a file, streamed in large blocks through one reusable buffer.
+    """Hex sha256 of a file (the project's one hashing routine, remote/core/hashing.py).
 
     progress(done_bytes, total_bytes, path) is called at most every PROGRESS_INTERVAL_S and
     once at the end.
     """
-    digest = hashlib.sha256()
-    buffer = bytearray(block_bytes)
-    view = memoryview(buffer)
-    done = 0
     try:
-        with open(path, "rb", buffering=0) as f:
-            total = os.fstat(f.fileno()).st_size
-            if hasattr(os, "posix_fadvise"):
-                try:
-                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)
-                except OSError:
-                    pass
-            last = time.monotonic()
-            while True:
-                count = f.readinto(buffer)
-                if not count:
-                    break
-                digest.update(view[:count])
-                done += count
-                if progress is not None:
-                    now = time.monotonic()
-                    if now - last >= PROGRESS_INTERVAL_S:
-                        last = now
-                        progress(done, total, path)
+        total = os.path.getsize(path)
+        done = [0, time.monotonic()]
+
+        def on_block(n):
+            done[0] += n
+            now = time.monotonic()
+            if progress is not None and now - done[1] >= PROGRESS_INTERVAL_S:
+                done[1] = now
+                progress(done[0], total, path)
+
+        digest = hashing.hash_file(path, hashlib.sha256(), progress=on_block, buf=bytearray(block_bytes)).hexdigest()
     except OSError as exc:
         raise CheckpointIOError(_os_message(path, exc))
     if progress is not None:
-        progress(done, total, path)
-    return digest.hexdigest()
+        progress(done[0], total, path)
+    return digest
