@@ -197,3 +197,8 @@ def test_list_by_kind(client, agent_home):
     server = client.call("jobs.submit", {"argv": ["true"], "kind": "server"})
     assert [j["id"] for j in client.call("jobs.list", {"kind": "server"})] == [server["id"]]
     assert [j["id"] for j in client.call("jobs.list")] == [plain["id"], server["id"]]
+
+
+def test_a_negative_tail_is_a_usage_line_not_a_hang(agent_home):
+    result = run_cli("logs", "local", "j1", "--follow", "--tail=-99999999999999999999", timeout=30, check=2)
+    assert "--tail" in result.stderr and "Traceback" not in result.stderr

@@ -10,6 +10,14 @@ from ..client import ConnectError
 from .common import EXIT_FAILED, CommandError, connect, emit
 
 
+def byte_count(text):
+    """A --tail: a whole number of bytes, 0 or more (argparse turns the ValueError into a usage line)."""
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
 def add_commands(commands):
     p = commands.add_parser("run", help="start a detached job on the host")
     p.set_defaults(func=cmd_run)
@@ -30,7 +38,7 @@ def add_commands(commands):
     p.add_argument("host")
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows, across reconnects")
-    p.add_argument("--tail", type=int, metavar="BYTES", help="start this many bytes before the end")
+    p.add_argument("--tail", type=byte_count, metavar="BYTES", help="start this many bytes before the end")
 
     p = commands.add_parser("stop", help="stop a job: TERM to everything it started, KILL after the grace period")
     p.set_defaults(func=cmd_stop)
