@@ -1,6 +1,6 @@
 """Upkeep of the history store (history.py): rolling raw points up into 10 s and 1 min buckets,
 expiring what is older than each tier keeps, and holding the file under its cap. Each step does
-a slice of each, in short transactions on the writer's connection, so catching up after the
+a slice of each, in one short transaction on the writer's connection, so catching up after the
 daemon was down is many short steps rather than one long stall.
 
 Marks in the meta table say how far each has gone: `rolled_<tier>` (s): every bucket before it
@@ -30,33 +30,31 @@ class Upkeep:
     `max_bytes`, `_marks`, `_set_mark`, `_ids` and `_first_known`."""
 
     def maintain(self, now=None):
-        """One slice of each kind of maintenance, each in its own short transaction.
+        """One slice of each kind of maintenance, in one short transaction.
         Returns True when more is waiting (the next call goes on)."""
         now = self.clock() if now is None else now
         conn = self.connection()
-        more = False
-        for index in range(1, len(self.tiers)):
-            more |= self._in_transaction(conn, self._roll_up, index, now)
-        for index in range(len(self.tiers)):
-            more |= self._in_transaction(conn, self._expire, index, now)
-        more |= self._in_transaction(conn, self._enforce_cap)
-        return more
+        marks, first_known = dict(self._marks), dict(self._first_known)
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            more = False
+            for index in range(1, len(self.tiers)):
+                more |= self._roll_up(conn, index, now)
+            for index in range(len(self.tiers)):
+                more |= self._expire(conn, index, now)
+            more |= self._enforce_cap(conn)
+            conn.execute("COMMIT")
+            return more
+        except BaseException:
+            conn.execute("ROLLBACK")
+            self._marks, self._first_known = marks, first_known  # as the file has them
+            raise
 
     def maintain_for(self, budget_s=MAINTENANCE_BUDGET_S, now=None):
         """Slices of maintenance until none is waiting or `budget_s` is spent."""
         deadline = time.monotonic() + budget_s
         while self.maintain(now) and time.monotonic() < deadline:
             pass
-
-    def _in_transaction(self, conn, work, *args):
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            more = work(conn, *args)
-            conn.execute("COMMIT")
-            return more
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
 
     def _roll_up(self, conn, index, now):
         """Roll the next slice of the finer tier into the buckets of tier `index`."""
