@@ -526,3 +526,17 @@ def test_a_line_that_is_not_a_frame_is_logged_not_dropped_silently(agent_home, t
     verbose = run_cli("jobs", "local", "--python", wrapper, "-v", env={"XDG_STATE_HOME": str(state)})
     assert verbose.returncode == 0
     assert "specdeck: tui.client: skipped a malformed frame from the agent: frame is not JSON" in verbose.stderr
+
+
+def test_the_relay_itself_says_one_line_for_a_squatted_state_directory(tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    os.chmod(shared, 0o1777)
+    squatted = shared / ("specdeck-%d" % os.getuid())
+    squatted.mkdir()
+    os.chown(squatted, 65534, 65534)
+    env = dict(os.environ, SPECDECK_HOME=str(shared), PYTHONPATH=str(Path(__file__).resolve().parent.parent))
+    result = subprocess.run([sys.executable, "-m", "remote", "relay"], stdin=subprocess.DEVNULL, capture_output=True, text=True, env=env, timeout=30)
+    assert result.returncode == 1 and result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdeck relay: %s cannot hold specdeck's state: it belongs to uid 65534" % squatted), lines

@@ -102,7 +102,11 @@ def write_all(raw_file):
 def run_relay():
     protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
     # Anything else written to stdout would corrupt the protocol: send it to a log instead.
-    log_fd = os.open(os.path.join(paths.state_dir(), "relay.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        log_fd = os.open(os.path.join(paths.state_dir(), "relay.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    except OSError as exc:  # an unusable state directory (UnsafeDirectory says which and why)
+        sys.stderr.write("specdeck relay: %s\n" % exc)
+        return 1
     os.dup2(log_fd, 1)
     try:
         sock, hello_line, rest = connect_daemon()
