@@ -135,8 +135,14 @@ class TrainingSampler(Service):
     def _publish(self, run, records):
         store = getattr(self.daemon, "history", None)
         for record in records:
-            when = record.get("time") or time.time()
-            when = max(when, run.last_time + 0.001)
+            # rich prints whole seconds: records of one second are spread 0.1 s apart within it
+            # (so a curve's buckets tell them apart), 1 ms apart when more than ten share it.
+            printed = record.get("time")
+            if printed is not None:
+                gap = 0.1 if run.last_time + 0.1 < printed + 1.0 else 0.001
+                when = max(printed, run.last_time + gap)
+            else:
+                when = max(time.time(), run.last_time + 0.001)
             run.last_time = when
             if store is not None:
                 store.add_many(curves.history_points(run.id, record, when))

@@ -13,6 +13,9 @@
   specdeck spec HOST (JOB | --url URL) [--window 5m]
   specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
   specdeck bench HOST TARGET --drafter PATH [-- ENGINE_ARGS]
+  specdeck train HOST [--python PATH] [--save-dir DIR] [--name NAME] -- COMMAND...
+  specdeck curves HOST JOB                 a training run's curves, predicted accept length, ETA
+  specdeck checkpoints HOST JOB            the checkpoints a training run wrote, with verdicts
   specdeck gpus HOST [--since DURATION] [--alerts]   GPUs, CPU, memory, disks; a window of history
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
@@ -24,10 +27,10 @@ import sys
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from . import checkpoints, config, downloads, gpus, jobs, serving
+from . import checkpoints, config, downloads, gpus, jobs, serving, training
 from .common import EXIT_FAILED, EXIT_USAGE, CommandError, agent_python, connection_options, report_error, setup_logging
 
-AREAS = (gpus, jobs, checkpoints, downloads, serving, config)  # each adds its commands to the parser
+AREAS = (gpus, jobs, checkpoints, downloads, serving, config, training)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.
@@ -100,7 +103,7 @@ def main(argv=None):
             parser.parse_args(argv[:1])  # prints and exits 0
         return open_console(argv)
     command_argv = []
-    if argv[0] in ("run", "serve", "bench") and "--" in argv:
+    if argv[0] in ("run", "serve", "bench", "train") and "--" in argv:
         # Everything after -- is the job's own command line, options and all.
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]

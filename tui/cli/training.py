@@ -1,0 +1,110 @@
+"""Training from the command line: train (a training or data-generation job), curves (its curves,
+the accept length they predict, ETA, checkpoints) and checkpoints (the list with verdicts)."""
+
+import sys
+
+from .common import connect, emit
+
+
+def add_commands(commands):
+    p = commands.add_parser("train", help="start a drafter training (or data generation) job; prints its id")
+    p.set_defaults(func=cmd_train)
+    p.add_argument("host")
+    p.add_argument("--save-dir", metavar="DIR", help="where the run writes checkpoints (each is inspected when complete)")
+    p.add_argument("--name", help="the job's name")
+    p.add_argument("--datagen", action="store_true", help="a data-generation job (progress: samples done of total)")
+    p.add_argument("--start-from", metavar="PATH", help="the drafter the run starts from (each checkpoint is compared with it)")
+    p.add_argument("--target", metavar="PATH", help="the target model directory (each checkpoint is checked against it)")
+    p.add_argument("--break-even", type=float, metavar="LENGTH", help="the accept length serving must beat")
+    p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
+
+    p = commands.add_parser("curves", help="a training run's curves, predicted accept length, ETA and checkpoints")
+    p.set_defaults(func=cmd_curves)
+    p.add_argument("host")
+    p.add_argument("job")
+    p.add_argument("--points", type=int, default=2000, metavar="N", help="at most N steps (a longer run comes in buckets)")
+
+    p = commands.add_parser("checkpoints", help="the checkpoints a training run wrote, with verdicts")
+    p.set_defaults(func=cmd_checkpoints)
+    p.add_argument("host")
+    p.add_argument("job")
+
+
+def _env(items):
+    env = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if sep and key:
+            env[key] = value
+    return env
+
+
+def cmd_train(args):
+    params = {"argv": args.after_dashes, "kind": "datagen" if args.datagen else "training", "env": _env(args.env)}
+    for key, value in (("python", args.python), ("save_dir", args.save_dir), ("name", args.name),
+                       ("start_from", args.start_from), ("target", args.target), ("break_even", args.break_even)):
+        if value is not None:
+            params[key] = value
+    if not params["argv"]:
+        sys.stderr.write("specdeck train: give the command after --\n")
+        return 2
+    client = connect(args, args.host)
+    try:
+        job = client.call("training.start", params)
+    finally:
+        client.close()
+    emit(args, {"id": job["id"]}, lambda: job["id"])
+    return 0
+
+
+def _length(value):
+    return "-" if value is None else "%.2f" % value
+
+
+def _eta(seconds):
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    return "%d:%02d:%02d" % (seconds // 3600, seconds % 3600 // 60, seconds % 60)
+
+
+def cmd_curves(args):
+    client = connect(args, args.host)
+    try:
+        reply = client.call("training.curves", {"id": args.job, "points": args.points})
+    finally:
+        client.close()
+
+    def text():
+        latest = reply.get("latest") or {}
+        lines = ["step %s  epoch %s  loss %s  predicted accept length %s  eta %s" % (
+            latest.get("step", "-"), latest.get("epoch", "-"), latest.get("loss", "-"),
+            _length(reply.get("predicted_accept_length")), _eta(reply.get("eta_s")))]
+        if latest.get("full_acc"):
+            lines.append("full acc " + " ".join("%.3f" % v for v in latest["full_acc"]))
+        for entry in reply.get("validation", []):
+            lines.append("validation epoch %s: loss %s, predicted accept length %s" % (entry.get("epoch"), entry.get("loss"),
+                                                                                      _length(entry.get("predicted_accept_length"))))
+        for alert in reply.get("alerts", []):
+            lines.append("alert: " + alert)
+        lines += [_checkpoint_line(c) for c in reply.get("checkpoints", [])]
+        return "\n".join(lines)
+
+    emit(args, reply, text)
+    return 0
+
+
+def _checkpoint_line(entry):
+    return "checkpoint %s  step %s  %s  predicted %s  measured %s  %s%s" % (
+        entry["path"], entry.get("step", "-"), entry.get("format") or "-", _length(entry.get("predicted_accept_length")),
+        _length(entry.get("measured_accept_length")), entry.get("verdict"), "  (best)" if entry.get("best") else "")
+
+
+def cmd_checkpoints(args):
+    client = connect(args, args.host)
+    try:
+        entries = client.call("training.checkpoints", {"id": args.job})
+    finally:
+        client.close()
+    emit(args, entries, lambda: "\n".join(_checkpoint_line(e) for e in entries) or "no checkpoint yet")
+    return 0
