@@ -13,7 +13,7 @@ from tests.test_app_jobs import wait_until
 from tui.connection import open_client
 from tui.messages import ClientReady
 from tui.pane_host import PaneHost
-from tui.panes.gpus import METRICS, GpusPane
+from tui.panes.gpus import GpusPane
 from tui.widgets.chart import TimeChart
 
 RECORDING = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"
@@ -79,14 +79,16 @@ async def test_alert_rings_the_bell_and_what_fired_unseen_is_shown_on_connect(ag
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until(pilot, lambda: bells, message="the bell")
-            notes = [n.message for n in app._notifications]
-            assert any("GPU 0 memory" in note for note in notes), notes
+            await wait_until(pilot, lambda: any("GPU 0 memory" in n.message and "full for" in n.message for n in app._notifications),
+                             message="what fired while nobody watched, in a notification")
+            assert any(n.title == "while nobody watched" for n in app._notifications)
             await wait_until(pilot, lambda: client.call("telemetry.alerts", {"unseen": True})["alerts"] == [], message="marked seen")
             # A new one while connected rings again.
             rung = len(bells)
             client.call("telemetry.configure", {"alerts": {"temperature": {"threshold": 0, "duration_s": 0}}})
             await wait_until(pilot, lambda: len(bells) > rung, message="the bell for a live alert")
-            assert any("°C" in n.message for n in app._notifications)
+            await wait_until(pilot, lambda: any("°C" in n.message and n.title == "GPU alert" for n in app._notifications),
+                             message="the live alert in a notification")
     finally:
         client.close()
 

@@ -21,6 +21,7 @@ from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .pane_host import PaneHost
 from .panes.downloads import DownloadsPane
+from .panes.gpus import GpusPane
 from .panes.jobs import JobsPane
 from .panes.speculation import SpeculationPane
 from .panes.tensors import TensorsPane
@@ -28,7 +29,7 @@ from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
 
-PANES = (JobsPane, DownloadsPane, TensorsPane, SpeculationPane)  # in key order: 1, 2, 3, ...
+PANES = (JobsPane, DownloadsPane, TensorsPane, SpeculationPane, GpusPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
 
 

@@ -256,11 +256,16 @@ class GpusPane(Pane):
             text += "   %d GPU%s, driver %s" % (gpus, "" if gpus == 1 else "s", nvml.get("driver_version") or "?")
         self.set_status(text)
 
+    def pane_shown(self):
+        # The chart missed the samples of the time the pane was hidden: ask the store again.
+        self._query_history()
+
     # -- connection, alerts
 
     def client_ready(self):
         client = self.client
-        self._query_history()
+        if self.active:
+            self._query_history()
         self.run_worker(lambda: self._connect_alerts(client), thread=True, exit_on_error=False, group="gpu-alerts")
 
     def _connect_alerts(self, client):
