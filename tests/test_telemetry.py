@@ -5,7 +5,6 @@ the alerts and the daemon are the real ones. Host figures, the no-NVML path, his
 daemon restart and the zipapp run for real."""
 
 import copy
-import gzip
 import json
 import os
 import signal
@@ -21,7 +20,7 @@ from remote.core.history import HistoryStore
 from remote.telemetry import host as host_metrics
 from remote.telemetry.nvml import Nvml
 from remote.telemetry.recording import ReplayNvml, load
-from remote.telemetry.sample import apply_delta, delta
+from remote.telemetry.sample import apply_delta
 from remote.telemetry.sampler import TelemetrySampler
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.sshd_fixtures import wait_for
