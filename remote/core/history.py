@@ -25,9 +25,11 @@ count stay right); one older than a tier's retention is dropped from that tier.
 Maintenance (rolling up, expiring) goes in slices of at most a few minutes of data per step,
 so catching up after the daemon was down is many short steps, never one long stall.
 
-Size (measured with 1 GPU x 15 metrics for a simulated week, every row a 1 Hz week leaves;
-the full 8-GPU figure comes from benchmarks/bench_history.py): 20.3 MB per GPU-week, so about
-162 MB for 8 GPUs a week.
+Size, measured by benchmarks/bench_history.py (8 GPUs x 15 metrics at 1 Hz for a simulated
+week, 72.6 million points through add and flush, time injected): 189.8 MiB (199 MB) for 8 GPUs
+a week, 23.7 MiB (24.9 MB) per GPU-week: raw 52.7 MiB (6 hours), 10 s buckets 100.5 MiB
+(3 days), 1 min buckets 36.4 MiB (7 days). In the steady state (15 days of 1 min buckets)
+about 231 MiB. The same points as JSON lines would take 7.0 GiB.
 Hard cap: `max_bytes` (default 512 MiB of used pages). Above it the oldest hour of the 1 min
 tier is dropped (then of the 10 s tier, then raw) every step until the store is under the cap
 again; pages freed in bulk go back to the file system by incremental vacuum.
