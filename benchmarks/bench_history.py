@@ -1,6 +1,6 @@
 """The history store's figures, each beside a baseline measured in the same run:
 
-  python benchmarks/bench_history.py            # 8 GPUs x 15 metrics, a week at 1 Hz (~15 min)
+  python benchmarks/bench_history.py            # 8 GPUs x 15 metrics, a week at 1 Hz (8-16 min)
   python benchmarks/bench_history.py --days 1   # a quicker look
 
 - insert rate through add() + the service's step (flush + a slice of maintenance) once per
@@ -143,7 +143,8 @@ def main():
     jsonl = json_lines_bytes(directory, args.gpus) * 24 * args.days
     print("  %d points in %.0f s (%.0f points/s)" % (gpus.points, elapsed, gpus.points / elapsed))
     line("size after %d days (MiB)" % args.days, size / MiB, jsonl / MiB, "MiB", better="lower")
-    print("  size per GPU-week: %.1f MiB (%.1f MB)" % (per_gpu_week / MiB, per_gpu_week / 1e6))
+    if args.days == 7:
+        print("  size per GPU-week: %.1f MiB (%.1f MB)" % (per_gpu_week / MiB, per_gpu_week / 1e6))
     tables = table_bytes(path)
     print("  by table: " + ", ".join("%s %.1f MiB" % (name, tables.get(name, 0) / MiB)
                                      for name in ("raw", "buckets_10s", "buckets_1m", "series")))
