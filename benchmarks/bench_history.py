@@ -25,8 +25,8 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote.core.history import HistoryStore  # noqa: E402
-from tests.history_fixtures import SimulatedGpus  # noqa: E402
+from remote.core.history import HistoryStore
+from tests.history_fixtures import SimulatedGpus
 
 DAY_S = 86400
 MiB = 1024 * 1024
@@ -161,7 +161,7 @@ def main():
     print("  query %.0f days at %.0f s: %d points for one GPU, %d series for all" % ((window[1] - window[0]) / DAY_S, used,
                                                                                    len(found[0]["points"]), len(every)))
     if args.days >= 7:
-        naive_s, rows = naive_week_query(directory, gpus)
+        naive_s, _ = naive_week_query(directory, gpus)
         line("week query, one series, 200 points", one_s * 1e3, naive_s * 1e3, "ms", better="lower")
         line("week query, 8 series, 200 points each", all_s * 1e3, naive_s * 8 * 1e3, "ms", better="lower")
     else:
