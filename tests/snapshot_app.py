@@ -2,11 +2,13 @@
 the job events a real agent sent for a few typical jobs (ids, states, progress), so each pane
 renders the same screen on every machine."""
 
+import json
 import types
 from pathlib import Path
 
 from tui import app as app_module
 from tui.messages import JobEvents
+from tui.panes.gpus import GpusPane
 
 NOW = 1_780_000_000.0  # a fixed "now" for runtimes
 
@@ -64,6 +66,10 @@ class SnapshotApp(app_module.SpecdeckApp):
         header.state, header.rtt_s = "connected", 0.011
         self.connection_state = "connected"
         self.post_message(JobEvents({"snapshot": [dict(job) for job in JOBS], "records": []}))
+        # 20 s of 8 GPUs as the sampler streamed them (a replay of the H200 recording, two of its
+        # GPUs played as eight), delivered as the telemetry stream would.
+        samples = json.loads((Path(__file__).parent / "data" / "snapshot_gpus.json").read_text())
+        self.query_one(GpusPane)._on_samples([(sample, number) for number, sample in enumerate(samples)])
 
     def _show_rtt(self):
         pass

@@ -4,7 +4,7 @@ panes, and a hidden pane's log stream is paused and resumed from where it stoppe
 
 import time
 
-from tests.test_app_jobs import SIZE, connected, job_rows, wait_until
+from tests.test_app_jobs import SIZE, connected, job_rows, pane_key, wait_until
 from tui.app import SpecdeckApp
 from tui.panes.jobs import JobsTable
 from tui.widgets.log_view import LogView
@@ -56,7 +56,7 @@ async def test_a_hidden_pane_pauses_its_log_and_resumes_it_without_loss(agent_ho
         await wait_until(pilot, lambda: log.subject == job["id"] and len(log.lines) >= 5, message="the first lines")
 
         sent = record_calls(app.client)
-        await pilot.press("3")  # the Tensors pane: the Jobs pane is hidden now
+        await pilot.press(pane_key(app, "Tensors"))  # the Jobs pane is hidden now
         await wait_until(pilot, lambda: "stream.cancel" in sent, message="the log stream paused")
         lines_when_hidden = len(log.lines)
         time.sleep(1.0)
@@ -65,7 +65,7 @@ async def test_a_hidden_pane_pauses_its_log_and_resumes_it_without_loss(agent_ho
         hidden_calls = [m for m in sent if m != "stream.cancel"]
         assert hidden_calls == [], "hidden panes sent %r" % hidden_calls
 
-        await pilot.press("1")
+        await pilot.press(pane_key(app, "Jobs"))
         await wait_until(pilot, lambda: "line 400" in log.lines, message="the rest of the log after coming back")
         numbers = [int(line.split()[1]) for line in log.lines if line.startswith("line ")]
         assert numbers == list(range(numbers[0], 401)), "lines lost or repeated across the pause"

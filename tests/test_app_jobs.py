@@ -65,9 +65,17 @@ def numbered(lines, prefix="line "):
     return [int(line[len(prefix):]) for line in lines if line.startswith(prefix)]
 
 
+def pane_key(app, title):
+    """The number key of the pane titled `title`."""
+    return str([pane.PANE_TITLE for pane in app.pane_classes].index(title) + 1)
+
+
 async def connected(pilot):
+    """Wait for the connection, then open the Jobs pane (the console opens on the GPUs pane)."""
     await wait_until(pilot, lambda: pilot.app.client is not None, message="the connection")
     await wait_until(pilot, lambda: "connected" in header_text(pilot.app), message="the header to say connected")
+    await pilot.press(pane_key(pilot.app, "Jobs"))
+    await wait_until(pilot, lambda: pilot.app.focused is pilot.app.query_one(JobsTable), message="the Jobs pane")
 
 
 async def type_text(pilot, text):
@@ -211,12 +219,12 @@ async def test_panes_are_a_key_away(agent_home):
     app = SpecdeckApp(host="local")
     async with app.run_test(size=SIZE) as pilot:
         titles = [pane.PANE_TITLE for pane in app.pane_classes]
-        assert {"Jobs", "Downloads", "Tensors", "Speculation"} <= set(titles)
+        assert titles[0] == "GPUs" and {"Jobs", "Downloads", "Tensors", "Speculation"} <= set(titles)
         from textual.widgets import TabbedContent
 
         tabs = app.query_one(TabbedContent)
         keys = [(str(number), title.lower()) for number, title in enumerate(titles, 1)]
-        for key, pane in keys[1:] + keys[:1]:
+        for key, pane in keys[1:] + keys[:2]:
             await pilot.press(key)
             await wait_until(pilot, lambda: tabs.active == pane, message="pane %s after key %s" % (pane, key))
             assert "%s %s" % (key, titles[int(key) - 1]) in screen_text(app)  # its tab, numbered

@@ -29,7 +29,7 @@ from .screens.help import HelpScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
 
-PANES = (JobsPane, DownloadsPane, TensorsPane, SpeculationPane, GpusPane)  # in key order: 1, 2, 3, ...
+PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
 
 

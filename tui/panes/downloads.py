@@ -140,7 +140,8 @@ class DownloadsPane(Pane):
     def pane_shown(self):
         if self._stale and self.book is not None:
             self._stale = False
-            self._show(self.book.of_kind("download"))
+            # After the layout that makes the pane visible: progress bars round to their width.
+            self.call_after_refresh(lambda: self._show(self.book.of_kind("download")))
 
     def _show(self, downloads):
         self._merge(downloads)
