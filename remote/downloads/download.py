@@ -74,9 +74,12 @@ import time
 
 from ..core import hashing
 from ..core.hashing import hash_file
-from .hub import (PlanError, RemoteFile, Resolved, _endpoint, _hf_headers, _http_error, _import_hf, _Stopped,
-                  _token, _Transient, classify, fmt_gb, fmt_size, http_open, load_spec, log, normalize_spec,
-                  one_line, resolve, resolve_url, scrub, select_paths, short)
+from ..core.hashing import Stopped
+from .failures import PlanError, classify, http_error
+from .hub import RemoteFile, Resolved, hub_endpoint, hub_headers, hub_token, import_hf, resolve, resolve_url
+from .hub_http import Transient, http_open
+from .output import fmt_gb, fmt_size, log, one_line, scrub, short
+from .spec import load_spec, normalize_spec, select_paths
 from .progress import FileState, Progress
 from .transfer import (Downloader, LocalPaths, mount_point, new_hasher, read_metadata,
                        space_check)
@@ -92,7 +95,7 @@ def plan(spec):
     """The download-plan answer as a dict ({"ok": true, ...} or {"ok": false, "error": ...})."""
     try:
         spec = normalize_spec(spec)
-        hf = _import_hf()
+        hf = import_hf()
         resolved, have, need, free = _plan(spec, hf)
     except PlanError as e:
         return {"ok": False, "error": e.to_json()}
@@ -137,14 +140,14 @@ def resolved_from_plan(spec, hf, answer):
     """The plan's files as resolve() gives them, without asking the hub again."""
     revision = answer["revision"]
     asked = spec.get("revision") or "main"
-    spec["_endpoint_label"] = _endpoint(hf, spec)
+    spec["_endpoint_label"] = hub_endpoint(hf, spec)
     spec["_revision_label"] = asked if asked == revision else "%s (%s)" % (asked, revision[:7])
     files = [RemoteFile(f["path"], f["size"], f.get("sha256"), f.get("blob_id")) for f in answer["files"]]
     return Resolved(revision, files, answer.get("all_paths") or [f.path for f in files])
 
 
 def _plan(spec, hf):
-    token = _token(hf)
+    token = hub_token(hf)
     try:
         resolved = resolve(spec, hf)
     except Exception as e:
@@ -161,17 +164,16 @@ def _plan(spec, hf):
 def _probe(spec, hf, resolved, token):
     """HEAD the smallest selected file: a gated repo's metadata is public, its files are not."""
     rf = min(resolved.files, key=lambda f: f.size)
-    url = resolve_url(_endpoint(hf, spec), spec, resolved.revision, rf.path)
-    headers = _hf_headers(hf)
-    headers["Accept-Encoding"] = "identity"
+    url = resolve_url(hub_endpoint(hf, spec), spec, resolved.revision, rf.path)
+    headers = hub_headers(hf)
     try:
         resp = http_open(url, headers, method="HEAD", timeout=30, follow=False)
-    except (_Transient, OSError, http.client.HTTPException) as e:
+    except (Transient, OSError, http.client.HTTPException) as e:
         raise classify(e, spec, have_token=bool(token))
     code = resp.getcode()
     resp.close()
     if code >= 400:
-        raise _http_error(resp, spec, rf.path, bool(token))
+        raise http_error(resp, spec, rf.path, bool(token))
 
 
 # --------------------------------------------------------------------------- verification
@@ -318,7 +320,7 @@ def hash_tree(spec, resolved, progress, stop, workers=None):
         while t.is_alive():
             t.join(0.5)
     if stop.is_set():
-        raise _Stopped()
+        raise Stopped()
     return results
 
 
@@ -383,10 +385,10 @@ def run_download(spec, job_dir):
                                              spec.get("revision") or "main", spec["local_dir"]))
         progress.set(state="resolving")
         try:
-            hf = _import_hf()
+            hf = import_hf()
             planned = read_plan(job_dir, spec)
             if planned is not None:  # the start-up planned it a moment ago: do not ask the hub again
-                _token(hf)
+                hub_token(hf)
                 resolved = resolved_from_plan(spec, hf, planned)
                 need, free = planned["to_fetch_bytes"], planned["free_bytes"]
             else:
@@ -429,7 +431,7 @@ def run_download(spec, job_dir):
                                                                  time.monotonic() - t_start))
         progress.set(state=state, verdict=verdict)
         return 0 if state == "verified" else 1
-    except _Stopped:
+    except Stopped:
         sig = getattr(stop, "signum", None)
         name = signal.Signals(sig).name if sig else "a signal"
         kept = sum(f.bytes_done for f in progress.files)
@@ -451,8 +453,8 @@ def run_verify(spec, job_dir):
             raise PlanError("FileNotFound", "%s is not a directory" % spec["local_dir"])
         offline_reason = None
         try:
-            hf = _import_hf()
-            token = _token(hf)
+            hf = import_hf()
+            token = hub_token(hf)
             try:
                 resolved = resolve(spec, hf)
             except Exception as e:
@@ -486,7 +488,7 @@ def run_verify(spec, job_dir):
         verdict = dict(verdict, revision=resolved.revision, files=[
             {"path": rf.path, "size": rf.size, "state": progress_file(progress, rf.path).state}
             for rf in resolved.files])
-    except _Stopped:
+    except Stopped:
         verdict = {"status": "error", "message": "stopped"}
         _fail(progress, "stopped", verdict)
     except PlanError as e:

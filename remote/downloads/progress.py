@@ -9,7 +9,7 @@ import os
 import threading
 import time
 
-from .hub import log, scrub
+from .output import log, replace_file, scrub
 
 PROGRESS_INTERVAL = 0.25
 RATE_WINDOW = 5.0
@@ -36,7 +36,7 @@ class FileState:
 
 
 class Progress:
-    """progress.json, rewritten (tmp + os.replace) at most every PROGRESS_INTERVAL seconds."""
+    """progress.json, replaced whole at most every PROGRESS_INTERVAL seconds."""
 
     def __init__(self, job_dir, job, spec):
         self.path = os.path.join(job_dir, "progress.json") if job_dir else None
@@ -69,6 +69,13 @@ class Progress:
             self.dirty = True
         if "state" in kw or "verdict" in kw or "error" in kw:
             self.write()
+
+    def file_state(self, path):
+        """The FileState of `path`, or None when the job does not follow it."""
+        for f in self.files:
+            if f.path == path:
+                return f
+        return None
 
     def fetched(self):
         return sum(f.fetched for f in self.files)
@@ -116,11 +123,8 @@ class Progress:
             return
         with self.write_lock:
             data = scrub(json.dumps(self.snapshot(), ensure_ascii=False))
-            tmp = "%s.tmp%d" % (self.path, os.getpid())
             try:
-                with open(tmp, "w", encoding="utf-8") as f:
-                    f.write(data + "\n")
-                os.replace(tmp, self.path)
+                replace_file(self.path, data + "\n", encoding="utf-8")
             except OSError as e:
                 log("cannot write %s: %s" % (self.path, e))
             self.last_write = time.monotonic()

@@ -18,8 +18,11 @@ try:  # the agent runs on Linux hosts; keep the module importable elsewhere
 except ImportError:  # pragma: no cover
     fcntl = None
 
-from .hub import (READ_TIMEOUT, PlanError, _endpoint, _hf_headers, _http_error, _Stopped, _token, _Transient,
-                  fmt_size, http_open, hub_origins, log, one_line, resolve_url, scrub, short)
+from ..core.hashing import Stopped
+from .failures import PlanError, http_error
+from .hub import hub_endpoint, hub_headers, hub_token, resolve_url
+from .hub_http import READ_TIMEOUT, Transient, http_open, hub_origins
+from .output import fmt_size, log, one_line, scrub, short
 from ..core.hashing import hash_file
 from .progress import FileState
 
@@ -123,7 +126,7 @@ class _FileLock:
             if self.stop.wait(0.5):
                 os.close(self.fd)
                 self.fd = None
-                raise _Stopped()
+                raise Stopped()
 
     def __exit__(self, *exc):
         if self.fd is not None:
@@ -274,10 +277,9 @@ class Downloader:
         self.progress = progress
         self.stop = stop
         self.local_dir = spec["local_dir"]
-        self.endpoint = _endpoint(hf, spec)
-        self.headers = _hf_headers(hf)
-        self.headers["Accept-Encoding"] = "identity"
-        self.have_token = bool(_token(hf))
+        self.endpoint = hub_endpoint(hf, spec)
+        self.headers = hub_headers(hf)
+        self.have_token = bool(hub_token(hf))
         self.trusted = hub_origins(hf)
         try:
             self.retries = int(os.environ.get("SPECDECK_DOWNLOAD_RETRIES", DEFAULT_RETRIES))
@@ -307,7 +309,7 @@ class Downloader:
                     return
                 try:
                     self.one(rf)
-                except _Stopped:
+                except Stopped:
                     return
                 except BaseException as e:  # the first failure stops the others
                     self.states[rf.path].state = "failed"
@@ -331,7 +333,7 @@ class Downloader:
             rf, e = errors[0]
             raise _worker_error(rf, e)
         if self.stop.is_set():
-            raise _Stopped()
+            raise Stopped()
         return {p: st.digest for p, st in self.states.items()}
 
     def progress_state(self, rf):
@@ -412,14 +414,14 @@ class Downloader:
             try:
                 while True:
                     if self.stop.is_set():
-                        raise _Stopped()
+                        raise Stopped()
                     if st.bytes_done >= rf.size:
                         break
                     st.state = "downloading"
                     before = st.bytes_done
                     try:
                         hasher = self._get(url, rf, st, f, hasher, part, on_hashed)
-                    except _Transient as e:
+                    except Transient as e:
                         progressed = st.bytes_done > before
                         if progressed:  # a link that drops now and then: go on at once
                             left = self.retries
@@ -434,7 +436,7 @@ class Downloader:
                         log("%s: %s; retrying from byte %s in %.0f s" % (rf.path, one_line(scrub(str(e))),
                                                                          format(st.bytes_done, ","), wait))
                         if self.stop.wait(wait):
-                            raise _Stopped()
+                            raise Stopped()
                         if not progressed:
                             delay = min(delay * 2, 30.0)
                 digest = hasher.finish()
@@ -465,21 +467,21 @@ class Downloader:
         try:
             resp = http_open(url, headers, timeout=READ_TIMEOUT, trusted=self.trusted)
         except (OSError, http.client.HTTPException) as e:
-            raise _Transient(str(e) or type(e).__name__)
+            raise Transient(str(e) or type(e).__name__)
         try:
             code = resp.getcode()
             if code in (408, 429) or code >= 500:
-                raise _Transient("server answered HTTP %d" % code)
+                raise Transient("server answered HTTP %d" % code)
             if code == 416:
                 log("%s: the server cannot continue at byte %s; starting over" % (rf.path, format(offset, ",")))
                 hasher = self._restart(rf, st, f, hasher, part, on_hashed)
-                raise _Transient("range not satisfiable")
+                raise Transient("range not satisfiable")
             if code >= 400:
-                raise _http_error(resp, self.spec, rf.path, self.have_token)
+                raise http_error(resp, self.spec, rf.path, self.have_token)
             if code == 206:
                 m = re.match(r"bytes (\d+)-", resp.headers.get("Content-Range") or "")
                 if m is None or int(m.group(1)) != offset:
-                    raise _Transient("server answered range %r for bytes=%d-" % (resp.headers.get("Content-Range"),
+                    raise Transient("server answered range %r for bytes=%d-" % (resp.headers.get("Content-Range"),
                                                                                  offset))
             elif code == 200:
                 if offset:
@@ -496,7 +498,7 @@ class Downloader:
             try:
                 while want > 0:
                     if self.stop.is_set():
-                        raise _Stopped()
+                        raise Stopped()
                     if buf is None:
                         buf = hasher.buffer()
                         view = memoryview(buf)
@@ -505,9 +507,9 @@ class Downloader:
                     try:
                         n = resp.readinto(view[filled:filled + k])
                     except (OSError, http.client.HTTPException, ValueError) as e:
-                        raise _Transient("connection lost: %s" % (str(e) or type(e).__name__))
+                        raise Transient("connection lost: %s" % (str(e) or type(e).__name__))
                     if not n:
-                        raise _Transient("connection closed early")
+                        raise Transient("connection closed early")
                     _write_all(f, view[filled:filled + n])
                     filled += n
                     want -= n
@@ -548,7 +550,7 @@ def _worker_error(rf, e):
         return e
     if isinstance(e, OSError) and e.errno in (28, 122):  # ENOSPC, EDQUOT
         return PlanError("NoSpace", "disk full while writing %s: %s" % (rf.path, e.strerror or e))
-    if isinstance(e, _Transient):
+    if isinstance(e, Transient):
         return PlanError("NetworkUnreachable", "%s: %s" % (rf.path, one_line(scrub(str(e)))))
     if isinstance(e, OSError):
         return PlanError("InternalError", "%s: %s" % (rf.path, one_line(scrub(str(e)))))

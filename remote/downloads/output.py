@@ -1,0 +1,94 @@
+"""What leaves a download job: every string scrubbed of the tokens this process knows of, the
+timestamped log on stdout, one-line messages, sizes and digests formatted for people, and small
+files replaced whole."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import threading
+import time
+
+GB = 1000 ** 3
+
+
+class _Secrets:
+    def __init__(self):
+        self.values = set()
+
+    def add(self, value):
+        if isinstance(value, str) and len(value.strip()) >= 6:
+            self.values.add(value.strip())
+
+    def scrub(self, text):
+        if not isinstance(text, str):
+            text = str(text)
+        for v in sorted(self.values, key=len, reverse=True):
+            if v in text:
+                text = text.replace(v, "<token>")
+        text = re.sub(r"\bhf_[A-Za-z0-9]{16,}", "hf_<token>", text)
+        text = re.sub(r"(?i)(bearer\s+)[^\s'\",]+", r"\1<token>", text)
+        return text
+
+
+_SECRETS = _Secrets()
+for _name in ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"):
+    _SECRETS.add(os.environ.get(_name))
+
+
+def remember_secret(value):
+    """From now on, scrub() hides `value` (a token found by huggingface_hub, say)."""
+    _SECRETS.add(value)
+
+
+def scrub(text):
+    """`text` without any token this process knows of."""
+    return _SECRETS.scrub(text)
+
+
+def one_line(text, limit=400):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+_LOG_LOCK = threading.Lock()
+
+
+def log(message):
+    line = "%s %s" % (time.strftime("%H:%M:%S"), scrub(message))
+    with _LOG_LOCK:
+        try:
+            sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def fmt_gb(n):
+    """2382319104 -> '2.38 GB'."""
+    if n is None:
+        return "? GB"
+    if n >= 10 ** 8 or n == 0:
+        return "%.2f GB" % (n / GB)
+    return "%.3g GB" % (n / GB)
+
+
+def fmt_size(n):
+    """2382319104 -> '2.38 GB (2,382,319,104 bytes)'; small sizes in bytes only."""
+    if n < 10 ** 6:
+        return "%s bytes" % format(n, ",")
+    return "%s (%s bytes)" % (fmt_gb(n), format(n, ","))
+
+
+def short(digest):
+    return (digest or "?")[:12] + ".."
+
+
+def replace_file(path, text, encoding=None):
+    """Write `text` to a temporary file beside `path`, then put it in place at once, so a reader
+    (the agent polling progress.json, huggingface_hub reading .metadata) never sees half of it."""
+    tmp = "%s.tmp%d" % (path, os.getpid())
+    with open(tmp, "w", encoding=encoding) as f:
+        f.write(text)
+    os.replace(tmp, path)
