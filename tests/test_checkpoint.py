@@ -123,10 +123,10 @@ def test_k2_inspect_reads_the_header_and_vocab_maps_only(k2_dir, monkeypatch):
         def __exit__(self, *exc):
             self.f.close()
 
-    from remote.checkpoints import safetensors_header
+    from remote.checkpoints import header_json, locate, vocab_maps
 
     counting_open = lambda *a, **kw: Counting(builtins.open(*a, **kw))  # noqa: E731
-    for module in (ck, safetensors_header):  # the header reader lives apart from inspect
+    for module in (header_json, locate, vocab_maps):  # the modules that open the checkpoint's files
         monkeypatch.setattr(module, "open", counting_open, raising=False)
     report = ck.inspect(k2_dir)
     assert report["problems"] == []

@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from safetensors import safe_open
 
+from remote.checkpoints import header_fast
 from remote.checkpoints import report as ck
 from remote.checkpoints.safetensors_header import read_header_rows
 
@@ -79,6 +80,8 @@ unknown_values = st.one_of(st.integers(-10 ** 30, 10 ** 30).map(str), st.sampled
 def headers(draw):
     """(header text, data length): half of them clean, the rest with a few odd spellings and faults."""
     odd = draw(st.booleans())
+    # Half of them in safetensors' own compact spelling (the canonical fast path), half spaced.
+    comma, colon = (",", ":") if draw(st.booleans()) else (", ", ": ")
 
     def rare(n):
         return odd and draw(st.integers(0, n)) == 0
@@ -119,33 +122,33 @@ def headers(draw):
     parts = []
     metadata = draw(st.sampled_from([None, '{"format": "pt"}', '{"a": "1", "a": "2"}'] + (["null", '{"k": 1}', "[]"] if odd else [])))
     if metadata is not None:
-        parts.append('"__metadata__": ' + metadata)
+        parts.append('"__metadata__"' + colon + metadata.replace(": ", colon).replace(", ", comma))
     ascii_only = draw(st.booleans())
     for i in order:
         e = entries[i]
         dtype_text = json.dumps(e["dtype"])
         spelling = draw(st.sampled_from(["unit-map", "bad-map", "number"])) if rare(6) else "plain"
         if spelling == "unit-map":
-            dtype_text = '{%s: null}' % dtype_text
+            dtype_text = '{%s%snull}' % (dtype_text, colon)
         elif spelling == "bad-map":
-            dtype_text = '{%s: []}' % dtype_text
+            dtype_text = '{%s%s[]}' % (dtype_text, colon)
         elif spelling == "number":
             dtype_text = "1"
         shape_items = [str(d) for d in e["shape"]]
         if shape_items and rare(6):
             shape_items[draw(st.integers(0, len(shape_items) - 1))] = draw(odd_numbers)
-        shape_text = "[" + ", ".join(shape_items) + "]"
+        shape_text = "[" + comma.join(shape_items) + "]"
         offsets = [str(o) for o in e["offsets"]]
         if rare(10):
             offsets.append("0")
         if rare(10):
             offsets[0] = draw(odd_numbers)
-        offsets_text = "[" + ", ".join(offsets) + "]"
+        offsets_text = "[" + comma.join(offsets) + "]"
         form = draw(st.sampled_from(["array", "short-array", "missing", "dup-field"])) if rare(6) else "object"
         if form == "array":
-            body = "[%s, %s, %s]" % (dtype_text, shape_text, offsets_text)
+            body = "[" + comma.join([dtype_text, shape_text, offsets_text]) + "]"
         elif form == "short-array":
-            body = "[%s, %s]" % (dtype_text, shape_text)
+            body = "[" + comma.join([dtype_text, shape_text]) + "]"
         else:
             fields = [('"dtype"', dtype_text), ('"shape"', shape_text), ('"data_offsets"', offsets_text)]
             if form == "missing":
@@ -156,13 +159,15 @@ def headers(draw):
                 fields.append(('"extra"', draw(unknown_values)))
                 if draw(st.booleans()):
                     fields.append(('"extra"', draw(unknown_values)))
-            fields = draw(st.permutations(fields))
-            body = "{" + ", ".join("%s: %s" % kv for kv in fields) + "}"
-        parts.append("%s: %s" % (json.dumps(e["name"], ensure_ascii=ascii_only), body))
+            if comma == ", " or rare(2):  # safetensors writes dtype, shape, data_offsets in that order
+                fields = draw(st.permutations(fields))
+            body = "{" + comma.join(key + colon + value for key, value in fields) + "}"
+        parts.append(json.dumps(e["name"], ensure_ascii=ascii_only) + colon + body)
     if parts and rare(8):
         parts.append(parts[draw(st.integers(0, len(parts) - 1))])  # a duplicated key
-    text = "{" + ", ".join(parts) + "}"
-    text = draw(st.sampled_from(["", " ", "\n", "\t "])) + text + draw(st.sampled_from(["", "  ", " \n"]))
+    text = "{" + comma.join(parts) + "}"
+    leading = draw(st.sampled_from(["", " ", "\n", "\t "])) if comma == ", " or rare(4) else ""
+    text = leading + text + draw(st.sampled_from(["", "  ", " \n"]))
     if rare(10):
         text += draw(st.sampled_from(["\x00", "x", "}"]))
     return text, data_len
@@ -234,3 +239,23 @@ def test_every_dtype_safetensors_writes_is_known(tmp_path):
     mine = ours(path)
     assert mine is not None and mine == theirs(path)
     assert set(d for _, d in mine.values()) == set(fx._SPEC_NAMES)
+
+
+def test_safetensors_own_spelling_takes_the_canonical_path(tmp_path):
+    """A file safetensors itself wrote is read by the one-regex path, with what the exact parser reads."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    path = str(tmp_path / "own.safetensors")
+    save_file({"model.layers.0.w": np.zeros((4, 8), np.float32), "model.layers.1.w": np.ones((3,), np.int64),
+               "b": np.zeros((0, 2), np.uint8), "\u00e9t\u00e9 \u2603": np.zeros((2,), np.float16)}, path,
+              metadata={"format": "np", "note": "a, b: c"})
+    header, data_start, size = ck.read_header(path)
+    with open(path, "rb") as f:
+        text = f.read(data_start)[8:].decode("utf-8")
+    columns, problems = header_fast.parse_canonical(text, size - data_start)
+    tensors, exact_problems = ck.check_header(header, size - data_start)
+    assert problems == exact_problems == []
+    assert [(n, d, list(s), b) for n, d, s, b in zip(columns.names, columns.dtypes, columns.shapes, columns.bytes)] == \
+        [(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in tensors]
+    assert ours(path) == theirs(path) and len(ours(path)) == 4

@@ -8,7 +8,7 @@ import tempfile
 
 import pytest
 
-from remote.checkpoints import eagle3, listing, roles
+from remote.checkpoints import listing, roles
 from remote.core.protocol import MAX_FRAME_BYTES, RemoteError
 from tests import checkpoint_fixtures as fx
 from tui.connection import open_client
@@ -103,7 +103,7 @@ def test_pages_filter_and_sort_on_the_host(client, moe):
 def test_roles_worded_per_pattern_are_the_roles_worded_one_by_one(moe):
     namer = roles.RoleNamer("hf", {})
     names = [spec[0] for spec in fx.moe_tensor_specs(layers=3, experts=4, dense_layers=1)]
-    assert [namer.role(n) for n in names] == [eagle3.role(n, "hf", {}) for n in names]
+    assert [namer.role(n) for n in names] == [roles.role(n, "hf", {}) for n in names]
     assert roles.name_pattern("model.layers.3.mlp.experts.17.w1.weight") == "model.layers.{N}.mlp.experts.{E}.w1.weight"
 
 

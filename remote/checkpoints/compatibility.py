@@ -5,8 +5,9 @@ compare uses when one side is a target model, and serving uses before it starts 
 
 import json
 
-from .eagle3 import FORMAT_DESCRIPTIONS, _int_field, canonical_names, default_aux_layer_ids, effective_config
-from .safetensors_header import _d, _shape_text
+from .eagle3 import default_aux_layer_ids
+from .formats import FORMAT_DESCRIPTIONS, canonical_names, effective_config, int_field
+from .problems import dim_text, shape_text
 
 # Config fields that differ between any two checkpoints and say nothing about compatibility.
 _CONFIG_NOISE = {"_name_or_path", "transformers_version", "speculators_version", "auto_map",
@@ -53,7 +54,7 @@ def is_target_model(report):
     if report.get("eagle3") is not None or report.get("format") not in ("hf", "unknown"):
         return False
     tc = _target_text_config(report.get("config"))
-    return _int_field(tc, "hidden_size") is not None and _int_field(tc, "vocab_size") is not None
+    return int_field(tc, "hidden_size") is not None and int_field(tc, "vocab_size") is not None
 
 
 def compare(report_a, report_b):
@@ -90,7 +91,7 @@ def compare(report_a, report_b):
     if ea and eb:
         for key, words in _DIM_WORDS.items():
             if ea.get(key) is not None and eb.get(key) is not None and ea[key] != eb[key]:
-                dims.append("%s differs: A %s, B %s" % (words, _d(ea[key]), _d(eb[key])))
+                dims.append("%s differs: A %s, B %s" % (words, dim_text(ea[key]), dim_text(eb[key])))
     ca, cb = _canonical_tensors(report_a), _canonical_tensors(report_b)
     rows = []
     for key in sorted(set(ca) | set(cb), key=_row_order):
@@ -104,7 +105,7 @@ def compare(report_a, report_b):
         rows.append({"name": name, "a": _tensor_side(a), "b": _tensor_side(b), "status": status})
         if status == "shape differs":
             cause = next((c for k, c in _SHAPE_CAUSE if k in key), "")
-            shapes.append("%s: A %s, B %s%s" % (name, _shape_text(a["shape"]), _shape_text(b["shape"]),
+            shapes.append("%s: A %s, B %s%s" % (name, shape_text(a["shape"]), shape_text(b["shape"]),
                                                 (" (%s)" % cause) if cause else ""))
         elif status == "only in B":
             if key in _OPTIONAL:
@@ -206,25 +207,25 @@ def check_against_target(report, target_config):
         check("eagle3", False, "not an EAGLE-3 drafter (format %s)" % report.get("format"))
         return {"verdict": "incompatible", "reasons": [c["message"] for c in checks], "checks": checks,
                 "aux_layer_ids": None, "aux_layer_ids_source": None}
-    th, tv, layers = _int_field(tc, "hidden_size"), _int_field(tc, "vocab_size"), _int_field(tc, "num_hidden_layers")
+    th, tv, layers = int_field(tc, "hidden_size"), int_field(tc, "vocab_size"), int_field(tc, "num_hidden_layers")
     dth, dh = e.get("target_hidden_size"), e.get("hidden_size")
     if th is None:
         check("hidden_size", False, "the target config has no hidden_size")
     elif dth is not None:
         check("hidden_size", dth == th, "fc.weight fuses 3 x %s target features; the target's hidden_size is %s"
-              % (_d(dth), _d(th)))
+              % (dim_text(dth), dim_text(th)))
     if th is not None and dh is not None and e.get("embed_tokens") != "present":
         check("embedding", dh == th, "the drafter has no embed_tokens and shares the target's %s-wide embedding; "
-              "its hidden size is %s" % (_d(th), _d(dh)))
+              "its hidden size is %s" % (dim_text(th), dim_text(dh)))
     dtv, dv = e.get("target_vocab_size"), e.get("draft_vocab_size")
     if tv is None:
         check("vocab_size", False, "the target config has no vocab_size")
     else:
         if dtv is not None:
             check("vocab_size", dtv == tv, "the drafter maps into a %s-token target vocabulary (t2d); the target's "
-                  "vocab_size is %s" % (_d(dtv), _d(tv)))
+                  "vocab_size is %s" % (dim_text(dtv), dim_text(tv)))
         if dv is not None and dv > tv:
-            check("draft_vocab_size", False, "the draft vocabulary (%s) is larger than the target's (%s)" % (_d(dv), _d(tv)))
+            check("draft_vocab_size", False, "the draft vocabulary (%s) is larger than the target's (%s)" % (dim_text(dv), dim_text(tv)))
     ids = e.get("aux_layer_ids")
     source = "config"
     if layers is None:

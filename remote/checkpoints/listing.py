@@ -11,10 +11,11 @@ does not read the headers again. Standard library only.
 import os
 import secrets
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict
 
 from . import report
-from .roles import RoleNamer, marked_numbers, pattern_text
+from .collect import collect
+from .roles import RoleNamer, marked_names, pattern_text
 
 SORT_KEYS = ("name", "size", "dtype")
 # The first page `checkpoint.inspect` returns: every tensor of any drafter and of most dense
@@ -28,24 +29,28 @@ SHAPES_PER_GROUP = 3
 MAX_KEPT_TENSORS = 2500000
 MAX_KEPT_LISTINGS = 8
 VIEWS_KEPT = 4
+# Names marked for grouping a block at a time: the marked copies cost as much memory as the names.
+GROUP_BLOCK_TENSORS = 16384
 
 
 class Listing(object):
     """One inspected checkpoint: the report without its tensors, and the tensors in columns."""
 
     def __init__(self, got):
-        rows = sorted(got.rows, key=_row_name)
-        got.rows = None  # the columns below replace them
-        self.names = [row[0] for row in rows]
-        self.dtypes = [row[1] for row in rows]
-        self.shapes = [row[2] for row in rows]
-        self.sizes = [got.stored_bytes(row) for row in rows]
-        self.file_indexes = [row[6] for row in rows] if got.multi else None
-        del rows
+        columns = got.columns
+        got.columns = None  # the sorted columns below replace them
+        order = columns.name_order()
+        sizes = columns.stored_bytes()
+        self.names = list(map(columns.names.__getitem__, order))
+        self.dtypes = list(map(columns.dtypes.__getitem__, order))
+        self.shapes = list(map(columns.shapes.__getitem__, order))
+        self.sizes = list(map(sizes.__getitem__, order))
+        self.file_indexes = list(map(columns.file_indexes.__getitem__, order)) if got.multi else None
+        del columns, order, sizes
         self.file_labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
         self.namer = RoleNamer(got.format, got.dims, got.canonical)
         self.got = got
-        self.tensor_bytes = sum(size for size in self.sizes if size is not None)
+        self.tensor_bytes = sum(self.sizes) if None not in self.sizes else sum(s for s in self.sizes if s is not None)
         self.groups = self._group()
         self.views = OrderedDict()
         self.lock = threading.Lock()
@@ -56,19 +61,25 @@ class Listing(object):
         return len(self.names)
 
     def _group(self):
+        """The name patterns with their counts, bytes, dtypes, first shapes and roles, largest first."""
+        # Tensors counted by (pattern, dtype, shape, size) in C, a block of names at a time (the
+        # marked names are as large as the names); a MoE target has a few hundred such.
+        combos = Counter()
+        for start in range(0, len(self.names), GROUP_BLOCK_TENSORS):
+            end = start + GROUP_BLOCK_TENSORS
+            combos.update(zip(marked_names(self.names[start:end]), self.dtypes[start:end], self.shapes[start:end],
+                              self.sizes[start:end]))
         by_pattern = {}
-        mark = marked_numbers
-        for index, name in enumerate(self.names):
-            marked = mark("{#}", name)
+        # In name order of first appearance, as the dtypes and shapes of a group are listed.
+        for (marked, dtype, shape, size), count in combos.items():
             group = by_pattern.get(marked)
             if group is None:
                 group = by_pattern[marked] = [0, 0, {}, {}]
-            group[0] += 1
-            group[1] += self.sizes[index] or 0
-            group[2][self.dtypes[index]] = True
-            shapes = group[3]
-            if len(shapes) <= SHAPES_PER_GROUP:
-                shapes[self.shapes[index]] = True
+            group[0] += count
+            group[1] += (size or 0) * count
+            group[2][dtype] = True
+            if len(group[3]) <= SHAPES_PER_GROUP:
+                group[3][shape] = True
         groups = []
         for marked, (count, size, dtypes, shapes) in by_pattern.items():
             groups.append({"pattern": pattern_text(marked), "count": count, "bytes": size,
@@ -132,10 +143,6 @@ class Listing(object):
         return result
 
 
-def _row_name(row):
-    return row[0]
-
-
 # ---------------------------------------------------------------------------------------------
 # Listings kept for paging
 
@@ -172,7 +179,7 @@ def open_listing(path):
             if listing.where == where and kept_signature == signature:
                 _KEPT.move_to_end(handle)
                 return listing
-    listing = Listing(report.collect(path))
+    listing = Listing(collect(path))
     listing.where = where
     listing.handle = secrets.token_hex(8)
     with _KEPT_LOCK:

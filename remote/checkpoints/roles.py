@@ -1,14 +1,138 @@
-"""Tensor roles and name patterns for checkpoints with very many tensors.
+"""What each tensor does, in words, and name patterns for checkpoints with very many tensors.
 
-A 64-shard MoE target has 100,000+ tensors but only a few dozen name shapes
-(`model.layers.{N}.mlp.experts.{E}.down_proj.weight`). The role of a tensor depends on its
-shape of name, the numbers in it and (for a drafter's first layer) whether a number is 0, so
-it is worded once per shape and the numbers are filled in after. Standard library only.
+role() words one tensor from its speculators-layout name (a drafter's roles name the sizes
+they map between; a plain model's say which layer and expert). A 64-shard MoE target has
+100,000+ tensors but only a few dozen name shapes (`model.layers.{N}.mlp.experts.{E}.down_proj.weight`).
+The role of a tensor depends on its shape of name, the numbers in it and (for a drafter's
+first layer) whether a number is 0, so RoleNamer words it once per shape and fills the numbers
+in after. Standard library only.
 """
 
 import re
+from operator import itemgetter
 
-from .eagle3 import role
+
+# ---------------------------------------------------------------------------------------------
+# One tensor's role
+
+
+def role(canonical, fmt, dims):
+    """What a tensor does, in words that are right, from its speculators-layout name."""
+    dims = dims or {}
+    h = dims.get("hidden_size")
+    th = dims.get("target_hidden_size") or h
+    dv = dims.get("draft_vocab_size")
+    tv = dims.get("target_vocab_size")
+    inter = dims.get("intermediate_size")
+    heads = dims.get("num_attention_heads")
+    kv = dims.get("num_key_value_heads")
+    hd = dims.get("head_dim")
+
+    def num(value, fallback):
+        return str(value) if value else fallback
+
+    if fmt == "hf":
+        return hf_role(canonical)
+    eagle12 = dims.get("eagle12")
+    m = re.match(r"layers\.(\d+)\.(.*)", canonical)
+    layer, rest = (int(m.group(1)), m.group(2)) if m else (None, canonical)
+    first = layer == 0
+    two_h = "2 x %s" % num(h, "hidden")
+    if rest == "fc.weight":
+        if eagle12:
+            return "fuses the token embedding with the target's last hidden state (%s -> %s)" % (two_h, num(h, "hidden"))
+        return ("fuses 3 auxiliary hidden states of the target (3 x %s -> %s); not QKV"
+                % (num(th, "target hidden"), num(h, "hidden")))
+    if rest == "fc.bias":
+        return "bias of fc"
+    if rest == "d2t":
+        return "draft id -> target id offsets: target = draft + d2t[draft] (%s draft ids)" % num(dv, "all")
+    if rest == "t2d":
+        return "marks the %s target ids (of %s) the draft vocabulary keeps" % (num(dv, "draft-vocabulary"), num(tv, "all"))
+    if rest == "lm_head.weight":
+        return "draft LM head: hidden %s -> %s draft-vocabulary logits" % (num(h, ""), num(dv, "the")) if not eagle12 \
+            else "LM head (hidden -> vocabulary logits)"
+    if rest == "norm.weight":
+        return "final RMSNorm before lm_head"
+    if rest == "embed_tokens.weight":
+        return "token embeddings (%s target ids x %s); often shared from the target" % (num(tv, "all"), num(h, "hidden"))
+    if rest == "input_norm.weight":
+        return "RMSNorm over the 3 concatenated aux hidden states before fc (norm_before_fc)"
+    if rest == "mask_hidden":
+        return "hidden state used for masked positions in parallel drafting"
+    heads_text = "%s heads x %s" % (num(heads, "?"), num(hd, "?")) if heads else "the heads"
+    kv_text = "%s kv heads x %s" % (num(kv, "?"), num(hd, "?")) if kv else "the kv heads"
+    inputs = "embedding+hidden (%s)" % two_h if first and not eagle12 else num(h, "hidden")
+    table = {
+        "hidden_norm.weight": "RMSNorm on the incoming hidden state (fused target features or the previous step)",
+        "input_layernorm.weight": ("RMSNorm on the token embedding before it joins the hidden state" if first and not eagle12
+                                   else "RMSNorm before attention"),
+        "post_attention_layernorm.weight": "RMSNorm before the MLP",
+        "self_attn.q_proj.weight": "attention query: %s -> %s" % (inputs, heads_text),
+        "self_attn.k_proj.weight": "attention key: %s -> %s" % (inputs, kv_text),
+        "self_attn.v_proj.weight": "attention value: %s -> %s" % (inputs, kv_text),
+        "self_attn.qkv_proj.weight": "fused query/key/value (vLLM): %s -> q, k and v heads" % inputs,
+        "self_attn.o_proj.weight": "attention output: %s -> hidden %s" % (heads_text, num(h, "")),
+        "mlp.gate_proj.weight": "MLP gate: hidden %s -> %s" % (num(h, ""), num(inter, "intermediate")),
+        "mlp.up_proj.weight": "MLP up: hidden %s -> %s" % (num(h, ""), num(inter, "intermediate")),
+        "mlp.gate_up_proj.weight": ("fused MLP gate and up (vLLM): hidden %s -> 2 x %s"
+                                    % (num(h, ""), num(inter, "intermediate"))),
+        "mlp.down_proj.weight": "MLP down: %s -> hidden %s" % (num(inter, "intermediate"), num(h, "")),
+        "self_attn.q_norm.weight": "RMSNorm on each query head (Qwen3-style)",
+        "self_attn.k_norm.weight": "RMSNorm on each key head (Qwen3-style)",
+        "self_attn.q_a_proj.weight": "MLA query down-projection: %s -> query latent" % inputs,
+        "self_attn.q_a_layernorm.weight": "RMSNorm on the MLA query latent",
+        "self_attn.q_b_proj.weight": "MLA query up-projection: latent -> %s" % heads_text,
+        "self_attn.kv_a_proj_with_mqa.weight": "MLA key/value latent + shared rope key: %s -> latent" % inputs,
+        "self_attn.kv_a_layernorm.weight": "RMSNorm on the MLA key/value latent",
+        "self_attn.kv_b_proj.weight": "MLA key/value up-projection: latent -> per-head keys and values",
+        "mlp.gate.weight": "MoE router: hidden -> expert scores",
+    }
+    text = table.get(rest)
+    if text is None and rest.endswith(".bias"):
+        text = "bias of %s" % rest[:-len(".bias")]
+    if text is None:
+        expert = re.match(r"mlp\.(?:shared_)?experts?\.(?:(\d+)\.)?(gate_proj|up_proj|down_proj)\.weight$", rest)
+        if expert:
+            which = "shared expert" if "shared" in rest else "expert %s" % expert.group(1)
+            text = "MoE %s: MLP %s" % (which, expert.group(2).replace("_proj", ""))
+    if text is None:
+        return ""
+    return text if layer in (0, None) else "layer %d: %s" % (layer, text)
+
+
+_HF_ROLES = (
+    ("embed_tokens.weight", "token embeddings"),
+    ("lm_head.weight", "LM head (hidden -> vocabulary logits)"),
+    ("self_attn.q_proj.weight", "attention query projection"),
+    ("self_attn.k_proj.weight", "attention key projection"),
+    ("self_attn.v_proj.weight", "attention value projection"),
+    ("self_attn.o_proj.weight", "attention output projection"),
+    ("input_layernorm.weight", "RMSNorm before attention"),
+    ("post_attention_layernorm.weight", "RMSNorm before the MLP"),
+    ("gate_proj.weight", "MLP gate projection"),
+    ("up_proj.weight", "MLP up projection"),
+    ("down_proj.weight", "MLP down projection"),
+)
+
+
+def hf_role(name):
+    for suffix, text in _HF_ROLES:
+        if name.endswith(suffix):
+            m = re.search(r"layers\.(\d+)\.", name)
+            expert = re.search(r"experts\.(\d+)\.", name)
+            prefix = "layer %s: " % m.group(1) if m else ""
+            if expert:
+                prefix += "expert %s " % expert.group(1)
+            return prefix + text
+    if name in ("model.norm.weight", "norm.weight"):
+        return "final RMSNorm"
+    return ""
+
+
+# ---------------------------------------------------------------------------------------------
+# Name patterns, and roles worded once per pattern
+
 
 # A dot-separated part that is all digits: a layer, an expert, a block index.
 _NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")
@@ -52,6 +176,18 @@ def pattern_text(marked):
 
 # marked_numbers("{#}", name): the name with its numbers marked, and nothing else (for grouping).
 marked_numbers = _NUMBER.sub
+# The same marks over many names at once: each name joined after "\n.", so that a number part
+# always follows a dot and ends at a dot, a newline or the end.
+_NUMBER_AFTER_DOT = re.compile(r"\.\d+(?![^.\n])")
+_WITHOUT_FIRST = itemgetter(slice(1, None))
+
+
+def marked_names(names):
+    """[marked_numbers("{#}", name) for name in names], in one regular-expression pass."""
+    text = "." + "\n.".join(names)
+    if text.count("\n") != len(names) - 1:  # a name of its own holds a newline
+        return [marked_numbers("{#}", name) for name in names]
+    return list(map(_WITHOUT_FIRST, _NUMBER_AFTER_DOT.sub(".{#}", text).split("\n")))
 
 
 def marked_name(name):

@@ -1,0 +1,240 @@
+"""A checkpoint read from disk: every weight file's header, the tensors a loader would see (by
+the shard index when there is one, checked against it), the format, and an EAGLE-3 drafter's
+dimensions and checks. report.py and listing.py shape what this collects.
+
+The tensors are kept as columns (columns.py), so that a 64-shard MoE target's 100,000+
+tensors cost a few lists and are checked against the index with whole-list operations.
+Standard library only, Python 3.9+.
+"""
+
+import os
+from collections import Counter
+
+from .columns import TensorColumns
+from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
+from .formats import EAGLE_FORMATS, canonical_names, detect_format, is_eagle3_layout, is_eagle12
+from .locate import load_json_file, resolve
+from .problems import CheckpointIOError, HeaderError, count_text, err, name_text, warn
+from .safetensors_header import read_header_columns
+from .vocab_maps import check_vocab_maps
+
+# At most this many problems of one file are listed one by one.
+MAX_PROBLEMS_PER_FILE = 40
+
+
+def _cap(problems, label):
+    if len(problems) <= MAX_PROBLEMS_PER_FILE:
+        return problems
+    errors = sum(1 for p in problems[MAX_PROBLEMS_PER_FILE:] if p["level"] == "error")
+    return problems[:MAX_PROBLEMS_PER_FILE] + [err("%s: %s more problems not listed (%s errors)"
+                                                   % (label, count_text(len(problems) - MAX_PROBLEMS_PER_FILE),
+                                                      count_text(errors)))]
+
+
+class _File(object):
+    """One weight file as read: where its data section starts and how long it is."""
+
+    __slots__ = ("path", "data_start", "data_bytes")
+
+    def __init__(self, path, data_start, data_bytes):
+        self.path = path
+        self.data_start = data_start
+        self.data_bytes = data_bytes
+
+
+def _read_file_columns(path, label, problems):
+    """(TensorColumns, file size, data start) of one file, adding its problems under its name."""
+    try:
+        columns, file_problems, data_start, size = read_header_columns(path)
+    except HeaderError as exc:
+        problems.append(err("%s: %s" % (label, exc)))
+        return TensorColumns(), None, None
+    for p in file_problems:
+        p["message"] = "%s: %s" % (label, p["message"])
+    problems.extend(_cap(file_problems, label))
+    return columns, size, data_start
+
+
+class Collected(object):
+    """A checkpoint read from disk, before it is shaped into a report or a listing.
+
+    `columns` are the tensors a loader would see, with `file_indexes`; `files[i]` is the
+    report's file dict and `file_info[i]` where its data lies.
+    """
+
+    def __init__(self, path, layout, multi):
+        self.path = path
+        self.layout = layout
+        self.multi = multi
+        self.files = []
+        self.file_info = []
+        self.columns = TensorColumns()
+        self.problems = []
+        self.config = None
+        self.format = "unknown"
+        self.eagle3 = None
+        self.dims = {}
+        self.canonical = None  # {name: speculators-layout name} where that differs from the name
+
+    def file_label(self, index):
+        info = self.file_info[index]
+        return os.path.relpath(info.path, self.layout.root) if self.multi else None
+
+    def tensor_dict(self, index):
+        """The tensor at `index` as the dict the eagle3 checks and the vocabulary reader take."""
+        columns = self.columns
+        info = self.file_info[columns.file_indexes[index]]
+        shape = columns.shapes[index]
+        return {"name": columns.names[index], "dtype": columns.dtypes[index],
+                "shape": list(shape) if shape is not None else None, "bytes": columns.bytes[index],
+                "begin": columns.begins[index], "end": columns.ends[index], "file": info.path,
+                "data_start": info.data_start, "data_bytes": info.data_bytes}
+
+
+def collect(path):
+    """Read a checkpoint's files, pick the tensors a loader would see, detect its format and
+    check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise CheckpointIOError("%s does not exist" % path)
+    problems = []
+    layout = resolve(path, problems)
+    multi = len(layout.weight_files) > 1 or layout.index is not None
+    got = Collected(path, layout, multi)
+    got.problems = problems
+    got.config = load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
+    by_file = {}
+    for weight_file in layout.weight_files:
+        label = name_text(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
+        if not os.path.exists(weight_file):
+            continue
+        try:
+            columns, size, data_start = _read_file_columns(weight_file, label, problems)
+        except CheckpointIOError as exc:
+            if not multi:
+                raise
+            problems.append(err("cannot read %s: %s" % (label, exc)))
+            continue
+        if size is None:  # the header was unreadable; the file still counts (and is hashed)
+            size = os.path.getsize(weight_file)
+        index = len(got.files)
+        got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
+        got.file_info.append(_File(weight_file, data_start, size - (data_start or size)))
+        by_file[weight_file] = (index, columns)
+    got.columns = _select(layout, by_file, problems)
+    del by_file
+    layout.index = None  # checked: its weight_map (as large as the listing) is not kept with it
+    columns = got.columns
+    if None in columns.shapes:
+        shapes = dict((name, shape) for name, shape in zip(columns.names, columns.shapes) if shape is not None)
+    else:
+        shapes = dict(zip(columns.names, columns.shapes))
+    got.format = detect_format(shapes, got.config)
+    if got.format in EAGLE_FORMATS:
+        canon_of = canonical_names(list(shapes), got.format)
+        got.canonical = dict((n, c) for n, c in canon_of.items() if n != c)
+        by_canon = dict((canon_of[name], got.tensor_dict(i)) for i, name in enumerate(columns.names) if name in canon_of)
+        got.eagle3, got.dims = _eagle3_section(got.format, by_canon, got.config, problems)
+    else:
+        got.dims = {"eagle12": False}
+    return got
+
+
+def _eagle3_section(fmt, by_canon, config, problems):
+    """(the report's eagle3 dict or None, the sizes roles are worded with), checking as it goes."""
+    shapes = dict((c, t["shape"]) for c, t in by_canon.items())
+    display = dict((c, t["name"]) for c, t in by_canon.items())
+    dims = {"eagle12": fmt == "eagle" and is_eagle12(shapes)}
+    if dims["eagle12"]:
+        dims["hidden_size"] = shapes["fc.weight"][0]
+        problems.append(warn("this is an EAGLE-1/2 drafter (fc fuses 2 x hidden: token embedding + the target's "
+                             "last hidden state), not EAGLE-3"))
+        return None, dims
+    if not is_eagle3_layout(fmt, shapes):
+        return None, dims
+    eagle3 = derive_eagle3(shapes, config, problems)
+    dims.update(eagle3)
+    check_eagle3_shapes(shapes, display, dims, problems, fmt)
+    d2t, t2d = by_canon.get("d2t"), by_canon.get("t2d")
+    if d2t is not None and _readable(d2t) and (t2d is None or _readable(t2d)):
+        eagle3["vocab_map_sha256"] = check_vocab_maps(d2t, t2d, dims, display, problems)
+    eagle3["embed_tokens"] = "present" if "embed_tokens.weight" in shapes else "shared from the target at load time"
+    eagle3["norm_before_residual"] = effective_norm_before_residual(fmt, config)
+    return eagle3, dims
+
+
+def _readable(tensor):
+    """Whether a tensor's bytes are all inside its file (so its data can be read at all)."""
+    return (tensor["begin"] is not None and tensor["bytes"] is not None
+            and tensor["begin"] + tensor["bytes"] <= tensor["data_bytes"])
+
+
+def _select(layout, by_file, problems):
+    """The tensors a loader would see (by the shard index when there is one), as columns with
+    each tensor's file index."""
+    selected = TensorColumns()
+    selected.file_indexes = []
+    if layout.index is None:
+        seen = {}
+        for path, (file_index, columns) in by_file.items():
+            if seen.keys().isdisjoint(columns.names):  # the common case: no name in two files
+                selected.extend(columns, file_index)
+                seen.update(dict.fromkeys(columns.names, path))
+                continue
+            keep = []
+            for i, name in enumerate(columns.names):
+                if name in seen:
+                    problems.append(warn("tensor %r is in both %s and %s" % (
+                        name, name_text(os.path.basename(seen[name])), name_text(os.path.basename(path)))))
+                    continue
+                seen[name] = path
+                keep.append(i)
+            selected.extend(columns, file_index, keep)
+        return selected
+    index_name = os.path.basename(layout.index_path)
+    weight_map = layout.index["weight_map"]
+    per_shard_counts = Counter(weight_map.values())  # shards in the order the index first names them
+    per_shard = None  # {shard: its names in index order}, built only if a shard disagrees with the index
+    listed = set(layout.weight_files)
+    for shard, count in per_shard_counts.items():
+        shard_path = os.path.normpath(os.path.join(layout.root, shard)) if shard and "\0" not in shard else None
+        if shard_path not in listed:
+            continue  # refused when the index was read (not a file name, or outside the directory)
+        if shard_path not in by_file:
+            if not os.path.exists(shard_path):
+                first = next(name for name, where in weight_map.items() if where == shard)
+                problems.append(err("%s names shard %s for %s tensors (e.g. %r), but the file is missing"
+                                    % (index_name, name_text(shard), count_text(count), first)))
+            continue
+        file_index, columns = by_file[shard_path]
+        # Names in one file are unique: when each maps to this shard and the counts agree, the
+        # shard holds exactly the tensors the index gives it.
+        if len(columns) == count and list(map(weight_map.get, columns.names)).count(shard) == count:
+            selected.extend(columns, file_index)
+            continue
+        if per_shard is None:
+            per_shard = {}
+            for name, where in weight_map.items():
+                per_shard.setdefault(where, []).append(name)
+        names = per_shard[shard]
+        in_shard = dict(zip(columns.names, range(len(columns))))
+        lacking = [n for n in names if n not in in_shard]
+        for name in lacking[:10]:
+            problems.append(err("%s maps tensor %r to %s, which has no tensor %r"
+                                % (index_name, name, name_text(shard), name)))
+        if len(lacking) > 10:
+            problems.append(err("%s maps %s more tensors to %s that it does not hold"
+                                % (index_name, count_text(len(lacking) - 10), name_text(shard))))
+        selected.extend(columns, file_index, [in_shard[n] for n in names if n in in_shard])
+        if len(in_shard) > len(names) - len(lacking):
+            unlisted = sorted(set(in_shard) - set(names))
+            for name in unlisted[:10]:
+                problems.append(warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
+                                     "ignore it" % (name_text(shard), name, index_name)))
+    metadata = layout.index.get("metadata")
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    stored = selected.span_bytes()
+    if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
+        problems.append(warn("%s says total_size %s bytes, the tensors it lists add up to %s"
+                             % (index_name, count_text(total_size), count_text(stored))))
+    return selected

@@ -1,0 +1,123 @@
+"""Which tool wrote a checkpoint (SpecForge, speculators, the original EAGLE, vLLM, a plain
+Hugging Face model), read from its tensor names and config.json, and the name each tensor has
+in the speculators layout so that layouts can be matched by role.
+
+Works on names, shapes and config dicts only. Standard library only, Python 3.9+.
+"""
+
+import re
+from itertools import repeat
+
+FORMATS = ("specforge", "speculators", "eagle", "vllm", "hf", "unknown")
+FORMAT_DESCRIPTIONS = {
+    "specforge": "SpecForge / SGLang EAGLE-3 drafter (LlamaForCausalLMEagle3, midlayer.*)",
+    "speculators": "speculators EAGLE-3 drafter (speculators_config, layers.0.*)",
+    "eagle": "original EAGLE drafter (SafeAILab layout)",
+    "vllm": "vLLM-native EAGLE-3 names (model.*, draft_id_to_target_id)",
+    "hf": "plain Hugging Face model (not a drafter)",
+    "unknown": "layout not recognised",
+}
+# The formats whose tensors are an EAGLE drafter's.
+EAGLE_FORMATS = ("specforge", "speculators", "eagle", "vllm")
+
+
+def effective_config(config):
+    """config.json flattened: a speculators transformer_layer_config merged under the top level."""
+    if not isinstance(config, dict):
+        return {}
+    layer = config.get("transformer_layer_config")
+    merged = dict(layer) if isinstance(layer, dict) else {}
+    for key, value in config.items():
+        if key != "transformer_layer_config":
+            merged[key] = value
+    return merged
+
+
+def int_field(config, key):
+    """config[key] when it is an integer (not a bool), else None."""
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _architectures(config):
+    archs = config.get("architectures") if isinstance(config, dict) else None
+    return [a for a in archs if isinstance(a, str)] if isinstance(archs, list) else []
+
+
+def is_eagle12(shapes):
+    """Whether {name: shape} is an EAGLE-1/2 drafter: fc fuses 2 x hidden, no d2t, no midlayer."""
+    fc = shapes.get("fc.weight")
+    return (fc is not None and len(fc) == 2 and fc[1] == 2 * fc[0] and "d2t" not in shapes
+            and not any(n.startswith("midlayer.") for n in shapes))
+
+
+def _any_starts(names, prefix):
+    # map over a C method: a MoE target has 140,000 names, and most checks see all of them.
+    return any(map(str.startswith, names, repeat(prefix)))
+
+
+def detect_format(shapes, config):
+    """One of FORMATS, from tensor names (a dict of name -> shape) and config.json (dict or None)."""
+    names = shapes
+    config = config if isinstance(config, dict) else {}
+    archs = _architectures(config)
+    if any(k in config for k in ("speculators_config", "speculators_model_type", "transformer_layer_config")):
+        return "speculators"
+    if _any_starts(names, "midlayer."):
+        # The original EAGLE-3 repository writes the same names but a plain LlamaForCausalLM config.
+        if archs and not any("eagle" in a.lower() for a in archs):
+            return "eagle"
+        return "specforge"
+    eagle_marks = ("model.fc.weight" in names or "draft_id_to_target_id" in names
+                   or (any(map(str.__contains__, names, repeat(".hidden_norm.")))
+                       and any(n.startswith("model.layers.") and ".hidden_norm." in n for n in names)))
+    if eagle_marks:
+        return "vllm"
+    if "fc.weight" in names and _any_starts(names, "layers."):
+        return "eagle" if is_eagle12(shapes) else "speculators"
+    if _any_starts(names, ("model.layers.", "model.embed_tokens.", "transformer.", "model.decoder.")) \
+            or (archs and len(names)):
+        return "hf"
+    return "unknown"
+
+
+def canonical_names(names, fmt):
+    """{name: the name it has in the speculators layout}, so layouts can be matched by role."""
+    mapping = {}
+    if fmt == "vllm":
+        layer_ids = []
+        for name in names:
+            m = re.match(r"(?:model\.)?layers\.(\d+)\.", name)
+            if m:
+                layer_ids.append(int(m.group(1)))
+        # vLLM numbers draft layers after the target's (start_layer_id = target layer count).
+        first = min(layer_ids) if layer_ids else 0
+        for name in names:
+            canon = name[len("model."):] if name.startswith("model.") else name
+            if canon == "draft_id_to_target_id":
+                canon = "d2t"
+            m = re.match(r"layers\.(\d+)\.(.*)", canon)
+            if m:
+                canon = "layers.%d.%s" % (int(m.group(1)) - first, m.group(2))
+            mapping[name] = canon
+        return mapping
+    for name in names:
+        if fmt in ("specforge", "eagle") and name.startswith("midlayer."):
+            mapping[name] = "layers.0." + name[len("midlayer."):]
+        else:
+            mapping[name] = name
+    return mapping
+
+
+def is_eagle3_layout(fmt, shapes):
+    """Whether a checkpoint of format `fmt` is laid out as an EAGLE-3 drafter."""
+    if fmt in ("specforge", "speculators", "vllm"):
+        return True
+    return fmt == "eagle" and not is_eagle12(shapes)
+
+
+def layout_name(canonical, fmt):
+    """A speculators-layout name as the checkpoint's own layout would spell it."""
+    if fmt in ("specforge", "eagle") and canonical.startswith("layers.0."):
+        return "midlayer." + canonical[len("layers.0."):]
+    return canonical
