@@ -81,8 +81,10 @@ from .hub_http import Transient, http_open
 from .output import fmt_gb, fmt_size, log, one_line, scrub, short
 from .spec import load_spec, normalize_spec, select_paths
 from .progress import FileState, Progress
-from .transfer import (Downloader, LocalPaths, mount_point, new_hasher, read_metadata,
-                       space_check)
+from .digests import new_hasher
+from .disk_space import mount_point, space_check
+from .layout import LocalPaths, read_metadata
+from .transfer import Downloader
 
 SPEC_FILE = "spec.json"
 PLAN_FILE = "plan.json"

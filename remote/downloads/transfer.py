@@ -1,11 +1,9 @@
-"""Moving the bytes for the download job: the ranged, resumable fetch of each file, hashed while
-it arrives, under the same file locks, partial files and .metadata records as huggingface_hub's
-local_dir layout; plus hashing files on disk and the free-space arithmetic."""
+"""Moving the bytes of a download: the files fetched by a few worker threads, each through a
+ranged GET that continues its partial file after a dropped link or a second run, retried with
+backoff (reset whenever bytes arrive), written as it arrives and hashed while receiving."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import http.client
 import os
 import queue
@@ -13,260 +11,20 @@ import re
 import threading
 import time
 
-try:  # the agent runs on Linux hosts; keep the module importable elsewhere
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None
-
-from ..core.hashing import Stopped
+from ..core.hashing import Stopped, hash_file
+from .digests import StreamHasher, new_hasher
+from .disk_space import present_bytes
 from .failures import PlanError, http_error
 from .hub import hub_endpoint, hub_headers, hub_token, resolve_url
 from .hub_http import READ_TIMEOUT, Transient, http_open, hub_origins
+from .layout import FileLock, LocalPaths, write_metadata
 from .output import fmt_size, log, one_line, scrub, short
-from ..core.hashing import hash_file
 from .progress import FileState
 
-NET_CHUNK = 4 * 1024 * 1024  # one network read
-NET_BUFFERS = 4  # buffers in flight between the receiving and the hashing thread, per file
 READ_SLICE = 256 * 1024  # one socket read, written to disk at once
 STOP_GRACE = 2.0  # seconds a stopped job waits for reads blocked on a stalled link
 DEFAULT_WORKERS = 4
 DEFAULT_RETRIES = 5  # per file, reset whenever bytes arrive (env SPECDECK_DOWNLOAD_RETRIES)
-
-
-# --------------------------------------------------------------------------- local layout (as huggingface_hub)
-
-
-def _short_hash(name):
-    return base64.urlsafe_b64encode(hashlib.sha1(name.encode()).digest()).decode()
-
-
-class LocalPaths:
-    """Where hf_hub_download(local_dir=...) keeps a file, its metadata, lock and partial file."""
-
-    def __init__(self, local_dir, path):
-        parts = path.split("/")
-        self.final = os.path.join(local_dir, *parts)
-        self.meta = os.path.join(local_dir, ".cache", "huggingface", "download", *parts) + ".metadata"
-        self.lock = self.meta[: -len(".metadata")] + ".lock"
-        self.meta_dir = os.path.dirname(self.meta)
-        self.meta_name = os.path.basename(self.meta)
-
-    def incomplete(self, etag):
-        return os.path.join(self.meta_dir, "%s.%s.incomplete" % (_short_hash(self.meta_name), etag))
-
-    def stray_incompletes(self, etag):
-        """Partial files of the same version left by huggingface_hub 2.x (<hash>.<etag>.<uuid>.incomplete)."""
-        prefix = "%s.%s." % (_short_hash(self.meta_name), etag)
-        try:
-            names = os.listdir(self.meta_dir)
-        except OSError:
-            return []
-        return [os.path.join(self.meta_dir, n) for n in names
-                if n.startswith(prefix) and n.endswith(".incomplete") and n != prefix + "incomplete"]
-
-
-def write_metadata(paths, commit, etag):
-    os.makedirs(paths.meta_dir, exist_ok=True)
-    tmp = paths.meta + ".tmp%d" % os.getpid()
-    with open(tmp, "w") as f:
-        f.write("%s\n%s\n%s\n" % (commit, etag, time.time()))
-    os.replace(tmp, paths.meta)
-
-
-def read_metadata(local_dir):
-    """{path: (commit, etag)} from the .metadata records under local_dir."""
-    root = os.path.join(local_dir, ".cache", "huggingface", "download")
-    out = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for n in names:
-            if not n.endswith(".metadata"):
-                continue
-            full = os.path.join(dirpath, n)
-            rel = os.path.relpath(full, root)[: -len(".metadata")].replace(os.sep, "/")
-            try:
-                with open(full) as f:
-                    commit = f.readline().strip()
-                    etag = f.readline().strip()
-            except OSError:
-                continue
-            if etag:
-                out[rel] = (commit, etag)
-    return out
-
-
-class _FileLock:
-    """The same per-file lock hf_hub_download takes, so two downloads into one folder take turns."""
-
-    def __init__(self, path, stop):
-        self.path = path
-        self.stop = stop
-        self.fd = None
-
-    def __enter__(self):
-        if fcntl is None:
-            return self
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
-        waited = False
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return self
-            except BlockingIOError:
-                pass
-            except OSError as e:  # a filesystem without flock (some Lustre/NFS mounts): go on unlocked
-                log("no file locking on this filesystem (%s); not guarding against a second downloader" % e)
-                os.close(self.fd)
-                self.fd = None
-                return self
-            if not waited:
-                log("waiting for another process downloading into %s" % self.path[: -len(".lock")])
-                waited = True
-            if self.stop.wait(0.5):
-                os.close(self.fd)
-                self.fd = None
-                raise Stopped()
-
-    def __exit__(self, *exc):
-        if self.fd is not None:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_UN)
-            finally:
-                os.close(self.fd)
-            self.fd = None
-
-
-# --------------------------------------------------------------------------- hashing
-
-
-def new_hasher(rf, size=None):
-    """sha256 for LFS files; for the others git's blob id: sha1(b"blob <size>\\0" + data)."""
-    if rf.sha256:
-        return hashlib.sha256()
-    h = hashlib.sha1()
-    h.update(b"blob %d\0" % (rf.size if size is None else size))
-    return h
-
-
-class StreamHasher:
-    """Hashes what is being written in a thread of its own; first the bytes already on disk."""
-
-    def __init__(self, rf, prefix_path=None, prefix_len=0, on_hashed=None):
-        self.hasher = new_hasher(rf)
-        self.free = queue.Queue()
-        for _ in range(NET_BUFFERS):
-            self.free.put(bytearray(NET_CHUNK))
-        self.work = queue.Queue()
-        self.error = None
-        self.on_hashed = on_hashed
-        self.prefix_path = prefix_path
-        self.prefix_len = prefix_len
-        self.thread = threading.Thread(target=self._run, name="hash", daemon=True)
-        self.thread.start()
-
-    def _run(self):
-        try:
-            if self.prefix_len:
-                hash_file(self.prefix_path, self.hasher, limit=self.prefix_len, progress=self.on_hashed)
-        except BaseException as e:  # keep draining so the receiver never blocks
-            self.error = e
-        while True:
-            item = self.work.get()
-            if item is None:
-                return
-            buf, n = item
-            if self.error is None:
-                try:
-                    self.hasher.update(memoryview(buf)[:n])
-                    if self.on_hashed is not None:
-                        self.on_hashed(n)
-                except BaseException as e:
-                    self.error = e
-            self.free.put(buf)
-
-    def buffer(self):
-        return self.free.get()
-
-    def feed(self, buf, n):
-        self.work.put((buf, n))
-
-    def give_back(self, buf):
-        self.free.put(buf)
-
-    def finish(self):
-        self.work.put(None)
-        self.thread.join()
-        if self.error is not None:
-            raise self.error
-        return self.hasher.hexdigest()
-
-    def abort(self):
-        self.work.put(None)
-        self.thread.join()
-
-
-# --------------------------------------------------------------------------- disk space
-
-
-def nearest_existing(path):
-    p = os.path.abspath(path)
-    while not os.path.exists(p):
-        parent = os.path.dirname(p)
-        if parent == p:
-            break
-        p = parent
-    return p
-
-
-def mount_point(path):
-    p = os.path.realpath(path)
-    try:
-        dev = os.stat(p).st_dev
-        while p != os.path.dirname(p):
-            parent = os.path.dirname(p)
-            if os.stat(parent).st_dev != dev:
-                break
-            p = parent
-    except OSError:
-        pass
-    return p
-
-
-def free_bytes(path):
-    st = os.statvfs(nearest_existing(path))
-    return st.f_bavail * st.f_frsize
-
-
-def present_bytes(local_dir, rf):
-    """Bytes of `rf` already on disk: a final file of the right size, or a partial one."""
-    paths = LocalPaths(local_dir, rf.path)
-    try:
-        if os.path.getsize(paths.final) == rf.size:
-            return rf.size
-    except OSError:
-        pass
-    best = 0
-    for p in [paths.incomplete(rf.etag)] + paths.stray_incompletes(rf.etag):
-        try:
-            n = os.path.getsize(p)
-        except OSError:
-            continue
-        if n <= rf.size:
-            best = max(best, n)
-    return best
-
-
-def space_check(spec, resolved):
-    local_dir = spec["local_dir"]
-    have = {rf.path: present_bytes(local_dir, rf) for rf in resolved.files}
-    need = sum(rf.size - have[rf.path] for rf in resolved.files)
-    base = nearest_existing(local_dir)
-    free = free_bytes(local_dir)
-    return have, need, free, base
-
-
-# --------------------------------------------------------------------------- download
 
 
 class Downloader:
@@ -347,7 +105,7 @@ class Downloader:
         st = self.states[rf.path]
         paths = LocalPaths(self.local_dir, rf.path)
         os.makedirs(paths.meta_dir, exist_ok=True)
-        with _FileLock(paths.lock, self.stop):
+        with FileLock(paths.lock, self.stop):
             if self._already_there(rf, st, paths):
                 return
             self._fetch(rf, st, paths)

@@ -1,0 +1,116 @@
+"""Where a download lives on disk, as huggingface_hub's local_dir layout has it: the final file, its
+.metadata record (commit and etag) under local_dir/.cache/huggingface/download, the partial file
+a resumed download continues, and the per-file lock hf_hub_download takes too."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import time
+
+try:  # the agent runs on Linux hosts; keep the module importable elsewhere
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None
+
+from ..core.hashing import Stopped
+from .output import log, replace_file
+
+
+def _short_hash(name):
+    return base64.urlsafe_b64encode(hashlib.sha1(name.encode()).digest()).decode()
+
+
+class LocalPaths:
+    """Where hf_hub_download(local_dir=...) keeps a file, its metadata, lock and partial file."""
+
+    def __init__(self, local_dir, path):
+        parts = path.split("/")
+        self.final = os.path.join(local_dir, *parts)
+        self.meta = os.path.join(local_dir, ".cache", "huggingface", "download", *parts) + ".metadata"
+        self.lock = self.meta[: -len(".metadata")] + ".lock"
+        self.meta_dir = os.path.dirname(self.meta)
+        self.meta_name = os.path.basename(self.meta)
+
+    def incomplete(self, etag):
+        return os.path.join(self.meta_dir, "%s.%s.incomplete" % (_short_hash(self.meta_name), etag))
+
+    def stray_incompletes(self, etag):
+        """Partial files of the same version left by huggingface_hub 2.x (<hash>.<etag>.<uuid>.incomplete)."""
+        prefix = "%s.%s." % (_short_hash(self.meta_name), etag)
+        try:
+            names = os.listdir(self.meta_dir)
+        except OSError:
+            return []
+        return [os.path.join(self.meta_dir, n) for n in names
+                if n.startswith(prefix) and n.endswith(".incomplete") and n != prefix + "incomplete"]
+
+
+def write_metadata(paths, commit, etag):
+    """The record hf_hub_download leaves beside a finished file: its commit, etag and time."""
+    os.makedirs(paths.meta_dir, exist_ok=True)
+    replace_file(paths.meta, "%s\n%s\n%s\n" % (commit, etag, time.time()))
+
+
+def read_metadata(local_dir):
+    """{path: (commit, etag)} from the .metadata records under local_dir."""
+    root = os.path.join(local_dir, ".cache", "huggingface", "download")
+    out = {}
+    for dirpath, _dirs, names in os.walk(root):
+        for n in names:
+            if not n.endswith(".metadata"):
+                continue
+            full = os.path.join(dirpath, n)
+            rel = os.path.relpath(full, root)[: -len(".metadata")].replace(os.sep, "/")
+            try:
+                with open(full) as f:
+                    commit = f.readline().strip()
+                    etag = f.readline().strip()
+            except OSError:
+                continue
+            if etag:
+                out[rel] = (commit, etag)
+    return out
+
+
+class FileLock:
+    """The same per-file lock hf_hub_download takes, so two downloads into one folder take turns."""
+
+    def __init__(self, path, stop):
+        self.path = path
+        self.stop = stop
+        self.fd = None
+
+    def __enter__(self):
+        if fcntl is None:
+            return self
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o664)
+        waited = False
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return self
+            except BlockingIOError:
+                pass
+            except OSError as e:  # a filesystem without flock (some Lustre/NFS mounts): go on unlocked
+                log("no file locking on this filesystem (%s); not guarding against a second downloader" % e)
+                os.close(self.fd)
+                self.fd = None
+                return self
+            if not waited:
+                log("waiting for another process downloading into %s" % self.path[: -len(".lock")])
+                waited = True
+            if self.stop.wait(0.5):
+                os.close(self.fd)
+                self.fd = None
+                raise Stopped()
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_UN)
+            finally:
+                os.close(self.fd)
+            self.fd = None
