@@ -8,19 +8,13 @@ import json
 
 from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 
-from .display import format_bytes
+from .display import format_bytes, format_shape
 
 
 def format_size(n):
     """Exact bytes plus decimal and binary units, because notes disagree only in units:
     2382319104 -> '2,382,319,104 bytes (2.38 GB, 2.22 GiB)'."""
     return "? bytes" if n is None else format_bytes(n, exact=True)
-
-
-def format_shape(shape):
-    if shape is None:
-        return "?"
-    return "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _table(headers, rows, right=()):

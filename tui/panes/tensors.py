@@ -1,8 +1,10 @@
 """The Tensors pane: one checkpoint on the host, tensor by tensor, with each tensor's role.
 
 The host reads only the safetensors headers (`checkpoint.inspect`), so a 2 GB drafter lists
-in a moment. Problems come first, then the EAGLE-3 shape of the drafter, then the table;
-`c` compares it with a second checkpoint (see tui/panes/compare.py).
+in a moment. Problems come first, then the EAGLE-3 shape of the drafter, then the table
+(tui/widgets/: checkpoint_problems, eagle3_summary, tensor_table); a checkpoint too large to
+send whole is paged from the host as the cursor nears the last row loaded. `c` compares it
+with a second checkpoint (see tui/screens/compare.py).
 """
 
 from rich.text import Text
@@ -18,92 +20,16 @@ from ..client import ConnectError
 from ..display import format_bytes
 from ..screens.compare import CompareScreen
 from ..screens.file_picker import FilePicker
+from ..widgets.checkpoint_problems import CheckpointProblems
+from ..widgets.eagle3_summary import Eagle3Summary
+from ..widgets.tensor_table import SORT_KEYS, TensorTable, filter_tensors, sort_tensors
 from .base import Pane
 
 INSPECT_TIMEOUT_S = 600.0
-PROBLEMS_SHOWN = 3
 # Tensors a page asks the host for, when a checkpoint is too large to send whole.
 PAGE_TENSORS = 500
 # Ask for the next page when the cursor comes this close to the last row loaded.
 PAGE_AHEAD_ROWS = 50
-SORT_KEYS = ("name", "size", "dtype")
-EAGLE3_FIELDS = (
-    ("hidden", "hidden_size"),
-    ("target hidden", "target_hidden_size"),
-    ("draft vocab", "draft_vocab_size"),
-    ("target vocab", "target_vocab_size"),
-    ("aux layers", "aux_layer_ids"),
-)
-
-
-def format_shape(shape):
-    return "[%s]" % ", ".join(str(n) for n in shape or [])
-
-
-def _value(value):
-    if value is None:
-        return "?"
-    if isinstance(value, (list, tuple)):
-        return format_shape(value)
-    return str(value)
-
-
-def eagle3_summary(report):
-    """`format specforge  hidden 7168  target hidden 7168  draft vocab 32000 ...` as styled text."""
-    text = Text()
-    text.append("format ", style="dim")
-    text.append(report.get("format") or "unknown", style="bold")
-    eagle3 = report.get("eagle3")
-    if not eagle3:
-        text.append("  not an EAGLE-3 drafter", style="dim")
-        return text
-    for label, key in EAGLE3_FIELDS:
-        text.append("  %s " % label, style="dim")
-        if key == "aux_layer_ids" and eagle3.get(key) is None:
-            text.append("not in config (vLLM default: 2, L/2, L-3 of the target)")
-        else:
-            text.append(_value(eagle3.get(key)))
-    return text
-
-
-def problems_text(problems, limit=PROBLEMS_SHOWN):
-    """A count line, then errors (red) before warnings (yellow), one line each, at most `limit`.
-
-    Compact so that a corrupt checkpoint still leaves room for what could be read of it."""
-    ordered = sorted(problems or [], key=lambda p: p.get("level") != "error")
-    errors = sum(1 for p in ordered if p.get("level") == "error")
-    warnings = len(ordered) - errors
-    text = Text(no_wrap=True, overflow="ellipsis")
-    counts = []
-    if errors:
-        counts.append("%d error%s" % (errors, "" if errors == 1 else "s"))
-    if warnings:
-        counts.append("%d warning%s" % (warnings, "" if warnings == 1 else "s"))
-    text.append(", ".join(counts), style="bold red" if errors else "bold yellow")
-    if len(ordered) > limit:
-        text.append("  (first %d below; specdeck inspect lists them all)" % limit, style="dim")
-    for problem in ordered[:limit]:
-        error = problem.get("level") == "error"
-        text.append("\n")
-        text.append("error: " if error else "warning: ", style="bold red" if error else "bold yellow")
-        # One line each: the message is cut at the pane's edge, never wrapped.
-        text.append(" ".join(problem.get("message", "").split()), style="red" if error else "yellow")
-    return text
-
-
-def sort_tensors(tensors, sort_key):
-    if sort_key == "size":
-        return sorted(tensors, key=lambda t: (-(t.get("bytes") or 0), t["name"]))
-    if sort_key == "dtype":
-        return sorted(tensors, key=lambda t: (t.get("dtype") or "", t["name"]))
-    return sorted(tensors, key=lambda t: t["name"])
-
-
-def filter_tensors(tensors, text):
-    needle = text.strip().lower()
-    if not needle:
-        return list(tensors)
-    return [t for t in tensors if needle in t["name"].lower() or needle in (t.get("role") or "").lower()]
 
 
 def _whole(client, report):
@@ -201,9 +127,9 @@ class TensorsPane(Pane):
 
     def compose(self):
         yield Static("No checkpoint open: o picks one on the host", id="tensors-path")
-        yield Static(id="tensors-problems")
-        yield Static(id="tensors-summary")
-        yield DataTable(id="tensors-table", cursor_type="row", zebra_stripes=True)  # columns: _fill_table
+        yield CheckpointProblems(id="tensors-problems")
+        yield Eagle3Summary(id="tensors-summary")
+        yield TensorTable(id="tensors-table", cursor_type="row", zebra_stripes=True)  # columns: _fill_table
         # Below the table, as a search line is; and after it in the DOM, so that the table,
         # not a hidden Input, is the pane's first focusable widget.
         yield Input(placeholder="filter: part of a name or a role (Enter keeps it, Esc clears)", id="tensors-filter")
@@ -288,14 +214,8 @@ class TensorsPane(Pane):
         self.showing_groups = False
         self.shown_tensors = list(report.get("tensors") or []) if self.paged else []
         self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or message.path, "bold")))
-        problems = self.query_one("#tensors-problems", Static)
-        problems.update(problems_text(report.get("problems")))
-        problems.display = bool(report.get("problems"))
-        summary = eagle3_summary(report)
-        if self.paged:
-            summary.append("\n{:,} tensors in {:,} name patterns: g shows them".format(
-                self.page_total, report.get("group_count", 0)), style="dim")
-        self.query_one("#tensors-summary", Static).update(summary)
+        self.query_one("#tensors-problems", CheckpointProblems).show(report.get("problems"))
+        self.query_one("#tensors-summary", Eagle3Summary).show(report, self.page_total if self.paged else None)
         self._fill_table()
         self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
 
@@ -309,7 +229,7 @@ class TensorsPane(Pane):
         self.page_total = page["total"]
         if message.append:
             self.shown_tensors = self.shown_tensors + page["tensors"]
-            self._add_rows(page["tensors"])
+            self.query_one("#tensors-table", TensorTable).add_tensors(page["tensors"])
             self._show_totals()
         else:
             self.shown_tensors = page["tensors"]
@@ -329,46 +249,15 @@ class TensorsPane(Pane):
     # -- the table
 
     def _fill_table(self):
-        table = self.query_one("#tensors-table", DataTable)
-        table.clear(columns=True)
+        table = self.query_one("#tensors-table", TensorTable)
         if self.showing_groups:
-            self._fill_groups(table)
+            table.show_groups((self.report or {}).get("groups") or [])
+            self._show_totals()
             return
-        # The role is a sentence: last, so that shape, dtype and bytes stay on an 80-column screen.
-        table.add_column("name", key="name")
-        table.add_column("shape", key="shape")
-        table.add_column("dtype", key="dtype")
-        table.add_column(Text("bytes", justify="right"), key="bytes")
-        table.add_column("role", key="role")
         if not self.paged:
             tensors = (self.report or {}).get("tensors") or []
             self.shown_tensors = sort_tensors(filter_tensors(tensors, self.filter_text), self.sort_key)
-        self._add_rows(self.shown_tensors)
-        self._show_totals()
-
-    def _add_rows(self, tensors):
-        table = self.query_one("#tensors-table", DataTable)
-        for tensor in tensors:
-            table.add_row(
-                Text(tensor["name"]),  # Text, not str: a str cell would be read as markup
-                Text(format_shape(tensor.get("shape"))),
-                Text(tensor.get("dtype") or ""),
-                Text("{:,}".format(tensor.get("bytes") or 0), justify="right"),
-                Text(tensor.get("role") or "", style="dim" if not tensor.get("role") else ""),
-                key=tensor["name"],
-            )
-
-    def _fill_groups(self, table):
-        table.add_column(Text("count", justify="right"), key="count")
-        table.add_column("pattern", key="pattern")
-        table.add_column("shape", key="shape")
-        table.add_column(Text("bytes", justify="right"), key="bytes")
-        table.add_column("role", key="role")
-        for group in (self.report or {}).get("groups") or []:
-            shapes = ", ".join(format_shape(s) for s in group.get("shapes") or []) + (", ..." if group.get("more_shapes") else "")
-            table.add_row(Text("{:,}".format(group["count"]), justify="right"), Text(group["pattern"]), Text(shapes),
-                          Text("{:,}".format(group.get("bytes") or 0), justify="right"), Text(group.get("role") or ""),
-                          key=group["pattern"])
+        table.show_tensors(self.shown_tensors)
         self._show_totals()
 
     def _show_totals(self):
