@@ -53,301 +53,36 @@ No token ever reaches the log, progress.json, plan.json or an error message: eve
 leaves the job is scrubbed of the token huggingface_hub finds (HF_TOKEN, which the console's token
 arrives as, in the job's environment only, or the host's login).
 
-The job is split by concern: hub.py talks to the hub (the spec and its file selection, resolving
-the file list, classifying failures into PlanError types, HTTP that keeps the token with the hub),
-transfer.py moves the bytes (ranged resumable fetch hashed while receiving, file locks, the local
-layout and .metadata, free space), progress.py writes progress.json; this module plans, runs and
-judges the download, download-plan and verify jobs.
+The job is split by concern: spec.py (the spec and its file selection), hub.py (huggingface_hub:
+token, endpoint, resolving the files at a commit), failures.py (PlanError and classifying what
+failed), hub_http.py (HTTP that keeps the token with the hub), transfer.py (the ranged resumable
+fetch), digests.py (hashing while receiving), layout.py (the local layout, .metadata and locks),
+disk_space.py (free space), plan.py (the download-plan step), verify.py (hashing from disk and the
+verdict), progress.py (progress.json), output.py (scrubbed log and files); this module runs the
+download, download-plan and verify jobs.
 """
 
 from __future__ import annotations
 
-import http.client
 import json
 import os
-import queue
-import re
 import signal
 import sys
 import threading
 import time
 
-from ..core import hashing
-from ..core.hashing import hash_file
 from ..core.hashing import Stopped
-from .failures import PlanError, classify, http_error
-from .hub import RemoteFile, Resolved, hub_endpoint, hub_headers, hub_token, import_hf, resolve, resolve_url
-from .hub_http import Transient, http_open
-from .output import fmt_gb, fmt_size, log, one_line, scrub, short
-from .spec import load_spec, normalize_spec, select_paths
+from .failures import PlanError, classify
+from .hub import Resolved, hub_token, import_hf, resolve
+from .layout import LocalPaths
+from .output import fmt_gb, fmt_size, log, one_line, scrub
+from .plan import make_plan, plan, read_plan, resolved_from_plan, write_plan
 from .progress import FileState, Progress
-from .digests import new_hasher
-from .disk_space import mount_point, space_check
-from .layout import LocalPaths, read_metadata
+from .spec import load_spec
 from .transfer import Downloader
+from .verify import hash_tree, resolve_offline, verdict_for
 
 SPEC_FILE = "spec.json"
-PLAN_FILE = "plan.json"
-
-
-# --------------------------------------------------------------------------- plan
-
-
-def plan(spec):
-    """The download-plan answer as a dict ({"ok": true, ...} or {"ok": false, "error": ...})."""
-    try:
-        spec = normalize_spec(spec)
-        hf = import_hf()
-        resolved, have, need, free = _plan(spec, hf)
-    except PlanError as e:
-        return {"ok": False, "error": e.to_json()}
-    except Exception as e:  # a bug: still one line
-        return {"ok": False, "error": {"type": "InternalError",
-                                       "message": scrub(one_line("%s: %s" % (type(e).__name__, e)))}}
-    files = []
-    for rf in resolved.files:
-        d = rf.to_json()
-        d["present_bytes"] = have[rf.path]
-        files.append(d)
-    return {"ok": True, "repo": spec["repo"], "repo_type": spec["repo_type"], "revision": resolved.revision,
-            "files": files, "total_bytes": sum(rf.size for rf in resolved.files), "to_fetch_bytes": need,
-            "free_bytes": free, "local_dir": spec["local_dir"], "all_paths": resolved.all_paths}
-
-
-def write_plan(job_dir, answer):
-    """plan.json in the job's directory (atomically: the wire method reads it once we exit)."""
-    path = os.path.join(job_dir, PLAN_FILE)
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(scrub(json.dumps(answer, ensure_ascii=False)) + "\n")
-    os.replace(tmp, path)
-
-
-def read_plan(job_dir, spec):
-    """The good plan of this job's spec written by download-plan, or None (then the job plans)."""
-    try:
-        with open(os.path.join(job_dir, PLAN_FILE), encoding="utf-8") as f:
-            answer = json.load(f)
-    except (OSError, ValueError):
-        return None
-    if not isinstance(answer, dict) or not answer.get("ok"):
-        return None
-    if (answer.get("repo"), answer.get("repo_type"), answer.get("local_dir")) != (
-            spec["repo"], spec["repo_type"], spec["local_dir"]):
-        return None
-    return answer
-
-
-def resolved_from_plan(spec, hf, answer):
-    """The plan's files as resolve() gives them, without asking the hub again."""
-    revision = answer["revision"]
-    asked = spec.get("revision") or "main"
-    spec["_endpoint_label"] = hub_endpoint(hf, spec)
-    spec["_revision_label"] = asked if asked == revision else "%s (%s)" % (asked, revision[:7])
-    files = [RemoteFile(f["path"], f["size"], f.get("sha256"), f.get("blob_id")) for f in answer["files"]]
-    return Resolved(revision, files, answer.get("all_paths") or [f.path for f in files])
-
-
-def _plan(spec, hf):
-    token = hub_token(hf)
-    try:
-        resolved = resolve(spec, hf)
-    except Exception as e:
-        raise classify(e, spec, have_token=bool(token))
-    _probe(spec, hf, resolved, token)
-    have, need, free, base = space_check(spec, resolved)
-    if need > free:
-        mp = mount_point(base)
-        raise PlanError("NoSpace", "needs %s on %s, %s free" % (fmt_size(need), mp, fmt_size(free)),
-                        needed_bytes=need, free_bytes=free, path=mp)
-    return resolved, have, need, free
-
-
-def _probe(spec, hf, resolved, token):
-    """HEAD the smallest selected file: a gated repo's metadata is public, its files are not."""
-    rf = min(resolved.files, key=lambda f: f.size)
-    url = resolve_url(hub_endpoint(hf, spec), spec, resolved.revision, rf.path)
-    headers = hub_headers(hf)
-    try:
-        resp = http_open(url, headers, method="HEAD", timeout=30, follow=False)
-    except (Transient, OSError, http.client.HTTPException) as e:
-        raise classify(e, spec, have_token=bool(token))
-    code = resp.getcode()
-    resp.close()
-    if code >= 400:
-        raise http_error(resp, spec, rf.path, bool(token))
-
-
-# --------------------------------------------------------------------------- verification
-
-
-def compare(rf, size, digest):
-    """None if `rf` matches, else the mismatch line."""
-    if size is None:
-        return "mismatch in %s: missing (%s expected)" % (rf.path, fmt_size(rf.size))
-    if rf.size is not None and size != rf.size:
-        return "mismatch in %s: %s bytes expected, %s found" % (rf.path, format(rf.size, ","), format(size, ","))
-    if rf.sha256:
-        if digest != rf.sha256:
-            return "mismatch in %s: sha256 %s expected, %s found" % (rf.path, short(rf.sha256), short(digest))
-    elif rf.blob_id:
-        if digest != rf.blob_id:
-            return "mismatch in %s: git blob id %s expected, %s found" % (rf.path, short(rf.blob_id), short(digest))
-    return None
-
-
-def _checkpoint_module():
-    try:
-        from ..checkpoints import report
-        return report
-    except ImportError as e:
-        log("checkpoint inspection unavailable: %s" % e)
-        return None
-
-
-def inspect_checkpoint(spec, resolved):
-    """(errors, warnings, note) from remote.checkpoint.inspect, when it exists and applies."""
-    if spec["repo_type"] != "model":
-        return [], [], None
-    wanted = set(rf.path for rf in resolved.files)
-    weights = [p for p in resolved.all_paths if p.endswith(".safetensors") or p.endswith(".safetensors.index.json")]
-    if not any(p.endswith(".safetensors") for p in wanted):
-        return [], [], None
-    if any(p not in wanted for p in weights):
-        return [], [], "checkpoint inspection skipped: only part of the repo's safetensors files were selected"
-    mod = _checkpoint_module()
-    if mod is None or not hasattr(mod, "inspect"):
-        return [], [], None
-    try:
-        report = mod.inspect(spec["local_dir"], sha256=False)
-    except Exception as e:
-        return [], [], "checkpoint inspection failed: %s" % one_line("%s: %s" % (type(e).__name__, e))
-    problems = (report or {}).get("problems") or []
-    errors = [one_line(p.get("message", "")) for p in problems if p.get("level") == "error"]
-    warnings = [one_line(p.get("message", "")) for p in problems if p.get("level") == "warning"]
-    return errors, warnings, None
-
-
-def verdict_for(spec, resolved, results, progress):
-    """results: {path: (size or None, digest or None)}. Returns (state, verdict dict)."""
-    mismatches = []
-    for rf in resolved.files:
-        size, digest = results[rf.path]
-        line = compare(rf, size, digest)
-        st = progress_file(progress, rf.path)
-        if line is None:
-            if st is not None:
-                st.state = "verified"
-        else:
-            mismatches.append((rf, line))
-            if st is not None:
-                st.state = "missing" if size is None else "mismatch"
-    if mismatches:
-        rf, line = mismatches[0]
-        msg = line + (" (+%d more)" % (len(mismatches) - 1) if len(mismatches) > 1 else "")
-        for _rf, l in mismatches:
-            log(l)
-        return "mismatch", {"status": "mismatch", "message": msg, "file": rf.path,
-                            "files": [m[0].path for m in mismatches]}
-    total = sum(rf.size for rf in resolved.files)
-    what = "sha256" if all(rf.sha256 for rf in resolved.files) else (
-        "git blob id" if not any(rf.sha256 for rf in resolved.files) else "sha256 (LFS) and git blob id")
-    msg = "verified %d file%s, %s, %s at %s" % (len(resolved.files), "" if len(resolved.files) == 1 else "s",
-                                               fmt_size(total), what, (resolved.revision or "?")[:12])
-    errors, warnings, note = inspect_checkpoint(spec, resolved)
-    if errors:
-        return "corrupt", {"status": "corrupt", "message": "corrupt: %s" % errors[0]
-                           + (" (+%d more)" % (len(errors) - 1) if len(errors) > 1 else "")}
-    if warnings:
-        msg += "; checkpoint: %d warning%s (%s)" % (len(warnings), "" if len(warnings) == 1 else "s", warnings[0])
-    if note:
-        msg += "; " + note
-    if resolved.source != "hub":
-        msg += "; expected hashes from %s" % resolved.source
-    return "verified", {"status": "verified", "message": msg}
-
-
-def progress_file(progress, path):
-    for f in progress.files:
-        if f.path == path:
-            return f
-    return None
-
-
-def hash_tree(spec, resolved, progress, stop, workers=None):
-    """Hash every selected file from disk: {path: (size or None, digest or None)}."""
-    results = {}
-    todo = queue.Queue()
-    for rf in sorted(resolved.files, key=lambda f: -(f.size or 0)):
-        todo.put(rf)
-
-    def work():
-        buf = bytearray(hashing.BLOCK_BYTES)
-        while not stop.is_set():
-            try:
-                rf = todo.get_nowait()
-            except queue.Empty:
-                return
-            st = progress_file(progress, rf.path)
-            path = LocalPaths(spec["local_dir"], rf.path).final
-            try:
-                size = os.path.getsize(path)
-            except OSError:
-                results[rf.path] = (None, None)
-                continue
-            if st is not None:
-                st.state = "verifying"
-                st.bytes_done = size
-
-            def on(n, st=st):
-                if st is not None:
-                    st.bytes_checked += n
-
-            if rf.size is not None and size != rf.size:
-                results[rf.path] = (size, None)
-                continue
-            try:
-                h = hash_file(path, new_hasher(rf, size), progress=on, stop=stop, buf=buf)
-            except OSError as e:
-                log("%s: cannot read: %s" % (rf.path, e))
-                results[rf.path] = (None, None)
-                continue
-            results[rf.path] = (size, h.hexdigest())
-
-    n = workers or max(1, min(4, os.cpu_count() or 1, len(resolved.files)))
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(0.5)
-    if stop.is_set():
-        raise Stopped()
-    return results
-
-
-def resolve_offline(spec):
-    """Expected hashes from the .metadata records hf_hub_download and this job leave in local_dir."""
-    meta = read_metadata(spec["local_dir"])
-    if not meta:
-        return None
-    spec["_revision_label"] = "local metadata"
-    all_paths = sorted(meta)
-    chosen = select_paths(all_paths, spec)
-    files, commits = [], set()
-    for p in chosen:
-        commit, etag = meta[p]
-        commits.add(commit)
-        if re.fullmatch(r"[0-9a-f]{64}", etag):
-            files.append(RemoteFile(p, None, etag, None))
-        else:
-            files.append(RemoteFile(p, None, None, etag))
-    if not files:
-        return None
-    return Resolved(commits.pop() if len(commits) == 1 else None, files, all_paths, source="local metadata")
-
-
-# --------------------------------------------------------------------------- jobs
 
 
 def _begin(kind, spec, job_dir):
@@ -394,7 +129,7 @@ def run_download(spec, job_dir):
                 resolved = resolved_from_plan(spec, hf, planned)
                 need, free = planned["to_fetch_bytes"], planned["free_bytes"]
             else:
-                resolved, have, need, free = _plan(spec, hf)
+                resolved, have, need, free = make_plan(spec, hf)
         except PlanError as e:
             return _fail(progress, "%s: %s" % (e.type, e.message))
         total = sum(rf.size for rf in resolved.files)
@@ -488,7 +223,7 @@ def run_verify(spec, job_dir):
         progress.set(state=state, verdict=verdict)
         code = 0 if state == "verified" else 1
         verdict = dict(verdict, revision=resolved.revision, files=[
-            {"path": rf.path, "size": rf.size, "state": progress_file(progress, rf.path).state}
+            {"path": rf.path, "size": rf.size, "state": progress.file_state(rf.path).state}
             for rf in resolved.files])
     except Stopped:
         verdict = {"status": "error", "message": "stopped"}

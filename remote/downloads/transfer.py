@@ -28,6 +28,10 @@ DEFAULT_RETRIES = 5  # per file, reset whenever bytes arrive (env SPECDECK_DOWNL
 
 
 class Downloader:
+    """The files of a resolved spec fetched into local_dir, biggest first, by a few threads;
+    run() returns each file's digest, or raises the PlanError of the first file that failed (Stopped
+    when the job is stopped)."""
+
     def __init__(self, spec, hf, resolved, progress, stop):
         self.spec = spec
         self.hf = hf
