@@ -16,7 +16,8 @@ hub token the user has now, from this process's environment.
 import os
 import re
 import sys
-import tempfile
+
+from remote.core.records import replace_file
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -88,17 +89,7 @@ def save(data, path=None):
     path = path or config_path()
     directory = os.path.dirname(path)
     os.makedirs(directory, mode=0o700, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".config.", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(dumps(data))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    replace_file(path, dumps(data), mode=0o600)  # it may name hosts and paths: the user's alone
 
 
 # ---------------------------------------------------------------- a TOML writer for our tables

@@ -18,12 +18,15 @@ def read_json(path):
         return None
 
 
-def write_json(path, value):
-    """Replace the file at once; on failure (a full disk) leave no temp file behind."""
+def replace_file(path, text, encoding="utf-8", mode=0o666):
+    """Write `text` beside `path`, then put it in place at once, so a reader never sees half of
+    it; on failure (a full disk) leave no temp file behind. The project's one atomic write:
+    job records, progress.json, plan.json, .metadata, alert and telemetry settings, config.toml.
+    `mode` is for a new file (umask applies)."""
     tmp = "%s.tmp.%d" % (path, os.getpid())
     try:
-        with open(tmp, "w") as f:
-            json.dump(value, f)
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode), "w", encoding=encoding) as f:
+            f.write(text)
         os.replace(tmp, path)
     except BaseException:
         try:
@@ -31,6 +34,11 @@ def write_json(path, value):
         except OSError:
             pass
         raise
+
+
+def write_json(path, value):
+    """Replace a JSON file at once (see replace_file)."""
+    replace_file(path, json.dumps(value))
 
 
 def reserve(path):

@@ -15,7 +15,8 @@ except ImportError:  # pragma: no cover
     fcntl = None
 
 from ..core.hashing import Stopped
-from .output import log, replace_file
+from ..core.records import replace_file
+from .output import log
 
 
 def _short_hash(name):

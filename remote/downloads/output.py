@@ -83,12 +83,3 @@ def fmt_size(n):
 
 def short(digest):
     return (digest or "?")[:12] + ".."
-
-
-def replace_file(path, text, encoding=None):
-    """Write `text` to a temporary file beside `path`, then put it in place at once, so a reader
-    (the agent polling progress.json, huggingface_hub reading .metadata) never sees half of it."""
-    tmp = "%s.tmp%d" % (path, os.getpid())
-    with open(tmp, "w", encoding=encoding) as f:
-        f.write(text)
-    os.replace(tmp, path)

@@ -14,7 +14,8 @@ from .failures import PlanError, classify, http_error
 from .hub import (RemoteFile, Resolved, hub_endpoint, hub_headers, hub_token, import_hf, resolve, resolve_url,
                   revision_label)
 from .hub_http import Transient, http_open
-from .output import fmt_size, one_line, replace_file, scrub
+from ..core.records import replace_file
+from .output import fmt_size, one_line, scrub
 from .spec import normalize_spec
 
 PLAN_FILE = "plan.json"

@@ -9,7 +9,8 @@ import os
 import threading
 import time
 
-from .output import log, replace_file, scrub
+from ..core.records import replace_file
+from .output import log, scrub
 
 PROGRESS_INTERVAL = 0.25
 RATE_WINDOW = 5.0

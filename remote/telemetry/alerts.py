@@ -16,6 +16,7 @@ import threading
 import time
 
 from ..core import paths
+from ..core.records import replace_file, write_json
 
 # threshold: the rule's own unit (see UNITS); duration_s: how long the condition must hold.
 DEFAULTS = {
@@ -106,11 +107,7 @@ class AlertLog:
     def _shrink(self):
         alerts = self._read()
         keep = alerts[len(alerts) // 2:]
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            for alert in keep:
-                f.write(json.dumps(alert, separators=(",", ":")) + "\n")
-        os.replace(tmp, self.path)
+        replace_file(self.path, "".join(json.dumps(alert, separators=(",", ":")) + "\n" for alert in keep))
 
     def _read(self):
         """Every alert, the latest record of each id, in the order they fired."""
@@ -144,10 +141,7 @@ class AlertLog:
 
     def mark_seen(self, until):
         until = max(until, self.seen_until())
-        tmp = self._seen_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump({"until": until}, f)
-        os.replace(tmp, self._seen_path)
+        write_json(self._seen_path, {"until": until})
         return until
 
 

@@ -15,6 +15,7 @@ import time
 from ..core import paths
 from ..core.streams import Topic
 from ..core.services import Service
+from ..core.records import replace_file
 from .alerts import DEFAULTS, AlertLog, AlertRules, merge_settings, telemetry_dir
 from .host import HostReader
 from .nvml import Nvml, load_module
@@ -40,10 +41,7 @@ def load_settings(directory):
 
 
 def save_settings(directory, settings):
-    tmp = os.path.join(directory, SETTINGS_FILE + ".tmp")
-    with open(tmp, "w") as f:
-        json.dump(settings, f, indent=1)
-    os.replace(tmp, os.path.join(directory, SETTINGS_FILE))
+    replace_file(os.path.join(directory, SETTINGS_FILE), json.dumps(settings, indent=1))
 
 
 class TelemetrySampler(Service):
