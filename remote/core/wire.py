@@ -10,7 +10,7 @@ import importlib
 import inspect
 import math
 
-from .protocol import BadRequest, RemoteError
+from .protocol import BadRequest, NotFound, RemoteError
 
 # The modules whose import registers methods, in the order the reference lists them.
 AREAS = (
@@ -39,6 +39,21 @@ class Call:
 
     def param(self, name, kind, default=None, required=False):
         return param(self.params, name, kind, default, required)
+
+    def service(self, name):
+        """The daemon's service `name` (telemetry, speculation, training, ...); NotFound when this
+        daemon runs without it."""
+        found = self.daemon.services.get(name)
+        if found is None:
+            raise NotFound("this agent's daemon runs no %s service" % name)
+        return found
+
+    def history(self):
+        """The daemon's history store (remote/core/history.py); NotFound when it has none."""
+        history = getattr(self.daemon, "history", None)
+        if history is None:
+            raise NotFound("this agent keeps no history store")
+        return history.store
 
 
 def method(name):

@@ -22,10 +22,7 @@ LIVE = ("running", "starting")
 
 
 def sampler(call):
-    service = call.daemon.services.get("speculation")
-    if service is None:
-        raise RemoteError("NotFound", "this agent's daemon runs no speculation sampler")
-    return service
+    return call.service("speculation")
 
 
 def _interpreter(call):

@@ -18,17 +18,7 @@ SAMPLES_MAX = 2000  # per `telemetry.samples` reply: a week at 1 Hz would not fi
 
 
 def sampler(call):
-    found = call.daemon.services.get("telemetry")
-    if found is None:
-        raise RemoteError("NotFound", "this agent runs no telemetry sampler")
-    return found
-
-
-def history_store(call):
-    history = getattr(call.daemon, "history", None)
-    if history is None:
-        raise RemoteError("NotFound", "this agent keeps no history store")
-    return history.store
+    return call.service("telemetry")
 
 
 def window(call):
@@ -100,7 +90,7 @@ def telemetry_history(call):
     start, end = window(call)
     gpu = call.param("gpu", int)
     labels = {} if host or gpu is None else {"gpu": str(gpu)}
-    found, resolution_s = history_store(call).query(HOST_SOURCE if host else GPU_SOURCE, metric, labels, start, end, call.param("resolution_s", float))
+    found, resolution_s = call.history().query(HOST_SOURCE if host else GPU_SOURCE, metric, labels, start, end, call.param("resolution_s", float))
     series = [{"gpu_index": None if host else int(s["labels"]["gpu"]), "points": s["points"]} for s in found]
     series.sort(key=lambda s: -1 if s["gpu_index"] is None else s["gpu_index"])
     return {"metric": metric, "resolution_s": resolution_s, "series": series}
@@ -114,7 +104,7 @@ def telemetry_samples(call):
     `telemetry.latest` with the stored fields (bucket means), names and totals from the latest
     sample, and no processes."""
     start, end = window(call)
-    store = history_store(call)
+    store = call.history()
     resolution_s = max(1.0, (end - start) / SAMPLES_MAX)
     host_series, gpu_series, used = {}, {}, resolution_s
     for name in HOST_SERIES:
