@@ -137,19 +137,27 @@ class TopicSource(Source):
 class Stream:
     """One open stream of a connection: the thread that pumps it and how it was asked to stop."""
 
-    __slots__ = ("id", "stopped", "reason", "thread")
+    __slots__ = ("id", "stopped", "reason", "thread", "sending")
 
     def __init__(self, stream_id):
         self.id = stream_id
         self.stopped = threading.Event()
         self.reason = None
         self.thread = None
+        self.sending = threading.Lock()  # held while a frame goes out: stop() waits for it
 
     def stop(self, reason=None):
         """Stop pumping. With a `reason`, the client gets an end frame with it as `data.error`;
-        without (cancelled, or its id reused), nothing more is sent under this id."""
-        self.reason = reason
-        self.stopped.set()
+        without (cancelled, or its id reused), nothing more is sent under this id once stop()
+        returns (a frame already being written finishes first; a client that reads nothing is
+        not waited for beyond a few seconds)."""
+        acquired = self.sending.acquire(timeout=5.0)
+        try:
+            self.reason = reason
+            self.stopped.set()
+        finally:
+            if acquired:
+                self.sending.release()
 
 
 def check_seq(after):
@@ -214,8 +222,11 @@ def _pump(connection, stream, source, seq):
             if batch.data is None:
                 source.wait(seq, WAIT_SLICE_S)
                 continue
-            if not connection.send({"stream": stream.id, "seq": batch.seq, "data": batch.data}):
-                return
+            with stream.sending:
+                if stream.stopped.is_set():
+                    break
+                if not connection.send({"stream": stream.id, "seq": batch.seq, "data": batch.data}):
+                    return
             seq = batch.seq
             if source.gather_s and not batch.more:
                 stream.stopped.wait(source.gather_s)
