@@ -15,8 +15,9 @@ LIVE_STATES = ("running", "starting")
 
 
 class LogSource(Source):
-    """A job's log, in whole lines; once the job has ended and the log is read to its end, the
-    stream ends with the job's description."""
+    """A job's log, in whole lines, and an unfinished last line as it grows when no whole line
+    is waiting (a progress bar redrawn with \r); once the job has ended and the log is read to
+    its end, the stream ends with the job's description."""
 
     gather_s = 0.05  # a chatty log goes out as ~20 frames a second, not one per line
 
@@ -32,7 +33,7 @@ class LogSource(Source):
         return after
 
     def read(self, after):
-        data, next_offset = self.jobs.read_lines_from(self.job_id, after, LOG_CHUNK_BYTES)
+        data, next_offset = self.jobs.read_lines_from(self.job_id, after, LOG_CHUNK_BYTES, partial=True)
         if not data:
             # Only a quiet log makes us look at the process: a busy one is read, not described.
             if self.jobs.describe(self.job_id)["process_state"] in LIVE_STATES:

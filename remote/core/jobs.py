@@ -287,13 +287,18 @@ class JobStore:
             data = data[: utf8_boundary(data)]
         return {"offset": offset, "next_offset": offset + len(data), "size": size, "text": data.decode("utf-8", "replace")}
 
-    def read_lines_from(self, job_id, offset, max_bytes=65536, final=False):
-        """Whole lines from offset (the rest of the file too when `final`), as (bytes, next_offset)."""
+    def read_lines_from(self, job_id, offset, max_bytes=65536, final=False, partial=False):
+        """Whole lines from offset, as (bytes, next_offset). With `final` the rest of the file too;
+        with `partial`, an unfinished last line when no whole line is waiting (a progress bar
+        redrawn with \r never ends its line), cut on a character boundary."""
         with open(self.log_path(job_id), "rb") as f:
             f.seek(offset)
             data = f.read(max_bytes)
         if not data:
             return b"", offset
+        if partial and len(data) < max_bytes and b"\n" not in data:
+            data = data[: utf8_boundary(data)]
+            return data, offset + len(data)
         if not final and len(data) < max_bytes:
             cut = data.rfind(b"\n")
             if cut < 0:

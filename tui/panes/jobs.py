@@ -169,18 +169,22 @@ class JobsPane(Pane):
         if tail["offset"] > 0:
             log.append(["… %s earlier in the log (w saves all of it)" % display.format_bytes(tail["offset"])])
         log.append(lines, text_width(lines))
+        log.set_partial(feed.shown_partial())
         log.show_title()
         self._log_stream = self.follow(
             "jobs.follow", {"id": job_id, "after": tail["next_offset"]},
             on_data=self._log_lines,
             on_end=functools.partial(self._log_ended, generation, feed),
-            prepare=lambda data, seq: feed.lines(data.get("text", ""), seq),
+            prepare=lambda data, seq: (feed.lines(data.get("text", ""), seq), feed.shown_partial()),
         )
 
     def _log_lines(self, items):
-        lines = [line for batch, _ in items if batch for line in batch]
+        """Whole lines and the unfinished last line (a progress bar as it is redrawn)."""
+        log = self.query_one(LogView)
+        lines = [line for (batch, _), _ in items if batch for line in batch]
         if lines:
-            self.query_one(LogView).append(lines, text_width(lines))
+            log.append(lines, text_width(lines))
+        log.set_partial(items[-1][0][1])
 
     def _log_failed(self, generation, message):
         if generation == self._generation:
@@ -193,6 +197,7 @@ class JobsPane(Pane):
             return
         rest = feed.finish()
         log = self.query_one(LogView)
+        log.set_partial("")
         if rest:
             log.append(rest, text_width(rest))
         job = data.get("job") or {}

@@ -32,14 +32,20 @@ class LogFeed:
         self.partial = ""
 
     def lines(self, text, next_offset=None):
-        """Whole lines of `text` (None when the range up to next_offset was already seen)."""
+        """Whole lines of `text` (None when the range up to next_offset was already seen). The
+        unfinished last line waits in `partial`, kept to its last redraw (what follows its last
+        \r), so a progress bar that never ends its line stays one short line."""
         if next_offset is not None:
             if next_offset <= self.next_offset:
                 return None
             self.next_offset = next_offset
         parts = (self.partial + text).split("\n")
-        self.partial = parts.pop()
+        self.partial = _last_redraw(parts.pop())
         return self.clean(parts)
+
+    def shown_partial(self):
+        """The unfinished last line as a terminal would show it now."""
+        return self.clean([self.partial])[0] if self.partial else ""
 
     def finish(self):
         rest, self.partial = self.partial, ""
@@ -57,6 +63,15 @@ class LogFeed:
                 line = line.rstrip("\r").rsplit("\r", 1)[-1]
             cleaned.append(line.expandtabs())
         return cleaned
+
+
+def _last_redraw(line):
+    """What follows the last \r of an unfinished line (a \r at its very end may be the first
+    half of \r\n, so the redraw before it is kept with it)."""
+    if "\r" not in line:
+        return line
+    body, ends_with_cr = (line[:-1], True) if line.endswith("\r") else (line, False)
+    return body.rpartition("\r")[2] + ("\r" if ends_with_cr else "")
 
 
 def text_width(lines):
@@ -86,6 +101,7 @@ class LogView(ScrollView, can_focus=True):
         self.note = ""  # e.g. "opening", "ended: stopped, signal 15"
         self.ended = False
         self.search_note = ""
+        self.partial = ""  # the unfinished last line, shown below the lines until it ends
         self._line_style = None
         self._strips = LRUCache(1024)  # (line index, scroll_x, width) -> Strip, while no search is shown
 
@@ -94,6 +110,7 @@ class LogView(ScrollView, can_focus=True):
     def clear(self):
         self._strips.clear()
         self.lines = []
+        self.partial = ""
         self.width = 0
         self.pattern = None
         self.term = self.search_note = ""
@@ -102,9 +119,16 @@ class LogView(ScrollView, can_focus=True):
         self.scroll_to(0, 0, animate=False, immediate=True)
         self.refresh()
 
-    def append(self, lines, width=None):
+    def set_partial(self, text):
+        """Show `text` as the log's unfinished last line (a progress bar as it is redrawn)."""
+        if text == self.partial:
+            return
+        self.partial = text
+        self.append([], force=True)
+
+    def append(self, lines, width=None, force=False):
         """Add whole lines (already cleaned); old lines beyond max_lines are dropped."""
-        if not lines:
+        if not lines and not force:
             return
         self.lines.extend(lines)
         self.width = max(self.width, text_width(lines) if width is None else width)
@@ -116,7 +140,8 @@ class LogView(ScrollView, can_focus=True):
                 self.match_line = self.match_line - excess if self.match_line >= excess else None
             if not self.following:
                 self.scroll_to(y=max(0, self.scroll_y - excess), animate=False, immediate=True)
-        self._grow_to(Size(self.width + 1, len(self.lines)))
+        partial_width = cell_len(self.partial) if self.partial else 0
+        self._grow_to(Size(max(self.width, partial_width) + 1, len(self.lines) + (1 if self.partial else 0)))
         if self.following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
         self.refresh()
@@ -170,6 +195,9 @@ class LogView(ScrollView, can_focus=True):
         if style is None:
             style = self._line_style = self.rich_style
         if index >= len(self.lines):
+            if index == len(self.lines) and self.partial:
+                text = Text(_CONTROL.sub("�", self.partial), style=style, no_wrap=True, end="")
+                return Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, style)
             return Strip.blank(width, style)
         key = (index, scroll_x, width)
         if self.pattern is None and key in self._strips:
