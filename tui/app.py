@@ -17,6 +17,8 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
+from remote.core.protocol import RemoteError
+
 from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .pane_host import PaneHost
@@ -26,6 +28,7 @@ from .panes.jobs import JobsPane
 from .panes.speculation import SpeculationPane
 from .panes.tensors import TensorsPane
 from .screens.help import HelpScreen
+from .screens.host_info import HostInfoScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
 
@@ -54,6 +57,7 @@ class SpecdeckApp(PaneHost):
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding("q", "quit", "quit")] + pane_bindings(PANES) + [
         Binding("question_mark", "help", "help", tooltip="this list of keys"),
+        Binding("i", "host_info", "host", show=False, tooltip="the host: agent, what it can use, the daemon's services and how each is doing"),
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
     ]
 
@@ -91,11 +95,28 @@ class SpecdeckApp(PaneHost):
 
     def check_action(self, action, parameters):
         # Pane keys belong to the screen below a dialog, not to the dialog.
-        if action in ("show_pane", "reconnect") and isinstance(self.screen, ModalScreen):
+        if action in ("show_pane", "reconnect", "host_info") and isinstance(self.screen, ModalScreen):
             return False
         if action == "reconnect":
             return self.connection_state == "failed"
         return True
+
+    def action_host_info(self):
+        if isinstance(self.screen, HostInfoScreen):
+            return
+        if self.client is None:
+            self.notify("not connected to the host yet", severity="warning")
+            return
+        self._show_host_info(self.client)
+
+    @work(thread=True, exclusive=True, group="host-info", exit_on_error=False)
+    def _show_host_info(self, client):
+        try:
+            info = client.call("daemon.info", timeout=15)
+        except (RemoteError, ConnectError) as exc:
+            self.post_message(AgentError(getattr(exc, "message", None) or str(exc), "host info"))
+            return
+        self.call_from_thread(self.push_screen, HostInfoScreen(info))
 
     def action_help(self):
         if isinstance(self.screen, HelpScreen):

@@ -1,0 +1,74 @@
+"""The host at a glance: the agent (version, build, Python), what the host can do (NVML,
+huggingface_hub, torch, vllm, ...), and the daemon's services with their state, so a sampler
+that keeps failing is seen, and why."""
+
+import time
+
+from rich.table import Table
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from ..display import format_duration
+
+STATE_STYLES = {"running": "green", "retrying": "bold red", "starting": "yellow", "stopped": "dim"}
+
+
+def services_table(services, now=None):
+    """One row a service: name, state, how it is doing (the error and the next try when failing)."""
+    now = time.time() if now is None else now
+    table = Table.grid(padding=(0, 2))
+    table.add_column(style="bold")
+    table.add_column()
+    table.add_column()
+    for service in services:
+        state = service.get("state") or "?"
+        if service.get("error"):
+            how = "%s (%d in a row" % (service["error"], service.get("failures") or 0)
+            if service.get("next_try_at"):
+                how += ", next try in %d s" % max(0, round(service["next_try_at"] - now))
+            how += ")"
+        else:
+            detail = service.get("detail") or {}
+            how = ", ".join("%s %s" % (key.replace("_", " "), value) for key, value in detail.items() if not isinstance(value, (dict, list)))
+        table.add_row(service.get("name", "?"), Text(state, style=STATE_STYLES.get(state, "")), Text(how))
+    return table
+
+
+def capabilities_text(capabilities):
+    found = []
+    for name, value in sorted((capabilities or {}).items()):
+        if name == "python":
+            continue
+        found.append("%s %s" % (name, value.get("version", "")) if value else "%s -" % name)
+    return "  ".join(found)
+
+
+class HostInfoScreen(ModalScreen[None]):
+    """`info` is the reply of daemon.info."""
+
+    BINDINGS = [Binding("escape,q,i", "close", "close")]
+
+    def __init__(self, info, **kwargs):
+        super().__init__(**kwargs)
+        self.info = info
+
+    def compose(self) -> ComposeResult:
+        info = self.info
+        python = (info.get("capabilities") or {}).get("python") or {}
+        with VerticalScroll(classes="dialog", id="host-info"):
+            yield Label("%s@%s" % (info.get("user", "?"), info.get("hostname", "?")), classes="dialog-title", markup=False)
+            yield Static(Text("agent %s, build %s, protocol %s; Python %s (%s)\ndaemon pid %s, up %s; state in %s" % (
+                info.get("agent_version"), info.get("build"), info.get("protocol"), python.get("version"), python.get("executable"),
+                info.get("daemon_pid"), format_duration(info.get("uptime_s")), info.get("state_dir"))))
+            yield Label("Can use", classes="help-section")
+            yield Static(Text(capabilities_text(info.get("capabilities"))))
+            yield Label("Services", classes="help-section")
+            yield Static(services_table(info.get("services") or []), id="host-services")
+            yield Label("escape or i to close", classes="dialog-hint")
+
+    def action_close(self):
+        self.dismiss(None)
