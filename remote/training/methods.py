@@ -6,11 +6,11 @@ import re
 import time
 
 from ..core import streams
-from ..core.protocol import BadRequest, RemoteError
+from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json
 from ..core.streams import TopicSource
 from ..core.wire import method
-from . import checkpoints, curves
+from . import checkpoints, curves, measure
 from .sampler import STATE_FILE, TrainingSampler, progress_of
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -37,8 +37,11 @@ def training_start(call):
     training), `cwd`, `env`, `start_from` (the drafter the run starts from, compared with each
     checkpoint), `target` (the target model directory, each checkpoint checked against its
     config.json), `steps_total`, `epochs_total` (for the ETA; default read from argv's
-    --max-steps, --epochs / --num-epochs), `break_even` (the accept length serving must beat).
-    Reply: the job, as `jobs.get`."""
+    --max-steps, --epochs / --num-epochs), `break_even` (the accept length serving must beat),
+    `measure` (optional: measure each servable checkpoint's real accept length with the A/B
+    benchmark of `serving.bench`, one at a time: `{target (default the run's target), gpus, k
+    (default 3), engine, python (an interpreter with the engine), port, requests (default 8),
+    max_tokens (default 64), env, engine_args}`). Reply: the job, as `jobs.get`."""
     argv = call.param("argv", list, required=True)
     kind = call.param("kind", str, "training")
     if kind not in ("training", "datagen"):
@@ -52,6 +55,7 @@ def training_start(call):
         "epochs_total": call.param("epochs_total", int) or _option(argv, ("--epochs", "--num-epochs", "--num_epochs")),
         "break_even": call.param("break_even", float), "python": call.param("python", str),
     }
+    meta["measure"] = measure.options_from(call.param("measure", dict), meta["target"])
     job = call.daemon.jobs.submit(argv, cwd=call.param("cwd", str), env=call.param("env", dict, {}), interpreter=call.param("python", str),
                                   name=call.param("name", str), kind=kind, meta=meta)
     call.daemon.services.wake("job-events")
@@ -76,14 +80,16 @@ def _history(call):
 def checkpoint_list(job_dir, meta):
     saved = checkpoints.Watcher(job_dir, meta.get("save_dir")).entries if meta.get("save_dir") else []
     listed = []
+    break_even = meta.get("break_even") or measure.break_even_of(saved)
     for entry in saved:
         listed.append({
             "path": entry["path"], "name": entry["name"], "step": entry.get("step"), "epoch": entry.get("epoch"),
-            "format": entry.get("format"), "verdict": checkpoints.judge(entry, meta.get("break_even")),
+            "format": entry.get("format"), "verdict": checkpoints.judge(entry, break_even),
             "reasons": entry.get("reasons", []), "best": entry.get("best", False), "bytes": entry.get("bytes"),
             "validation": entry.get("validation"), "predicted_accept_length": entry.get("predicted_accept_length"),
             "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
             "against_target": entry.get("against_target"), "complete_at": entry.get("complete_at"),
+            "measure": measure.public(entry.get("measure")),
         })
     return listed
 
@@ -96,8 +102,10 @@ def training_curves(call):
     step_ms, tokens_per_s, full_acc: [...], cond_acc: [...], loss_k: [...],
     predicted_accept_length}], validation: [{time, epoch, step, loss, full_acc, cond_acc,
     predicted_accept_length}], latest, predicted_accept_length (the latest validation's, else
-    the latest step's), steps_per_s, eta_s, progress, break_even, alerts: [text],
-    checkpoints: [as training.checkpoints], resolution_s}`."""
+    the latest step's), steps_per_s, eta_s, progress, break_even (the run's, else the one its
+    last checkpoint measurement found), break_even_source (run|measured|null), alerts: [text],
+    checkpoints: [as training.checkpoints], resolution_s}`. `plateau_s` (default 1800): the loss
+    not falling for this long raises an alert."""
     job = _job(call)
     store = _history(call)
     points = max(10, min(call.param("points", int, 2000), MAX_POINTS))
@@ -115,11 +123,17 @@ def training_curves(call):
     if job["process_state"] not in ("running", "starting"):
         eta = 0.0 if job.get("exit_code") == 0 else None
     predicted = (last_validation or {}).get("predicted_accept_length") or (latest or {}).get("predicted_accept_length")
+    listed = checkpoint_list(job_dir, job["meta"])
+    break_even, source = job["meta"].get("break_even"), "run"
+    if break_even is None:
+        measured = [c["measure"]["result"]["break_even_accept_length"] for c in listed
+                    if ((c.get("measure") or {}).get("result") or {}).get("break_even_accept_length")]
+        break_even, source = (measured[-1], "measured") if measured else (None, None)
     return {
         "id": job["id"], "steps": steps, "validation": validation, "latest": latest, "predicted_accept_length": predicted,
-        "steps_per_s": rate, "eta_s": eta, "progress": progress, "break_even": job["meta"].get("break_even"),
+        "steps_per_s": rate, "eta_s": eta, "progress": progress, "break_even": break_even, "break_even_source": source,
         "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0)),
-        "checkpoints": checkpoint_list(job_dir, job["meta"]), "resolution_s": resolution,
+        "checkpoints": listed, "resolution_s": resolution,
     }
 
 
@@ -149,9 +163,36 @@ def training_checkpoints(call):
     `{path, name, step, epoch, format, verdict (ok, broken, incompatible, above break-even,
     below break-even), reasons, best, bytes, validation, predicted_accept_length,
     measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
-    reasons}, complete_at}`."""
+    reasons}, complete_at, measure: {state (queued, running, done, failed, skipped), job (the
+    benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,
+    cycle_ms, break_even_accept_length, verdict, k}, options} or null}`."""
     job = _job(call)
     return checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])
+
+
+@method("training.measure")
+def training_measure(call):
+    """Measure one checkpoint's real accept length: the A/B benchmark of `serving.bench` with the
+    checkpoint as drafter, queued behind the run's current one (one at a time per run). Params:
+    `id` (a training job), `checkpoint` (its name, as training.checkpoints lists it, or its
+    path), `measure` (options as in training.start; default the run's own, which must then
+    exist). Reply: `{id, checkpoint, state: queued}`; training.follow announces each change."""
+    job = _job(call)
+    wanted = call.param("checkpoint", str, required=True)
+    listed = checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])
+    entry = next((c for c in listed if wanted in (c["name"], c["path"])), None)
+    if entry is None:
+        raise NotFound("run %s has no inspected checkpoint %s" % (job["id"], wanted))
+    options = measure.options_from(call.param("measure", dict), job["meta"].get("target")) or job["meta"].get("measure")
+    if not options:
+        raise BadRequest("run %s was started without measure options: give `measure` ({target, python, gpus, ...})" % job["id"])
+    if entry["format"] is None or entry["verdict"] in ("broken", "unreadable", "incompatible"):
+        raise BadRequest("checkpoint %s cannot be served (%s): nothing to measure" % (entry["name"], entry["verdict"]))
+    if (entry.get("measure") or {}).get("state") in ("queued", "running"):
+        raise BadRequest("checkpoint %s is already %s for measurement" % (entry["name"], entry["measure"]["state"]))
+    call.service("training").request_measure(job["id"], entry["name"], options)
+    call.daemon.services.wake("training")
+    return {"id": job["id"], "checkpoint": entry["name"], "state": "queued"}
 
 
 @method("training.follow")

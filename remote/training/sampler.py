@@ -12,12 +12,13 @@ repeats a point.
 import math
 import os
 import re
+import threading
 import time
 
 from ..core.records import read_json, write_json
 from ..core.services import Service
 from ..core.streams import Topic
-from . import checkpoints, curves, logparse
+from . import checkpoints, curves, logparse, measure
 
 KINDS = ("training", "datagen")
 STATE_FILE = "training-state.json"
@@ -66,6 +67,13 @@ class TrainingSampler(Service):
         self.runs = {}
         self._jobs_at = 0.0
         self.records = 0
+        self._requests = []  # (job id, checkpoint name, options) asked for by training.measure
+        self._lock = threading.Lock()
+
+    def request_measure(self, job_id, name, options):
+        """Queue a measurement of one checkpoint (from training.measure; runs on the next step)."""
+        with self._lock:
+            self._requests.append((job_id, name, options))
 
     def detail(self):
         return {"runs": len(self.runs), "records": self.records}
@@ -78,20 +86,42 @@ class TrainingSampler(Service):
 
     def step(self):
         now = time.time()
-        if now - self._jobs_at >= JOBS_EVERY_S or not self.runs:
+        with self._lock:
+            asked_now = bool(self._requests)
+        if now - self._jobs_at >= JOBS_EVERY_S or not self.runs or asked_now:
             self._jobs_at = now
             jobs = {job["id"]: job for job in self._jobs()}
             for job_id in set(self.runs) - set(jobs):
                 del self.runs[job_id]
             for job_id, job in jobs.items():
                 run = self.runs.get(job_id)
-                if run is None and (job["process_state"] in ("running", "starting") or not _finished(job, self.daemon.jobs.job_dir(job_id))):
+                with self._lock:
+                    asked = any(request[0] == job_id for request in self._requests)
+                if run is None and (job["process_state"] in ("running", "starting") or asked
+                                    or not _finished(job, self.daemon.jobs.job_dir(job_id))):
                     run = self.runs[job_id] = Run(job, self.daemon.jobs.job_dir(job_id))
                 if run is not None:
                     run.ended = job["process_state"] not in ("running", "starting")
                     run.job = job
+        with self._lock:
+            requests, self._requests = self._requests, []
+        for job_id, name, options in requests:
+            run = self.runs.get(job_id)
+            entry = next((e for e in run.watcher.entries if e["name"] == name), None) if run and run.watcher else None
+            if entry is not None:
+                measure.queue(entry, options, by_hand=True)
+                run.watcher.save()
+                self._announce(run, entry)
         for run in list(self.runs.values()):
             self._follow(run)
+            if run.watcher is not None and measure.pending(run.watcher.entries):
+                before = {e["name"]: dict(e.get("measure") or {}) for e in run.watcher.entries}
+                if measure.advance(self.daemon, run.watcher.entries):
+                    run.watcher.save()
+                    for entry in run.watcher.entries:
+                        if (entry.get("measure") or {}) != before.get(entry["name"]):
+                            self._announce(run, entry)
+                continue  # kept while a benchmark is queued or runs, even after the run ended
             if run.ended and run.pending_offset >= _size(self.daemon.jobs.log_path(run.id)):
                 self._final(run)
                 del self.runs[run.id]
@@ -193,8 +223,15 @@ class TrainingSampler(Service):
         elif run.latest:
             entry["predicted_accept_length"] = run.latest.get("predicted_accept_length")
         entry["step"] = (run.latest or {}).get("step")
+        if run.meta.get("measure") and measure.servable(entry):
+            measure.queue(entry, run.meta["measure"])
         run.watcher.save()
-        self.topic.publish({"job": run.id, "kind": "checkpoint", "checkpoint": entry, "time": time.time()})
+        self._announce(run, entry)
+
+    def _announce(self, run, entry):
+        """A checkpoint inspected, or its measurement moved on: the `training` topic says so."""
+        self.topic.publish({"job": run.id, "kind": "checkpoint", "checkpoint": dict(entry, measure=measure.public(entry.get("measure"))),
+                            "time": time.time()})
 
     def _final(self, run):
         run.save()
@@ -204,6 +241,9 @@ class TrainingSampler(Service):
 def _finished(job, job_dir):
     """A job that ended and whose log was read to its end (nothing left to follow)."""
     state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
+    saved = read_json(os.path.join(job_dir, checkpoints.FILE_NAME))
+    if isinstance(saved, dict) and measure.pending(saved.get("entries") or []):
+        return False  # a benchmark of one of its checkpoints is still to be looked after
     return state.get("offset", -1) >= job.get("log_bytes", 0)
 
 

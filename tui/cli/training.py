@@ -17,6 +17,7 @@ def add_commands(commands):
     p.add_argument("--target", metavar="PATH", help="the target model directory (each checkpoint is checked against it)")
     p.add_argument("--break-even", type=float, metavar="LENGTH", help="the accept length serving must beat")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
+    _measure_arguments(p, "measure each servable checkpoint's real accept length (the A/B benchmark) against TARGET")
 
     p = commands.add_parser("curves", help="a training run's curves, predicted accept length, ETA and checkpoints")
     p.set_defaults(func=cmd_curves)
@@ -28,6 +29,33 @@ def add_commands(commands):
     p.set_defaults(func=cmd_checkpoints)
     p.add_argument("host")
     p.add_argument("job")
+    p.add_argument("--measure", metavar="NAME", help="queue a measurement of checkpoint NAME (the run's measure options unless given)")
+    _measure_arguments(p, "the target to measure against (default: the run's measure options)")
+
+
+def _measure_arguments(p, target_help):
+    p.add_argument("--measure-target", metavar="TARGET", help=target_help)
+    p.add_argument("--measure-python", metavar="PATH", help="an interpreter with the serving engine")
+    p.add_argument("--measure-gpus", metavar="IDS", help="the GPUs the measurement uses (CUDA_VISIBLE_DEVICES)")
+    p.add_argument("--measure-k", type=int, metavar="K", help="drafted tokens per cycle (default 3)")
+    p.add_argument("--measure-engine", choices=("vllm", "sglang"), help="the serving engine (default vllm)")
+    p.add_argument("--measure-port", type=int, metavar="PORT", help="the port its servers listen on")
+    p.add_argument("--measure-requests", type=int, metavar="N", help="requests per server (default 8)")
+    p.add_argument("--measure-max-tokens", type=int, metavar="N", help="tokens per request (default 64)")
+    p.add_argument("--measure-env", action="append", default=[], metavar="KEY=VALUE", help="the servers' environment (repeatable)")
+    p.add_argument("--measure-arg", action="append", default=[], metavar="ARG", help="an engine argument (repeatable; --measure-arg=--dtype)")
+
+
+def _measure_options(args):
+    """The measure options the flags give, or None when no --measure-target was given."""
+    if not args.measure_target:
+        return None
+    options = {"target": args.measure_target, "env": _env(args.measure_env), "engine_args": list(args.measure_arg)}
+    for key in ("python", "gpus", "k", "engine", "port", "requests", "max_tokens"):
+        value = getattr(args, "measure_" + key)
+        if value is not None:
+            options[key] = value
+    return options
 
 
 def _env(items):
@@ -42,7 +70,8 @@ def _env(items):
 def cmd_train(args):
     params = {"argv": args.after_dashes, "kind": "datagen" if args.datagen else "training", "env": _env(args.env)}
     for key, value in (("python", args.python), ("save_dir", args.save_dir), ("name", args.name),
-                       ("start_from", args.start_from), ("target", args.target), ("break_even", args.break_even)):
+                       ("start_from", args.start_from), ("target", args.target), ("break_even", args.break_even),
+                       ("measure", _measure_options(args))):
         if value is not None:
             params[key] = value
     if not params["argv"]:
@@ -95,14 +124,25 @@ def cmd_curves(args):
 
 
 def _checkpoint_line(entry):
-    return "checkpoint %s  step %s  %s  predicted %s  measured %s  %s%s" % (
+    measure = entry.get("measure") or {}
+    measuring = ""
+    if measure.get("state") in ("queued", "running", "failed", "skipped"):
+        measuring = "  (measurement %s%s)" % (measure["state"], ": " + measure["error"] if measure.get("error") else "")
+    return "checkpoint %s  step %s  %s  predicted %s  measured %s  %s%s%s" % (
         entry["path"], entry.get("step", "-"), entry.get("format") or "-", _length(entry.get("predicted_accept_length")),
-        _length(entry.get("measured_accept_length")), entry.get("verdict"), "  (best)" if entry.get("best") else "")
+        _length(entry.get("measured_accept_length")), entry.get("verdict"), "  (best)" if entry.get("best") else "", measuring)
 
 
 def cmd_checkpoints(args):
     client = connect(args, args.host)
     try:
+        if args.measure:
+            params = {"id": args.job, "checkpoint": args.measure}
+            if _measure_options(args):
+                params["measure"] = _measure_options(args)
+            queued = client.call("training.measure", params)
+            emit(args, queued, lambda: "checkpoint %s of %s queued for measurement" % (queued["checkpoint"], queued["id"]))
+            return 0
         entries = client.call("training.checkpoints", {"id": args.job})
     finally:
         client.close()
