@@ -8,7 +8,9 @@ from pathlib import Path
 
 from tui import app as app_module
 from tui.messages import JobEvents
+from remote.training import curves, logparse
 from tui.panes.gpus import GpusPane
+from tui.panes.training import TrainingPane
 
 NOW = 1_780_000_000.0  # a fixed "now" for runtimes
 
@@ -36,7 +38,38 @@ JOBS = [
                             {"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
                   "bytes_total": 1_000_000_900, "bytes_done": 420_000_900, "bytes_checked": 420_000_900, "rate_bytes_per_s": 52_400_000, "eta_s": 11.1,
                   "verdict": None, "error": None}},
+    {"id": "j11", "name": "speculators train tiny eagle3 (CPU)", "kind": "training", "state": "training", "process_state": "running",
+     "exit_code": None, "signal": None, "submitted_at": NOW - 40, "started_at": NOW - 40, "ended_at": None, "pid": 8200,
+     "log_bytes": 41_000, "error": None,
+     "meta": {"save_dir": "/data/runs/tiny-eagle3", "break_even": 2.46, "epochs_total": 2, "steps_total": None},
+     "progress": {"state": "training", "step": 21, "steps_total": None, "epoch": 1, "epochs_total": 2, "steps_per_s": 0.62,
+                  "eta_s": 0.0, "loss": 0.075, "predicted_accept_length": 1.03, "validation_predicted_accept_length": 1.03,
+                  "updated_at": NOW - 2}},
 ]
+
+
+def training_curves():
+    """training.curves of j11 as the host answers it: the steps and validations of a real
+    speculators CPU run's log (tests/data), its two checkpoints, the second being measured."""
+    records = logparse.parse_text((Path(__file__).parent / "data" / "speculators-train-80cols.log").read_text())
+    steps, validation = [], []
+    for record in records:
+        public = curves.public_record(record, record["time"])
+        if record["kind"] == "step":
+            steps.append(public)
+        else:
+            public["step"] = steps[-1]["step"]
+            validation.append(public)
+    listed = []
+    for epoch, entry in enumerate(validation):
+        listed.append({"path": "/data/runs/tiny-eagle3/%d" % epoch, "name": str(epoch), "step": entry["step"], "epoch": epoch,
+                       "format": "speculators", "verdict": "below break-even", "best": epoch == 1,
+                       "validation": {"loss": entry["loss"]}, "predicted_accept_length": entry["predicted_accept_length"],
+                       "measured_accept_length": None,
+                       "measure": {"state": "running", "phase": "baseline", "job": "j12"} if epoch == 1 else None})
+    return {"id": "j11", "steps": steps, "validation": validation, "latest": steps[-1],
+            "predicted_accept_length": validation[-1]["predicted_accept_length"], "steps_per_s": 0.62, "eta_s": 0.0,
+            "break_even": 2.46, "break_even_source": "run", "alerts": [], "checkpoints": listed}
 
 
 class FixedClock:
@@ -70,6 +103,7 @@ class SnapshotApp(app_module.SpecdeckApp):
         # GPUs played as eight), delivered as the telemetry stream would.
         samples = json.loads((Path(__file__).parent / "data" / "snapshot_gpus.json").read_text())
         self.query_one(GpusPane)._on_samples([(sample, number) for number, sample in enumerate(samples)])
+        self.query_one(TrainingPane)._loaded("j11", training_curves())
 
     def _show_rtt(self):
         pass

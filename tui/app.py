@@ -27,12 +27,13 @@ from .panes.gpus import GpusPane
 from .panes.jobs import JobsPane
 from .panes.speculation import SpeculationPane
 from .panes.tensors import TensorsPane
+from .panes.training import TrainingPane
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
 
-PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane)  # in key order: 1, 2, 3, ...
+PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane, TrainingPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
 
 

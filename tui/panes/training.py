@@ -1,0 +1,407 @@
+"""The Training pane: one training (or data-generation) run at a time: its loss or per-position
+accuracy curve against steps, the accept length the accuracies predict (per step and per
+validation epoch) and the one measured per checkpoint, against the break-even line; step and
+epoch progress, step rate, ETA, tokens/s; the checkpoint list with validation metrics, predicted
+and measured accept length and verdict; the run's alerts (a NaN loss, a loss that stopped
+falling, a non-zero exit).
+
+It loads a run's curves from the host's history store (`training.curves`, bucketed for a long
+run) and follows `training.follow` for the records after them, so a console that connects after
+a night sees the night. Drawing is at most twice a second: a run logging 10 steps a second must
+not redraw the charts ten times.
+"""
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.widgets import DataTable, Static
+
+from ..display import format_duration
+from ..screens.prompt import PromptScreen
+from ..widgets.chart import TimeChart
+from .base import Pane
+
+KINDS = ("training", "datagen")
+METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
+MAX_LIVE_STEPS = 4000  # live steps kept past the loaded curves before they are loaded again, bucketed
+RELOAD_S = 30.0  # a running run's curves and alerts are asked again this often while shown
+DRAW_EVERY_S = 0.5
+LIVE = ("running", "starting")
+
+
+class TrainingPane(Pane):
+    """The host's training and data-generation runs, one shown at a time."""
+
+    PANE_TITLE = "Training"
+    can_focus = True
+    BINDINGS = [
+        Binding("right_square_bracket", "next_run", "next run", tooltip="show the next training run"),
+        Binding("left_square_bracket", "previous_run", "previous", show=False, tooltip="show the previous training run"),
+        Binding("c", "next_metric", "curve", tooltip="curve: loss, full acc, cond acc, loss per position, step ms, tokens/s"),
+        Binding("m", "measure", "measure", tooltip="measure the highlighted checkpoint's accept length (the A/B benchmark)"),
+    ]
+
+    DEFAULT_CSS = """
+    TrainingPane #training-summary { height: auto; }
+    TrainingPane #training-alerts { height: auto; color: $error; text-style: bold; }
+    TrainingPane #training-charts { height: 1fr; }
+    TrainingPane #training-charts TimeChart { width: 1fr; }
+    TrainingPane #training-checkpoints { height: auto; max-height: 8; }
+    """
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.runs = []  # job ids, oldest first
+        self.jobs = {}  # id -> the job (book)
+        self.selected = None
+        self.metric = METRICS[0]
+        self.curves = {}  # id -> {steps, validation, checkpoints, alerts, break_even, ...} (training.curves + live)
+        self.progress = {}  # id -> the sampler's latest progress (stream snapshot, job events)
+        self.alerted = {}  # id -> alerts already announced
+        self._dirty = False
+        self._loading = set()
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text("no training run on this host yet: start one with `specdeck train`"), id="training-summary")
+        yield Static(Text(""), id="training-alerts")
+        with Horizontal(id="training-charts"):
+            yield TimeChart(title="loss", time_axis=False, id="training-metric-chart")
+            yield TimeChart(title="accept length", time_axis=False, id="training-accept-chart")
+        yield DataTable(id="training-checkpoints", cursor_type="row", zebra_stripes=True)
+        yield self.status_line()
+
+    def on_mount(self):
+        table = self.query_one("#training-checkpoints", DataTable)
+        table.add_columns("ckpt", "step", "val loss", "predicted", "measured", "verdict")
+        self.follow("training.follow", {}, self._on_records)
+        self.set_interval(DRAW_EVERY_S, self._draw_if_dirty)
+        self.set_interval(RELOAD_S, self._reload_running)
+
+    # -- which runs
+
+    def jobs_changed(self, book, changed, records):
+        for job in book.of_kind("training") + book.of_kind("datagen"):
+            before = self.jobs.get(job["id"])
+            self.jobs[job["id"]] = job
+            if job["id"] not in self.runs:
+                self.runs.append(job["id"])
+            if job.get("progress"):
+                self.progress[job["id"]] = job["progress"]
+            ended_now = before is not None and before["process_state"] in LIVE and job["process_state"] not in LIVE
+            if ended_now and job["id"] == self.selected:
+                self._load(job["id"])  # the end's alerts and the last checkpoints
+        self.runs.sort(key=lambda job_id: int(job_id[1:]) if job_id[1:].isdigit() else 0)
+        if self.selected is None and self.runs:
+            self.select(self.runs[-1])
+        else:
+            self._dirty = True
+            self._draw_if_dirty()
+
+    def select(self, job_id):
+        self.selected = job_id
+        self.refresh_view()
+        self._load(job_id)
+
+    def _load(self, job_id):
+        job = self.jobs.get(job_id)
+        if job is None or job["kind"] != "training" or job_id in self._loading or self.client is None:
+            return  # not connected yet: client_ready() loads it
+        self._loading.add(job_id)
+        self.request("training.curves", {"id": job_id, "points": 2000},
+                     done=lambda reply: self._loaded(job_id, reply), failed=lambda message: self._loading.discard(job_id),
+                     title="training curves")
+
+    def _loaded(self, job_id, reply):
+        self._loading.discard(job_id)
+        kept = self.curves.get(job_id)
+        if kept:  # records that came live while the request was out, after the reply's last step
+            last = reply["steps"][-1]["time"] if reply["steps"] else 0.0
+            reply["steps"] += [s for s in kept["steps"] if s["time"] > last]
+        reply["loaded_steps"] = len(reply["steps"])
+        self.curves[job_id] = reply
+        self._check_alerts(job_id, announce=job_id in self.alerted)
+        if job_id == self.selected:
+            self.refresh_view()
+
+    def client_ready(self):
+        if self.selected is not None:
+            self._load(self.selected)
+
+    def _reload_running(self):
+        job = self.jobs.get(self.selected)
+        if self.active and job is not None and job["process_state"] in LIVE:
+            self._load(self.selected)
+
+    # -- live records
+
+    def _on_records(self, items):
+        for data, _seq in items:
+            for job_id, progress in (data.get("snapshot") or {}).items():
+                self.progress[job_id] = progress
+            for record in data.get("records") or []:
+                self._add_record(record)
+        self._dirty = True
+
+    def _add_record(self, record):
+        curves = self.curves.get(record.get("job"))
+        if curves is None:
+            return  # not loaded yet: the load brings it
+        if record["kind"] == "checkpoint":
+            entry = record["checkpoint"]
+            listed = curves.setdefault("checkpoints", [])
+            for index, known in enumerate(listed):
+                if known["path"] == entry["path"]:
+                    listed[index] = dict(known, **{k: v for k, v in entry.items() if k != "verdict"})
+                    break
+            else:
+                listed.append(entry)
+            self._load(record["job"])  # the host judges it against break-even: ask for the list as judged
+            return
+        kept = curves["steps"] if record["kind"] == "step" else curves["validation"]
+        if kept and kept[-1]["time"] >= record["time"]:
+            return
+        kept.append(record)
+        if record["kind"] == "step":
+            curves["latest"] = record
+            if record.get("loss") == "nan":
+                self._check_alerts(record["job"], extra="the loss became NaN at step %s" % record.get("step"))
+            if len(kept) - curves.get("loaded_steps", 0) > MAX_LIVE_STEPS:
+                self._load(record["job"])  # many live steps: the store's buckets draw them as well
+        else:
+            curves["predicted_accept_length"] = record.get("predicted_accept_length")
+
+    def _alerts(self, job_id):
+        curves = self.curves.get(job_id) or {}
+        found = list(curves.get("alerts") or []) + list(curves.get("live_alerts") or [])
+        job = self.jobs.get(job_id)
+        if job is not None and job["process_state"] not in LIVE + ("stopped",) and job.get("exit_code") not in (0, None):
+            found.append("the run ended with exit code %s" % job["exit_code"])
+        return list(dict.fromkeys(found))
+
+    def _check_alerts(self, job_id, extra=None, announce=True):
+        if extra is not None:
+            live = self.curves.setdefault(job_id, {"steps": [], "validation": []}).setdefault("live_alerts", [])
+            if not any(text.startswith("the loss became NaN") for text in live):
+                live.append(extra)
+        seen = self.alerted.setdefault(job_id, set())
+        for alert in self._alerts(job_id):
+            if alert not in seen and announce:
+                self.notify("%s: %s" % (job_id, alert), title="training alert", severity="warning", timeout=30, markup=False)
+            seen.add(alert)
+
+    # -- drawing
+
+    def _draw_if_dirty(self):
+        if self._dirty and self.active:
+            self._dirty = False
+            self.refresh_view()
+
+    def pane_shown(self):
+        self.refresh_view()
+
+    def refresh_view(self):
+        if self.selected is None:
+            return
+        job_id = self.selected
+        job = self.jobs.get(job_id, {"id": job_id, "kind": "training", "process_state": "running", "state": "running"})
+        curves = self.curves.get(job_id) or {}
+        progress = self.progress.get(job_id) or {}
+        self.query_one("#training-summary", Static).update(self._summary(job, curves, progress))
+        alerts = self._alerts(job_id)
+        self.query_one("#training-alerts", Static).update(Text("\n".join("alert: " + a for a in alerts)))
+        self.query_one("#training-alerts", Static).display = bool(alerts)
+        self._draw_charts(curves)
+        self._fill_checkpoints(curves.get("checkpoints") or [])
+        if job["kind"] == "datagen":
+            self.set_status("data generation: samples done of total, from its progress bars")
+        else:
+            self.set_status("%d run(s); %s: %d steps shown" % (len(self.runs), job_id, len(curves.get("steps") or [])))
+
+    def _summary(self, job, curves, progress):
+        text = Text()
+        text.append("%s  %s" % (job["id"], job.get("name") or ""), style="bold")
+        text.append("  %s  run %d/%d ([ ])\n" % (job.get("state"), self.runs.index(job["id"]) + 1, len(self.runs)))
+        if job["kind"] == "datagen":
+            done, total, rate = progress.get("done"), progress.get("total"), progress.get("rate")
+            text.append("samples %s of %s   %s samples/s   ETA %s" % (
+                _number(done, "%d"), _number(total, "%d"), _number(rate, "%.1f"), format_duration(progress.get("eta_s"))))
+            return text
+        latest = curves.get("latest") or {}
+        step = latest.get("step", progress.get("step"))
+        epoch = latest.get("epoch", progress.get("epoch"))
+        steps_total, epochs_total = progress.get("steps_total"), progress.get("epochs_total")
+        rate = progress.get("steps_per_s") or curves.get("steps_per_s")
+        eta = progress.get("eta_s") if job["process_state"] in LIVE else curves.get("eta_s")
+        text.append("step %s%s  epoch %s%s  %s steps/s  ETA %s  %s tok/s  loss %s\n" % (
+            _number(step, "%d"), "/%d" % steps_total if steps_total else "", _number(epoch, "%d"),
+            "/%d" % epochs_total if epochs_total else "", _number(rate, "%.2f"), format_duration(eta) if eta is not None else "-",
+            _number(latest.get("tokens_per_s"), "%.0f"), _loss(latest.get("loss", progress.get("loss")))))
+        predicted = latest.get("predicted_accept_length", progress.get("predicted_accept_length"))
+        validated = curves.get("predicted_accept_length") if curves.get("validation") else progress.get("validation_predicted_accept_length")
+        measured = [c for c in curves.get("checkpoints") or [] if c.get("measured_accept_length") is not None]
+        text.append("accept length predicted %s (val %s) measured %s" % (
+            _number(predicted), _number(validated), "%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
+            if measured else "-"))
+        line, source = self._break_even(job, curves)
+        if line is not None:
+            text.append("  break-even %.2f (%s)" % (line, source))
+            judged = measured[-1]["measured_accept_length"] if measured else (validated or predicted)
+            if judged is not None:
+                above = judged >= line
+                text.append(" %s" % ("above" if above else "BELOW"), style="green" if above else "bold yellow")
+        else:
+            text.append("  break-even not known (--break-even, m)")
+        return text
+
+    def _break_even(self, job, curves):
+        if curves.get("break_even") is not None:
+            return curves["break_even"], "measured" if curves.get("break_even_source") == "measured" else "run"
+        line = (job.get("meta") or {}).get("break_even")
+        return (line, "run") if line is not None else (None, None)
+
+    def _draw_charts(self, curves):
+        steps = curves.get("steps") or []
+        metric_chart = self.query_one("#training-metric-chart", TimeChart)
+        metric_chart.title = "%s (c: next curve)" % self.metric
+        metric_chart.show(metric_series(steps, self.metric))
+        accept_chart = self.query_one("#training-accept-chart", TimeChart)
+        line, _ = self._break_even(self.jobs.get(self.selected) or {}, curves)
+        accept_chart.thresholds = [(line, "break-even")] if line is not None else []
+        series = accept_series(steps, curves.get("validation") or [], curves.get("checkpoints") or [])
+        values = [p[1] for points in series.values() for p in points] + ([line] if line is not None else [])
+        # Room above the line: the legend sits top left, where the line's label would be.
+        accept_chart.y_range = (min(values + [1.0]), max(values) * 1.4) if values else None
+        accept_chart.show(series)
+
+    def _fill_checkpoints(self, checkpoints):
+        table = self.query_one("#training-checkpoints", DataTable)
+        rows = [checkpoint_row(entry) for entry in checkpoints]
+        if [tuple(table.get_row_at(i)) for i in range(table.row_count)] == rows:
+            return
+        cursor = table.cursor_row
+        table.clear()
+        for entry, row in zip(checkpoints, rows):
+            table.add_row(*row, key=entry["path"])
+        if rows:
+            table.move_cursor(row=min(max(cursor, 0), len(rows) - 1))
+
+    # -- keys
+
+    def action_next_run(self):
+        self._step_run(1)
+
+    def action_previous_run(self):
+        self._step_run(-1)
+
+    def _step_run(self, step):
+        if not self.runs:
+            self.notify("no training run to show", severity="warning")
+            return
+        index = self.runs.index(self.selected) if self.selected in self.runs else 0
+        self.select(self.runs[(index + step) % len(self.runs)])
+
+    def action_next_metric(self):
+        self.metric = METRICS[(METRICS.index(self.metric) + 1) % len(METRICS)]
+        self.refresh_view()
+
+    def action_measure(self):
+        checkpoints = (self.curves.get(self.selected) or {}).get("checkpoints") or []
+        table = self.query_one("#training-checkpoints", DataTable)
+        if not checkpoints or table.cursor_row < 0:
+            self.notify("no checkpoint to measure yet", severity="warning")
+            return
+        entry = checkpoints[min(table.cursor_row, len(checkpoints) - 1)]
+        if (self.jobs.get(self.selected, {}).get("meta") or {}).get("measure"):
+            self._ask_measure(entry, None)
+            return
+        self.app.push_screen(PromptScreen("Measure checkpoint %s: TARGET PYTHON [gpus=IDS] [k=3] [port=P] [requests=N] (on the host)"
+                                          % entry["name"]), lambda answer: self._ask_measure(entry, answer))
+
+    def _ask_measure(self, entry, answer):
+        params = {"id": self.selected, "checkpoint": entry["name"]}
+        if answer is not None:
+            try:
+                params["measure"] = parse_measure(answer)
+            except ValueError as exc:
+                self.notify(str(exc), severity="error")
+                return
+        job_id = self.selected
+        self.request("training.measure", params, title="measure checkpoint",
+                     done=lambda reply: self.notify("%s: checkpoint %s queued for measurement" % (job_id, reply["checkpoint"])))
+
+
+def parse_measure(answer):
+    """`TARGET PYTHON [gpus=0] [k=3] [port=8100] [requests=8] [max_tokens=64]` as measure options."""
+    words = answer.split()
+    positional = [w for w in words if "=" not in w]
+    if len(positional) < 1:
+        raise ValueError("give at least the target model's path on the host")
+    options = {"target": positional[0]}
+    if len(positional) > 1:
+        options["python"] = positional[1]
+    for word in words:
+        key, sep, value = word.partition("=")
+        if not sep:
+            continue
+        if key in ("k", "port", "requests", "max_tokens"):
+            if not value.isdigit():
+                raise ValueError("%s must be a whole number, not %r" % (key, value))
+            options[key] = int(value)
+        elif key in ("gpus", "engine", "python", "target"):
+            options[key] = value
+        else:
+            raise ValueError("no measure option %r (there are gpus, k, port, requests, max_tokens, engine)" % key)
+    return options
+
+
+def metric_series(steps, metric):
+    """{label: [[step, value], ...]} of one metric against steps (per position for accuracies)."""
+    if metric in ("full acc", "cond acc", "loss per position"):
+        key = {"full acc": "full_acc", "cond acc": "cond_acc", "loss per position": "loss_k"}[metric]
+        series = {}
+        for entry in steps:
+            for position, value in enumerate(entry.get(key) or []):
+                if entry.get("step") is not None and value is not None:
+                    series.setdefault("pos %d" % position, []).append([entry["step"], value])
+        return series
+    key = {"loss": "loss", "step ms": "step_ms", "tokens/s": "tokens_per_s"}[metric]
+    return {metric: [[e["step"], e[key]] for e in steps if e.get("step") is not None and isinstance(e.get(key), (int, float))]}
+
+
+def accept_series(steps, validation, checkpoints):
+    """Predicted accept length per step and per validation epoch, measured per checkpoint, against steps."""
+    series = {
+        "predicted": [[e["step"], e["predicted_accept_length"]] for e in steps
+                      if e.get("step") is not None and e.get("predicted_accept_length") is not None],
+        "validation": [[e["step"], e["predicted_accept_length"]] for e in validation
+                       if e.get("step") is not None and e.get("predicted_accept_length") is not None],
+        "measured": [[c["step"], c["measured_accept_length"]] for c in checkpoints
+                     if c.get("step") is not None and c.get("measured_accept_length") is not None],
+    }
+    return {label: points for label, points in series.items() if points}
+
+
+def checkpoint_row(entry):
+    validation = entry.get("validation") or {}
+    measure = entry.get("measure") or {}
+    verdict = entry.get("verdict") or "-"
+    if measure.get("state") == "queued":
+        verdict += ", to measure"
+    elif measure.get("state") == "running":
+        verdict += ", bench %s" % (measure.get("phase") or "running")
+    elif measure.get("state") == "failed":
+        verdict += ", measure failed"
+    return (entry["name"] + (" *" if entry.get("best") else ""), _number(entry.get("step"), "%d"), _loss(validation.get("loss")), _number(entry.get("predicted_accept_length")), _number(entry.get("measured_accept_length")),
+            verdict)
+
+
+def _number(value, pattern="%.2f"):
+    return "-" if value is None else pattern % value
+
+
+def _loss(value):
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else "%.4g" % value
+
