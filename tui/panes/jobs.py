@@ -245,9 +245,9 @@ class JobsPane(Pane):
         if self._require_client() is not None:
             self.app.push_screen(NewJobScreen(), self._submit)
 
-    def _submit(self, params):
-        if params:
-            self.request("jobs.submit", params, done=self._submitted, title="could not start the job")
+    def _submit(self, job):
+        if job:  # the form has started it: the host's refusals are shown in the form
+            self._submitted(job)
 
     def _submitted(self, job):
         self.notify("started %s: %s" % (job["id"], job.get("name") or ""), title="new job", markup=False)

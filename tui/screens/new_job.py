@@ -1,13 +1,41 @@
-"""Start a job: a command line (split like a shell would, without running one), a name, a directory."""
+"""Start a job: a command line (split like a shell would, without running one), a name, a
+directory, environment additions, an interpreter and a kind, as `specdeck run` takes them.
+
+Bad input (an unfinished quote, an env entry without `=`) is refused in one line inside the
+form; the form then submits `jobs.submit` itself, so a refusal by the host is shown there too
+and what was typed stays. What was typed also outlives a cancel: opening the form again in
+the same console shows it (until a job is started from it).
+"""
 
 import shlex
+import weakref
 
+from rich.text import Text
+from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.markup import escape
-from textual.containers import Vertical
+from textual.containers import Horizontal, Vertical
+from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, Select, Static
+
+from remote.core.protocol import RemoteError
+
+from ..client import ConnectError
+
+KINDS = ("command", "server", "training", "benchmark")  # as `specdeck run --kind`
+SUBMIT_TIMEOUT_S = 60.0
+
+FIELDS = (
+    ("command", "command", "python train.py --epochs 3  (no pipes or $VARS: bash -c '...')"),
+    ("name", "name", "the command line"),
+    ("cwd", "directory", "~ (a directory on the host)"),
+    ("env", "env", "KEY=VALUE ...  e.g. CUDA_VISIBLE_DEVICES=0 HF_HOME=~/hf"),
+    ("interpreter", "interpreter", "run the command under this, e.g. ~/venv/bin/python"),
+)
+
+# What was typed, per console (app): kept across cancels and refusals, dropped once a job starts.
+_drafts = weakref.WeakKeyDictionary()
 
 
 def parse_command_line(text):
@@ -21,41 +49,153 @@ def parse_command_line(text):
     return argv
 
 
+def parse_env(text):
+    """{name: value} from `KEY=VALUE` entries split like a shell would, or ValueError saying which
+    entry is wrong and how it should read."""
+    try:
+        entries = shlex.split(text)
+    except ValueError as exc:
+        raise ValueError("cannot split the env entries: %s" % str(exc).lower())
+    env = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or not name:
+            raise ValueError("env entry %r is not KEY=VALUE" % entry)
+        env[name] = value
+    return env
+
+
+def submit_params(values):
+    """jobs.submit parameters from the form's fields, or ValueError with the one line to show."""
+    params = {"argv": parse_command_line(values.get("command", "")), "kind": values.get("kind") or "command"}
+    env = parse_env(values.get("env", ""))
+    if env:
+        params["env"] = env
+    for key in ("name", "cwd", "interpreter"):
+        value = values.get(key, "").strip()
+        if value:
+            params[key] = value
+    return params
+
+
 class NewJobScreen(ModalScreen[dict]):
-    """Asks for a command line, an optional name and working directory; dismisses with the
-    jobs.submit parameters, or None when cancelled."""
+    """Asks for a command line and the rest of `specdeck run`'s options, starts the job on the
+    host; dismisses with the job the host started, or None when cancelled."""
 
     AUTO_FOCUS = "#command"
     BINDINGS = [Binding("escape", "cancel", "cancel")]
 
+    DEFAULT_CSS = """
+    NewJobScreen > Vertical { padding: 0 1; }
+    NewJobScreen .form-row { height: 1; margin-top: 1; }
+    NewJobScreen .form-label { width: 13; }
+    NewJobScreen .form-row Input { width: 1fr; }
+    NewJobScreen .form-row Select { width: 24; }
+    NewJobScreen #new-job-error { height: auto; margin-top: 1; }
+    NewJobScreen #new-job-error.busy { color: $text-muted; }
+    NewJobScreen .dialog-title { margin-bottom: 0; }
+    """
+
+    class Started(Message):
+        """jobs.submit accepted the job."""
+
+        def __init__(self, job):
+            super().__init__()
+            self.job = job
+
+    class Refused(Message):
+        """jobs.submit refused, or the host could not be asked: the one line why."""
+
+        def __init__(self, message):
+            super().__init__()
+            self.message = message
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.busy = False
+
     def compose(self) -> ComposeResult:
+        draft = _drafts.get(self.app, {})
         with Vertical(classes="dialog", id="new-job-dialog"):
             yield Label("New job on the host", classes="dialog-title")
-            yield Label("Command line (no pipes or $VARS; for those: bash -c '...')")
-            yield Input(placeholder="python train.py --epochs 3", id="command")
-            yield Label("Name (optional)")
-            yield Input(placeholder="the command line", id="name")
-            yield Label("Working directory on the host (optional)")
-            yield Input(placeholder="~", id="cwd")
-            yield Label("", id="new-job-error", classes="dialog-error")
-            yield Label("enter to start, tab for the next field, escape to cancel", classes="dialog-hint")
+            for key, label, placeholder in FIELDS:
+                with Horizontal(classes="form-row"):
+                    yield Label(label, classes="form-label")
+                    # Compact (borderless) fields: the whole form fits a 24-line terminal.
+                    yield Input(value=draft.get(key, ""), placeholder=placeholder, id=key, compact=True)
+            with Horizontal(classes="form-row"):
+                yield Label("kind", classes="form-label")
+                yield Select([(kind, kind) for kind in KINDS], value=draft.get("kind") or "command", allow_blank=False,
+                             id="kind", compact=True)
+            yield Static("", id="new-job-error", classes="dialog-error")
+            yield Label("enter to start, tab for the next field, escape to cancel (what you typed is kept)",
+                        classes="dialog-hint")
+
+    def values(self):
+        values = {key: self.query_one("#" + key, Input).value for key, _, _ in FIELDS}
+        values["kind"] = self.query_one("#kind", Select).value
+        return values
+
+    def _keep_draft(self):
+        _drafts[self.app] = self.values()
+
+    # -- submitting
 
     def on_input_submitted(self, event: Input.Submitted):
         event.stop()
-        try:
-            argv = parse_command_line(self.query_one("#command", Input).value)
-        except ValueError as exc:
-            self.query_one("#new-job-error", Label).update(escape(str(exc)))
-            self.query_one("#command", Input).focus()
+        if self.busy:
             return
-        params = {"argv": argv}
-        name = self.query_one("#name", Input).value.strip()
-        cwd = self.query_one("#cwd", Input).value.strip()
-        if name:
-            params["name"] = name
-        if cwd:
-            params["cwd"] = cwd
-        self.dismiss(params)
+        values = self.values()
+        try:
+            params = submit_params(values)
+        except ValueError as exc:
+            self._show_error(str(exc))
+            field = "env" if "env entr" in str(exc) else "command"
+            self.query_one("#" + field, Input).focus()
+            return
+        self._keep_draft()  # a refusal, or a console closed while waiting, keeps it too
+        self.busy = True
+        self._show_error("starting %s on the host ..." % shlex.join(params["argv"]), busy=True)
+        self._submit(params)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="new-job")
+    def _submit(self, params):
+        client = getattr(self.app, "client", None)
+        if client is None:
+            self.post_message(self.Refused("not connected to the host yet"))
+            return
+        try:
+            job = client.call("jobs.submit", params, timeout=SUBMIT_TIMEOUT_S)
+        except RemoteError as exc:
+            self.post_message(self.Refused(exc.message))
+            return
+        except ConnectError as exc:
+            self.post_message(self.Refused(str(exc)))
+            return
+        self.post_message(self.Started(job))
+
+    def on_worker_state_changed(self, event):
+        if event.worker.group == "new-job" and event.worker.error is not None:
+            self.busy = False
+            self._show_error("starting the job failed: %s" % event.worker.error)
+
+    @on(Started)
+    def _started(self, message):
+        self.busy = False
+        _drafts.pop(self.app, None)  # the job is on its way: the next form starts empty
+        self.dismiss(message.job)
+
+    @on(Refused)
+    def _refused(self, message):
+        self.busy = False
+        self._show_error(message.message)
+
+    def _show_error(self, text, busy=False):
+        error = self.query_one("#new-job-error", Static)
+        # One line: the host's message may be long, the form must keep its size at 80x24.
+        error.update(Text(" ".join(text.split()), no_wrap=False))
+        error.set_class(busy, "busy")
 
     def action_cancel(self):
+        self._keep_draft()
         self.dismiss(None)
