@@ -129,16 +129,21 @@ async def test_job_from_dialog_runs_streams_its_log_in_order_and_stops(agent_hom
         assert "connected" in header_text(app)
 
 
-async def test_unknown_command_is_one_notification_and_no_job(agent_home):
+async def test_unknown_command_is_one_line_in_the_dialog_and_no_job(agent_home):
     app = SpecdeckApp(host="local")
     async with app.run_test(size=SIZE) as pilot:
         await connected(pilot)
-        await start_job_from_dialog(pilot, "no-such-command-anywhere --flag")
-        found = await wait_until(
-            pilot, lambda: [n for n in notifications(app) if "command not found" in n[1]], message="the agent's error")
-        title, message, severity = found[0]
-        assert severity == "error" and "\n" not in message and "no-such-command-anywhere" in message
-        assert "Traceback" not in message
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, NewJobScreen), message="the new-job dialog")
+        await type_text(pilot, "no-such-command-anywhere --flag")
+        await pilot.press("enter")
+        # The host's refusal stays in the dialog, with what was typed, to put right.
+        error = app.screen.query_one("#new-job-error")
+        message = await wait_until(pilot, lambda: "command not found" in str(error.render()) and str(error.render()),
+                                   message="the agent's error")
+        assert "\n" not in message and "no-such-command-anywhere" in message and "Traceback" not in message
+        assert isinstance(app.screen, NewJobScreen) and app.screen.query_one("#command").value == "no-such-command-anywhere --flag"
+        await pilot.press("escape")
         await pilot.pause(1.5)  # a refresh of the table or two
         assert job_rows(app) == {}
 

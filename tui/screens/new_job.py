@@ -128,8 +128,7 @@ class NewJobScreen(ModalScreen[dict]):
                 yield Select([(kind, kind) for kind in KINDS], value=draft.get("kind") or "command", allow_blank=False,
                              id="kind", compact=True)
             yield Static("", id="new-job-error", classes="dialog-error")
-            yield Label("enter to start, tab for the next field, escape to cancel (what you typed is kept)",
-                        classes="dialog-hint")
+            yield Label("enter starts it, tab moves on, escape cancels (what you typed is kept)", classes="dialog-hint")
 
     def values(self):
         values = {key: self.query_one("#" + key, Input).value for key, _, _ in FIELDS}

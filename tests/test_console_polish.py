@@ -1,0 +1,150 @@
+"""Console polish from issue 11, driven by keys (Pilot) against the real local agent (and the
+fake hub over real HTTP for downloads): the new-job form has what `specdeck run` has and keeps
+what was typed; `r` on a verify job verifies; a failed download shows its error without a
+progress bar; refusals name console keys, not CLI flags; sizes are not bracketed twice.
+Waits are bounds on a hang, not speed assertions.
+"""
+
+import os
+import re
+import sys
+
+from textual.widgets import DataTable, Input, Select, Static
+
+from tests.sshd_fixtures import wait_for
+from tests.test_app_downloads import DownloadsHost, fill_form, small_drafter_files, text_of
+from tests.test_app_jobs import connected, header_text, job_rows, screen_text, type_text, wait_until
+from tui.app import SpecdeckApp
+from tui.connection import open_client
+from tui.panes.downloads import DownloadsPane
+from tui.screens.download_form import DownloadForm
+from tui.screens.host_key import HostKeyScreen
+from tui.screens.new_job import NewJobScreen
+
+import pytest
+
+SMALL = (80, 24)
+
+
+def bracket_depth(text):
+    """The deepest nesting of round brackets in `text`: `2.38 GB (2.22 GiB)` is 1."""
+    depth = deepest = 0
+    for char in text:
+        if char == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char == ")":
+            depth = max(0, depth - 1)
+    return deepest
+
+
+# ---------------------------------------------------------------------- the new-job form
+
+
+async def open_new_job_form(pilot):
+    await pilot.press("n")
+    await wait_until(pilot, lambda: isinstance(pilot.app.screen, NewJobScreen), message="the new-job form")
+    return pilot.app.screen
+
+
+def field(app, name):
+    return app.screen.query_one("#" + name, Input)
+
+
+def form_error(app):
+    return text_of(app.screen.query_one("#new-job-error", Static))
+
+
+async def fill(pilot, name, text):
+    """Focus a field and type into it (long paths are pasted: typing them costs seconds)."""
+    widget = field(pilot.app, name)
+    widget.focus()
+    await pilot.pause()
+    if len(text) > 40:
+        widget.value = text
+    else:
+        await type_text(pilot, text)
+
+
+async def test_new_job_form_has_env_interpreter_and_kind_refuses_bad_input_and_keeps_what_was_typed(agent_home, tmp_path):
+    script = tmp_path / "greet.py"
+    script.write_text("import os, sys\nprint('greeting=' + os.environ['GREETING'])\nprint('under=' + sys.executable)\n")
+    app = SpecdeckApp(host="local")
+    async with app.run_test(size=SMALL) as pilot:
+        await connected(pilot)
+        form = await open_new_job_form(pilot)
+
+        # The whole form fits 80x24: every field and the hint are on the screen.
+        dialog = form.query_one("#new-job-dialog")
+        assert dialog.region.y >= 0 and dialog.region.bottom <= SMALL[1]
+        for widget in list(form.query(Input)) + [form.query_one("#kind", Select)]:
+            assert widget.region.height == 1 and dialog.region.contains_region(widget.region), widget.id
+        text = screen_text(app)
+        for label in ("command", "name", "directory", "env", "interpreter", "kind", "escape cancels (what you typed is kept)"):
+            assert label in text, label
+
+        await fill(pilot, "command", str(script))
+        await fill(pilot, "name", "greeter")
+        await fill(pilot, "env", "GREETING")  # no '='
+        await fill(pilot, "interpreter", sys.executable)
+        # kind: command -> server -> training, with the keys
+        form.query_one("#kind", Select).focus()
+        await pilot.press("enter", "down", "down", "enter")
+        assert form.query_one("#kind", Select).value == "training"
+        field(app, "name").focus()
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, NewJobScreen)
+        assert form_error(app) == "env entry 'GREETING' is not KEY=VALUE" and app.focused is field(app, "env")
+        assert "env entry 'GREETING' is not KEY=VALUE" in screen_text(app)
+
+        field(app, "env").value = "GREETING='hello there"  # an unfinished quote
+        await pilot.press("enter")
+        await pilot.pause(0.2)
+        assert isinstance(app.screen, NewJobScreen) and form_error(app).startswith("cannot split the env entries")
+
+        # Escape keeps what was typed: n shows it again.
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="escape to close the form")
+        assert app.client.call("jobs.list") == []
+        form = await open_new_job_form(pilot)
+        assert field(app, "command").value == str(script) and field(app, "name").value == "greeter"
+        assert field(app, "env").value == "GREETING='hello there" and field(app, "interpreter").value == sys.executable
+        assert form.query_one("#kind", Select).value == "training"
+
+        field(app, "env").value = "GREETING='hello there' OTHER=1"
+        field(app, "env").focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="the job to start")
+        jobs = app.client.call("jobs.list")
+        assert [(job["name"], job["kind"]) for job in jobs] == [("greeter", "training")]
+        wait_for(lambda: app.client.call("jobs.get", {"id": jobs[0]["id"]})["state"] == "succeeded", 30)
+        log = app.client.call("jobs.tail", {"id": jobs[0]["id"], "offset": 0})["text"]
+        assert "greeting=hello there" in log and "under=" + sys.executable in log
+        await wait_until(pilot, lambda: job_rows(app).get(jobs[0]["id"], {}).get("state") == "succeeded", message="the table")
+
+        # Once a job has started from it, the form starts empty again.
+        await open_new_job_form(pilot)
+        assert field(app, "command").value == "" and field(app, "env").value == ""
+
+
+async def test_new_job_refused_by_the_host_says_why_in_the_form_and_keeps_what_was_typed(agent_home, tmp_path):
+    missing = str(tmp_path / "no-such-directory")
+    app = SpecdeckApp(host="local")
+    async with app.run_test(size=SMALL) as pilot:
+        await connected(pilot)
+        await open_new_job_form(pilot)
+        await fill(pilot, "command", "echo hi")
+        await fill(pilot, "cwd", missing)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: "does not exist" in form_error(app), message="the host's refusal in the form")
+        assert isinstance(app.screen, NewJobScreen)
+        assert missing in form_error(app) and "does not exist" in screen_text(app)
+        assert field(app, "command").value == "echo hi" and field(app, "cwd").value == missing
+        assert app.client.call("jobs.list") == []
+
+        # Put right in place, it starts.
+        field(app, "cwd").value = str(tmp_path)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="the job to start")
+        assert [job["cwd"] for job in app.client.call("jobs.list")] == [str(tmp_path)]
