@@ -92,8 +92,9 @@ def _submit(call, spec, step, name, plan_first):
         _write_spec(job_dir, spec)
         if plan_first:
             _run_plan(interpreter, command, job_dir, env, secret_env)
-        # The spec rides along as the job's meta, so a console can retry or verify it later.
-        meta = dict(spec, python=call.params.get("python"))
+        # The spec rides along as the job's meta, so a console can retry or verify it later;
+        # `action` says which of the two started it (a retry of a verify verifies).
+        meta = dict(spec, python=call.params.get("python"), action=step)
         return jobs.submit(command + [step, job_dir], env=env, name=name % (spec["repo"], spec["local_dir"]), kind="download",
                            meta=meta, reserved=(job_id, job_dir), secret_env=secret_env)
     except BaseException:
@@ -107,7 +108,8 @@ def download_start(call):
     Params: `repo`, `repo_type` (model|dataset), `revision`, `files`, `include`, `exclude` (globs),
     `local_dir` (required), `endpoint`, `python` (an interpreter with huggingface_hub), `token`
     (the console's hub token: the job gets it in its environment only; without it, the host's own).
-    Reply: the job (as `jobs.get`); its `progress` follows in job events. Errors: RepoNotFound,
+    Reply: the job (as `jobs.get`; its `meta` holds these params but the token, and `action`:
+    download, or verify for `download.verify`); its `progress` follows in job events. Errors: RepoNotFound,
     FileNotFound, RevisionNotFound, AuthRequired, NoSpace, NetworkUnreachable, MissingDependency
     (naming this host's interpreters that have huggingface_hub), PlanFailed, before any job is made."""
     return _submit(call, _download_spec(call.params), "download", "%s -> %s", plan_first=True)
