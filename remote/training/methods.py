@@ -111,7 +111,14 @@ def training_curves(call):
     points = max(10, min(call.param("points", int, 2000), MAX_POINTS))
     start = call.param("start", float) or (job.get("started_at") or job["submitted_at"]) - 1.0
     end = call.param("end", float) or (job.get("ended_at") or time.time()) + 5.0
-    steps, validation, resolution = curves.read_curves(store, job["id"], start, end, max((end - start) / points, 0.001))
+    resolution = max((end - start) / points, 0.001)
+    if resolution > 0.001:
+        # Records read in a burst (a backlog after a restart) are 1 ms apart: a run with no more
+        # steps than `points` comes whole, each step its own point, whatever its span.
+        every, _ = store.query("training", "step", {"job": job["id"]}, start, end, 0.001)
+        if every and len(every[0]["points"]) <= points:
+            resolution = 0.001
+    steps, validation, resolution = curves.read_curves(store, job["id"], start, end, resolution)
     job_dir = call.daemon.jobs.job_dir(job["id"])
     state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
     latest = state.get("latest") or (steps[-1] if steps else None)
@@ -149,7 +156,8 @@ def alerts(job, steps, plateau_s):
         before = min(loss for t, loss in finite if t < cut)
         after = min(loss for t, loss in finite if t >= cut)
         if after >= before:
-            found.append("the loss has not fallen below %.4g for %d min" % (before, plateau_s // 60))
+            found.append("the loss has not fallen below %.4g for %s" % (
+                before, "%d min" % (plateau_s // 60) if plateau_s >= 120 else "%d s" % plateau_s))
     if job["process_state"] not in ("running", "starting", "stopped") and job.get("exit_code") not in (0, None):
         found.append("the run ended with exit code %s" % job["exit_code"])
     elif job["process_state"] == "failed" and job.get("signal"):

@@ -6,7 +6,11 @@ samples done of total for data generation) to its progress.json, which job event
 
 Where it got to in each log (the byte offset of the first line of a record not yet complete)
 is kept in the job's directory (training-state.json), so a restarted daemon neither loses nor
-repeats a point.
+repeats a point. The history store writes its buffer once a second, so the offset kept is the
+one whose points the store has written (read FLUSHED_MARGIN_S before its last flush, or
+QUIET_S ago with nothing left in its buffer), with the
+times given to the records read after it (the journal): a daemon killed between the two reads
+those records again and gives them the same times, which replace the points already written.
 """
 
 import math
@@ -24,6 +28,9 @@ KINDS = ("training", "datagen")
 STATE_FILE = "training-state.json"
 READ_BYTES = 4 << 20  # per job per step: a long backlog is caught up over several steps
 JOBS_EVERY_S = 2.0
+FLUSHED_MARGIN_S = 1.0  # points added this long before the store's last flush are on disk
+QUIET_S = 5.0  # or this long ago, when the store's buffer is empty (it writes only when it has points)
+MAX_JOURNAL = 20000  # a store that cannot write for long: keep the newest offset instead
 # tqdm (`450/1000 [00:10<00:12, 44.5it/s]`) and rich (`11/11  [ 0:00:14 < 0:00:00 , 1 it/s ]`) bars.
 _BAR = re.compile(r"(?P<done>\d+)/(?P<total>\d+)\s*\[\s*[\d:]+\s*<\s*[\d:?]+\s*,\s*(?P<rate>[\d.]+)\s*(?P<unit>it/s|s/it)")
 _SAMPLES = re.compile(r"Processing (?P<total>\d+) samples")
@@ -38,8 +45,11 @@ class Run:
         self.meta = job.get("meta") or {}
         self.job_dir = job_dir
         state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
-        self.offset = int(state.get("offset", 0))
-        self.last_time = float(state.get("last_time", 0.0))
+        self.offset = self.saved_offset = int(state.get("offset", 0))
+        self.last_time = self.saved_last_time = float(state.get("last_time", 0.0))
+        self.replay = list(state.get("journal") or [])  # the times records after `offset` were given
+        self.journal = []  # times given since the saved offset
+        self.marks = []  # (offset, last_time, journal length, when) at the end of each read
         self.latest = state.get("latest")
         self.validation = state.get("validation")
         self.samples = state.get("samples") or {}
@@ -51,10 +61,26 @@ class Run:
         self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
         self.ended = False
 
-    def save(self):
-        write_json(os.path.join(self.job_dir, STATE_FILE), {"offset": self.pending_offset, "last_time": self.last_time,
-                                                            "latest": self.latest, "validation": self.validation,
-                                                            "samples": self.samples, "epoch_starts": self.epoch_starts})
+    def save(self, store=None):
+        """Keep the newest read whose points the store has written (None: no store, every read
+        counts) and the journal of times after it."""
+        now = time.time()
+        self.marks.append((self.pending_offset, self.last_time, len(self.journal), now))
+        flushed_at = (store.last_flush_at or 0.0) if store is not None else None
+        quiet = store is not None and store.buffered() == 0
+        durable = [m for m in self.marks if flushed_at is None or m[3] < flushed_at - FLUSHED_MARGIN_S
+                   or (quiet and m[3] < now - QUIET_S)]
+        if len(self.journal) > MAX_JOURNAL:
+            durable = self.marks[-1:]
+        if durable:
+            offset, last_time, count, _ = durable[-1]
+            self.journal = self.journal[count:]
+            self.marks = [(o, t, n - count, at) for o, t, n, at in self.marks if at > durable[-1][3]]
+            self.saved_offset, self.saved_last_time = offset, last_time
+        self.marks = self.marks[-1000:]  # a store that never writes: bounded, durability aside
+        write_json(os.path.join(self.job_dir, STATE_FILE), {
+            "offset": self.saved_offset, "last_time": self.saved_last_time, "journal": self.journal,
+            "latest": self.latest, "validation": self.validation, "samples": self.samples, "epoch_starts": self.epoch_starts})
 
 
 class TrainingSampler(Service):
@@ -122,9 +148,11 @@ class TrainingSampler(Service):
                         if (entry.get("measure") or {}) != before.get(entry["name"]):
                             self._announce(run, entry)
                 continue  # kept while a benchmark is queued or runs, even after the run ended
-            if run.ended and run.pending_offset >= _size(self.daemon.jobs.log_path(run.id)):
+            size = _size(self.daemon.jobs.log_path(run.id))
+            if run.ended and run.pending_offset >= size:
                 self._final(run)
-                del self.runs[run.id]
+                if run.saved_offset >= size:  # its last points are on disk: nothing to read again
+                    del self.runs[run.id]
 
     def _follow(self, run):
         path = self.daemon.jobs.log_path(run.id)
@@ -139,6 +167,7 @@ class TrainingSampler(Service):
             elif cut >= 0 and not (run.ended and len(data) == size - run.offset):
                 data = data[: cut + 1]
             position = run.offset
+            batch = []
             for raw in re.split(rb"(?<=\n)|(?<=\r)(?!\n)", data):
                 if not raw:
                     continue
@@ -151,7 +180,8 @@ class TrainingSampler(Service):
                     self._datagen_line(run, line)
                 if not run.assembler.pending():
                     run.pending_offset = position
-                self._publish(run, run.assembler.take())
+                batch.extend(run.assembler.take())
+            self._publish(run, batch)
             run.offset = position
         if run.ended and run.offset >= size:
             run.assembler.flush()
@@ -160,20 +190,33 @@ class TrainingSampler(Service):
         if run.watcher is not None:
             for entry in run.watcher.look():
                 self._checkpoint(run, entry)
-        run.save()
+        run.save(self._store())
 
     def _publish(self, run, records):
         store = getattr(self.daemon, "history", None)
+        # Records without a printed time were written since the last read: they are spread over
+        # that stretch (a backlog after a restart over the time the daemon was away), so each
+        # stays its own point in a curve's buckets rather than a pile 1 ms apart.
+        now = time.time()
+        replayed = min(len(run.replay), len(records))
+        untimed = sum(1 for record in records[replayed:] if record.get("time") is None)
+        since = max([run.last_time] + run.replay[:replayed]) or (getattr(run, "job", None) or {}).get("started_at") or now - 0.5
+        spread_s = max(0.0, now - since)
+        index = 0
         for record in records:
             # rich prints whole seconds: records of one second are spread 0.1 s apart within it
             # (so a curve's buckets tell them apart), 1 ms apart when more than ten share it.
             printed = record.get("time")
-            if printed is not None:
+            if run.replay:  # read again after a restart: the time it was given the first time
+                when = run.replay.pop(0)
+            elif printed is not None:
                 gap = 0.1 if run.last_time + 0.1 < printed + 1.0 else 0.001
                 when = max(printed, run.last_time + gap)
             else:
-                when = max(time.time(), run.last_time + 0.001)
-            run.last_time = when
+                index += 1
+                when = max(since + spread_s * index / untimed, run.last_time + 0.001)
+            run.last_time = max(run.last_time, when)
+            run.journal.append(when)
             if store is not None:
                 store.add_many(curves.history_points(run.id, record, when))
             public = curves.public_record(record, when)
@@ -233,8 +276,12 @@ class TrainingSampler(Service):
         self.topic.publish({"job": run.id, "kind": "checkpoint", "checkpoint": dict(entry, measure=measure.public(entry.get("measure"))),
                             "time": time.time()})
 
+    def _store(self):
+        history = getattr(self.daemon, "history", None)
+        return getattr(history, "store", None)
+
     def _final(self, run):
-        run.save()
+        run.save(self._store())
         self._progress(run)
 
 

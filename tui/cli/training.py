@@ -24,6 +24,8 @@ def add_commands(commands):
     p.add_argument("host")
     p.add_argument("job")
     p.add_argument("--points", type=int, default=2000, metavar="N", help="at most N steps (a longer run comes in buckets)")
+    p.add_argument("--plateau-s", type=float, default=1800.0, metavar="SECONDS",
+                   help="alert when the loss has not fallen for this long (default 1800)")
 
     p = commands.add_parser("checkpoints", help="the checkpoints a training run wrote, with verdicts")
     p.set_defaults(func=cmd_checkpoints)
@@ -100,7 +102,7 @@ def _eta(seconds):
 def cmd_curves(args):
     client = connect(args, args.host)
     try:
-        reply = client.call("training.curves", {"id": args.job, "points": args.points})
+        reply = client.call("training.curves", {"id": args.job, "points": args.points, "plateau_s": args.plateau_s})
     finally:
         client.close()
 

@@ -1,0 +1,112 @@
+"""Training and data-generation jobs over the real local agent, each a real process writing its
+log as it runs: a daemon killed (SIGKILL) while a run writes records loses and repeats no step;
+the loss-plateau alert (a loss that stops falling) and its absence while the loss falls; a data
+generation's progress (samples done of total, rate, ETA) from its real tqdm bars."""
+
+import json
+import os
+import signal
+import sys
+import textwrap
+
+import pytest
+
+from tests.conftest import daemon_pid, run_cli
+from tests.sshd_fixtures import wait_for
+
+
+def start(home, tmp_path, name, body, *options):
+    script = tmp_path / ("%s.py" % name)
+    script.write_text(textwrap.dedent(body))
+    started = run_cli("train", "local", "--name", name, *options, "--json", "--", sys.executable, "-u", str(script), home=home, check=0)
+    return json.loads(started.stdout)["id"]
+
+
+def job_of(home, job_id):
+    listed = run_cli("jobs", "local", "--json", home=home)
+    if listed.returncode != 0:
+        return None  # the daemon starting again: ask again
+    return next(j for j in json.loads(listed.stdout) if j["id"] == job_id)
+
+
+def ended(home, job_id):
+    job = job_of(home, job_id)
+    return job if job and job["process_state"] not in ("running", "starting") else None
+
+
+def curves(home, job_id, *options):
+    answered = run_cli("curves", "local", job_id, "--json", *options, home=home)
+    return json.loads(answered.stdout) if answered.returncode == 0 else None
+
+
+STEPS = """
+    import time
+    for step in range({count}):
+        print("step=%d loss=%.4f acc_0=%.3f" % (step, {loss}, 0.5), flush=True)
+        time.sleep({pause_s})
+"""
+
+
+def test_daemon_killed_mid_run_keeps_every_step_once(agent_home, tmp_path):
+    job_id = start(agent_home, tmp_path, "steps", STEPS.format(count=150, loss="10.0 / (step + 1)", pause_s=0.04))
+    wait_for(lambda: (curves(agent_home, job_id) or {"steps": []})["steps"][10:], 60)
+    pid = daemon_pid(agent_home)
+    os.kill(pid, signal.SIGKILL)  # between two reads of the log, two writes of the store: anywhere
+    wait_for(lambda: ended(agent_home, job_id), 60)  # the next command starts a daemon again
+    assert daemon_pid(agent_home) not in (None, pid)
+
+    def all_steps():
+        reply = curves(agent_home, job_id)
+        return reply if reply and len(reply["steps"]) >= 150 else None
+
+    reply = wait_for(all_steps, 60)
+    assert [s["step"] for s in reply["steps"]] == list(range(150))
+    assert [s["loss"] for s in reply["steps"]] == pytest.approx([round(10.0 / (n + 1), 4) for n in range(150)])
+    times = [s["time"] for s in reply["steps"]]
+    assert times == sorted(set(times))
+
+
+def test_loss_plateau_alert(agent_home, tmp_path):
+    # Falls for 1 s, then stays at 1.0 for 4 s: with a 2 s plateau time, an alert.
+    flat = start(agent_home, tmp_path, "flat", STEPS.format(count=50, loss="max(1.0, 2.0 - 0.1 * step)", pause_s=0.1))
+    falling = start(agent_home, tmp_path, "falling", STEPS.format(count=50, loss="2.0 - 0.02 * step", pause_s=0.1))
+    for job_id in (flat, falling):
+        wait_for(lambda: ended(agent_home, job_id), 60)
+    replies = {}
+    for job_id in (flat, falling):
+        replies[job_id] = wait_for(lambda: (lambda r: r if r and len(r["steps"]) == 50 else None)(curves(agent_home, job_id, "--plateau-s", "2")), 30)
+    assert replies[flat]["alerts"] == ["the loss has not fallen below 1 for 2 s"]
+    assert replies[falling]["alerts"] == []
+    # The default plateau time (30 min) does not fire on a 5 s run.
+    assert curves(agent_home, flat)["alerts"] == []
+    text = run_cli("curves", "local", flat, "--plateau-s", "2", home=agent_home).stdout
+    assert "alert: the loss has not fallen below 1 for 2 s" in text
+
+
+DATAGEN = """
+    import sys, time
+    from tqdm import tqdm
+    print("Processing 200 samples", flush=True)
+    for _ in tqdm(range(200), desc="Generating hidden states", mininterval=0.1, file=sys.stderr):
+        time.sleep(0.03)
+    print("saved 200 samples", flush=True)
+"""
+
+
+def test_datagen_progress_from_its_bars(agent_home, tmp_path):
+    job_id = start(agent_home, tmp_path, "datagen", DATAGEN, "--datagen")
+
+    def midway():
+        job = job_of(agent_home, job_id)
+        progress = (job or {}).get("progress") or {}
+        return job if progress.get("done") and 20 <= progress["done"] < 180 else None
+
+    job = wait_for(midway, 60, interval_s=0.2)
+    progress = job["progress"]
+    assert job["kind"] == "datagen" and job["state"] == "generating"
+    assert progress["total"] == 200
+    assert 5.0 < progress["rate"] < 40.0  # one sample per 30 ms, as tqdm measured it
+    assert progress["eta_s"] == pytest.approx((200 - progress["done"]) / progress["rate"])
+    job = wait_for(lambda: ended(agent_home, job_id), 60)
+    final = wait_for(lambda: (lambda j: j if j["progress"].get("done") == 200 else None)(job_of(agent_home, job_id)), 30)
+    assert final["progress"]["total"] == 200 and final["exit_code"] == 0
