@@ -164,7 +164,10 @@ async def test_retry_and_verify_for_downloads_started_here_or_elsewhere(client, 
         await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout=60)
         assert any(m.startswith(check + " mismatch") and "config.json" in m for m in notifications(app))
 
-        # r on it starts the same download again, which puts the file right.
+        # r on the download (not the verify, whose r verifies) starts it again, which puts the file right.
+        table = pane.query_one("#downloads-jobs", DataTable)
+        table.move_cursor(row=table.get_row_index(mine))
+        await wait_until(pilot, lambda: pane.selected_id == mine)
         await pilot.press("r")
         await wait_until(pilot, lambda: len(pane.jobs) == 5, timeout=60)
         again = max(pane.jobs, key=lambda job_id: int(job_id[1:]))

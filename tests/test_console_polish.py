@@ -148,3 +148,64 @@ async def test_new_job_refused_by_the_host_says_why_in_the_form_and_keeps_what_w
         await pilot.press("enter")
         await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="the job to start")
         assert [job["cwd"] for job in app.client.call("jobs.list")] == [str(tmp_path)]
+
+
+# ---------------------------------------------------------------------- downloads
+
+
+@pytest.fixture
+def client(agent_home):
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def newest(pane):
+    return max(pane.jobs, key=lambda job_id: int(job_id[1:]))
+
+
+async def test_r_on_a_verify_job_verifies_again_and_downloads_nothing(client, hub, tmp_path):
+    hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
+    local_dir = str(tmp_path / "tiny")
+    first = client.call("download.start", {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url}, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": first["id"]})["state"] == "verified", 60)
+    config_path = os.path.join(local_dir, "config.json")
+    with open(config_path, "r+b") as f:
+        f.write(b"[")  # a broken byte that only a download would put right
+    check = client.call("download.verify", {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url}, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": check["id"]})["state"] == "mismatch", 60)
+    served = hub.bytes_served("team/tiny-eagle3", "config.json")
+
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: check["id"] in pane.jobs)
+        assert pane.selected_id == check["id"]  # the newest download is selected
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
+        again = newest(pane)
+        assert text_of(pane.query_one("#downloads-status", Static)) == "verification started: %s (team/tiny-eagle3)" % again
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "mismatch", timeout_s=60)
+        job = client.call("jobs.get", {"id": again})
+        assert job["name"].startswith("verify ") and job["meta"]["action"] == "verify"
+    with open(config_path, "rb") as f:
+        assert f.read(1) == b"["  # verified, not downloaded over
+    assert hub.bytes_served("team/tiny-eagle3", "config.json") == served
+
+
+async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_no_bar(client, hub, tmp_path):
+    local_dir = tmp_path / "here"
+    local_dir.mkdir()
+    failed = client.call("download.verify", {"repo": "team/gone", "local_dir": str(local_dir), "endpoint": hub.url}, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": failed["id"]})["state"] == "failed", 60)
+    app = DownloadsHost(client)
+    async with app.run_test(size=SMALL) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: failed["id"] in pane.jobs and pane.selected_id == failed["id"])
+        await pilot.pause(0.3)
+        verdict = text_of(pane.query_one("#downloads-verdict", Static))
+        assert "team/gone not found" in verdict
+        screen = screen_text(app)
+        assert "team/gone not found" in screen and "resolving the file list" not in screen
+        assert not pane.query_one("#downloads-total-row").display

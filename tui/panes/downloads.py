@@ -61,6 +61,21 @@ def job_local_dir(job, params=None):
     return (params or {}).get("local_dir") or job_progress(job).get("local_dir")
 
 
+def job_action(job):
+    """`verify` for a job `download.verify` started, else `download`: the host records it in the
+    job's meta; jobs recorded before it did are told by their name (`verify REPO in DIR`)."""
+    meta = job.get("meta") or {}
+    action = meta.get("action") if isinstance(meta, dict) else None
+    if action in ("download", "verify"):
+        return action
+    return "verify" if (job.get("name") or "").startswith("verify ") else "download"
+
+
+def has_ended(job):
+    """By its state, not its process: a verdict is final while the process is still exiting."""
+    return job["state"] not in RUNNING_STATES + ("running", "starting", "stopping")
+
+
 def params_from_meta(job):
     """A download's parameters, if the agent recorded them with the job."""
     meta = job.get("meta") or {}
@@ -247,9 +262,12 @@ class DownloadsPane(Pane):
         total = bytes_total(job)
         if total is not None:
             text.append("\n{:,} of ".format(progress.get("bytes_done") or 0) + format_bytes(total, exact=True), style="dim")
-        else:
+        elif not has_ended(job):
             text.append("\nresolving the file list ...", style="dim")
         summary.update(text)
+        # A job that ended before it had a file list has no progress to show: its error says why,
+        # and a bar without a total would animate as if it were still working.
+        self.query_one("#downloads-total-row").display = total is not None or not has_ended(job)
         total_bar.update(total=total, progress=progress.get("bytes_done") or 0)
         verdict.update(self._verdict_text(job))
         files = progress.get("files") or []
@@ -327,8 +345,7 @@ class DownloadsPane(Pane):
                      title="stopping %s failed" % job["id"], timeout=CALL_TIMEOUT_S)
 
     def _ended_or_say(self, job, action):
-        # By its state, not its process: a verdict is final while the process is still exiting.
-        if job is not None and job["state"] in RUNNING_STATES + ("running", "starting"):
+        if job is not None and not has_ended(job):
             self._set_status("%s is still running: x cancels it before you %s" % (job["id"], action), error=True)
             return None
         return job
@@ -336,7 +353,12 @@ class DownloadsPane(Pane):
     def action_retry(self):
         job = self._ended_or_say(self._selected_or_say("retry"), "retry")
         params = job and self._params_or_say(job, "retry")
-        if params:
+        if not params:
+            return
+        if job_action(job) == "verify":  # a retry of a verify verifies: it must not download
+            self._set_status("verifying %s against %s again ..." % (params["local_dir"], params["repo"]))
+            self._call_start("download.verify", params, "verification")
+        else:
             self._set_status("starting %s again ..." % params["repo"])
             self._call_start("download.start", params, "download")
 
