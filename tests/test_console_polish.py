@@ -209,3 +209,34 @@ async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_n
         screen = screen_text(app)
         assert "team/gone not found" in screen and "resolving the file list" not in screen
         assert not pane.query_one("#downloads-total-row").display
+
+
+# ---------------------------------------------------------------------- sizes
+
+
+async def test_sizes_are_not_bracketed_twice_in_the_log_the_verdict_and_the_cli(client, hub, tmp_path):
+    from tests.conftest import run_cli
+    from tests.hub_fixtures import blob
+
+    hub.add_repo("team/weights", {"config.json": b"{}", "data.bin": blob(1_500_000, 1)})  # over 1 MB: a size in two units
+    local_dir = str(tmp_path / "weights")
+    spec = {"repo": "team/weights", "local_dir": local_dir, "endpoint": hub.url}
+    for _ in range(2):  # the second finds the files already here
+        job = client.call("download.start", spec, timeout=120)
+        wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["state"] == "verified", 60)
+    log = run_cli("logs", "local", job["id"], check=0).stdout
+    intact = [line for line in log.splitlines() if "data.bin: already here and intact" in line]
+    assert intact and "1,500,000 bytes" in intact[0] and bracket_depth(intact[0]) == 1, log
+
+    os.remove(os.path.join(local_dir, "data.bin"))
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: pane.selected_id == job["id"])
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("v")
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
+        check = newest(pane)
+        await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout_s=60)
+        verdict = text_of(pane.query_one("#downloads-verdict", Static))
+        assert "data.bin: missing" in verdict and "1,500,000 bytes" in verdict and bracket_depth(verdict) == 1, verdict

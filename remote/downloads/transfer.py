@@ -136,7 +136,7 @@ class Downloader:
             st.state = "present"
             st.bytes_done = rf.size
             write_metadata(paths, self.resolved.revision, rf.etag)
-            log("%s: already here and intact (%s)" % (rf.path, fmt_size(rf.size)))
+            log("%s: already here and intact, %s" % (rf.path, fmt_size(rf.size)))
             return True
         log("%s: on disk but its %s is %s, %s expected; fetching it again"
             % (rf.path, "sha256" if rf.sha256 else "git blob id", short(digest), short(rf.etag)))

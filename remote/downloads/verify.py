@@ -20,7 +20,7 @@ from .spec import select_paths
 def compare(rf, size, digest):
     """None if `rf` matches, else the mismatch line."""
     if size is None:
-        return "mismatch in %s: missing (%s expected)" % (rf.path, fmt_size(rf.size))
+        return "mismatch in %s: missing, %s expected" % (rf.path, fmt_size(rf.size))
     if rf.size is not None and size != rf.size:
         return "mismatch in %s: %s bytes expected, %s found" % (rf.path, format(rf.size, ","), format(size, ","))
     if rf.sha256:
