@@ -89,8 +89,10 @@ class TrainingPane(Pane):
             if job.get("progress"):
                 self.progress[job["id"]] = job["progress"]
             ended_now = before is not None and before["process_state"] in LIVE and job["process_state"] not in LIVE
-            if ended_now and job["id"] == self.selected:
-                self._load(job["id"])  # the end's alerts and the last checkpoints
+            if ended_now:
+                self._check_alerts(job["id"])  # a non-zero exit, announced once, whichever run is shown
+                if job["id"] == self.selected:
+                    self._load(job["id"])  # the end's alerts and the last checkpoints
         self.runs.sort(key=lambda job_id: int(job_id[1:]) if job_id[1:].isdigit() else 0)
         if self.selected is None and self.runs:
             self.select(self.runs[-1])
