@@ -240,3 +240,60 @@ async def test_sizes_are_not_bracketed_twice_in_the_log_the_verdict_and_the_cli(
         await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout_s=60)
         verdict = text_of(pane.query_one("#downloads-verdict", Static))
         assert "data.bin: missing" in verdict and "1,500,000 bytes" in verdict and bracket_depth(verdict) == 1, verdict
+
+
+# ---------------------------------------------------------------------- next steps in console terms
+
+NO_HUB_PYTHON = "/usr/bin/python3"  # the system interpreter: no huggingface_hub
+
+
+def cli_words(text):
+    """The CLI's flags and commands found in `text` (none should reach the console)."""
+    return re.findall(r"--[a-z][a-z-]+|specdeck config", text)
+
+
+async def test_a_refused_host_key_says_press_r_not_a_flag_and_r_asks_again(sshd, host_python, tmp_path, monkeypatch):
+    home = sshd.client_home(tmp_path, known_hosts=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    app = SpecdeckApp(host="gpuhost", python=host_python)
+    async with app.run_test(size=(120, 32)) as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, HostKeyScreen), message="the host key question")
+        await pilot.press("n")
+        await wait_until(pilot, lambda: app.connection_state == "failed", message="the refusal")
+        header = header_text(app)
+        assert "unknown host key" in header and sshd.host_fingerprint in header and "press r" in header
+        said = [n.message for n in app._notifications]
+        assert said and not cli_words(header + " ".join(said) + screen_text(app)), (header, said)
+        assert sum("press r" in message for message in said) == 1  # said once, not twice
+        await pilot.press("r")
+        await wait_until(pilot, lambda: isinstance(app.screen, HostKeyScreen), message="r to ask again")
+
+
+async def test_a_missing_huggingface_hub_points_to_the_forms_host_python(client, hub, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))  # nothing remembered
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/any", "local_dir": str(tmp_path / "any"), "endpoint": hub.url, "python": NO_HUB_PYTHON})
+        error = app.screen.query_one("#form-error", Static)
+        said = await wait_until(pilot, lambda: "not installed for" in text_of(error) and text_of(error), timeout_s=120)
+        assert "huggingface_hub" in said and "host python above (remember keeps it for this host)" in said
+        assert not cli_words(said), said
+        await pilot.press("escape")
+
+        # A verify under that interpreter fails inside its job: its error says what to do here, as does r.
+        (tmp_path / "here").mkdir()
+        failed = client.call("download.verify", {"repo": "team/any", "local_dir": str(tmp_path / "here"), "endpoint": hub.url,
+                                                  "python": NO_HUB_PYTHON}, timeout=120)
+        await wait_until(pilot, lambda: pane.jobs.get(failed["id"], {}).get("state") == "failed", timeout_s=60)
+        verdict = text_of(pane.query_one("#downloads-verdict", Static))
+        assert "not installed" in verdict and "host python field of the form n opens" in verdict
+        assert not cli_words(verdict), verdict
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("r")
+        refused = await wait_until(pilot, lambda: [n.message for n in app._notifications if "not installed" in n.message],
+                                   timeout_s=120)
+        assert "the form n opens" in refused[0] and not cli_words(refused[0]), refused

@@ -140,7 +140,8 @@ class SpecdeckApp(PaneHost):
         try:
             client = open_client(self.host, python=self.python, accept_new=self._ask_host_key, reconnect=True, on_state=self._on_state)
         except ConnectError as exc:
-            self.post_message(ConnectionChanged("failed", {"error": str(exc)}))
+            # A message written for the CLI (a flag to pass) may have the console's own words.
+            self.post_message(ConnectionChanged("failed", {"error": getattr(exc, "console_message", None) or str(exc)}))
             return
         if self._quitting.is_set():
             client.close()
@@ -179,7 +180,8 @@ class SpecdeckApp(PaneHost):
         self._show_rtt()
         if message.state == "failed":
             reason = message.detail.get("error") or "the connection failed"
-            self.notify("%s\npress r to try again" % reason, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
+            next_step = "" if "press r" in reason else "\npress r to try again"
+            self.notify(reason + next_step, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):

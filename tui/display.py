@@ -1,6 +1,7 @@
 """How the console writes things for people, in one place: sizes in both decimal and binary
 units, rates, durations, ages, times, tensor shapes, a job's exit, and the colour of each state."""
 
+import re
 import time
 
 
@@ -83,6 +84,29 @@ def exit_text(job):
     if job.get("signal"):
         return "sig %d" % job["signal"]
     return "-" if job.get("exit_code") is None else str(job["exit_code"])
+
+
+# The agent's next step when an interpreter lacks huggingface_hub, as the CLI takes it.
+_ML_PYTHON_STEP = re.compile(
+    r"remember (?P<what>one|it|an interpreter that has it)(?: for this host)? with "
+    r"`specdeck config HOST --ml-python (?P<path>\S+)`"
+    r"(?: \((?:or pass --host-python once|--host-python PATH for once)\))?"
+)
+
+
+def console_next_step(message, in_download_form=False):
+    """An agent's line with the CLI's next step (`specdeck config HOST --ml-python PATH`, flags
+    the console has no use for) in console terms: the download form's host python field, whose
+    remember box keeps the interpreter for the host."""
+
+    def step(match):
+        path = match.group("path")
+        what = "one that has it" if match.group("what") == "an interpreter that has it" else (
+            "its path" if path == "PATH" else path)
+        where = "host python above" if in_download_form else "the host python field of the form n opens"
+        return "put %s in %s (remember keeps it for this host)" % (what, where)
+
+    return _ML_PYTHON_STEP.sub(step, message)
 
 
 # The colour of every state a job (or a download file) can be in, so all panes agree.

@@ -36,6 +36,9 @@ class HostKeyUnknown(ConnectError):
             permanent=True,
         )
         self.host_key = host_key
+        # The console asked in a dialog and was told no: its next step is a key, not a flag.
+        self.console_message = "unknown host key for %s: %s %s, not accepted: press r to be asked again%s" % (
+            host_key.name, host_key.key_type, host_key.fingerprint, notice)
 
 
 class HostKeyChanged(ConnectError):

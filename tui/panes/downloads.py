@@ -13,9 +13,9 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
-from ..messages import OpenCheckpoint
+from ..messages import AgentError, OpenCheckpoint
 from ..screens.download_form import DownloadForm
-from ..display import format_bytes, format_duration, format_rate, job_runtime
+from ..display import console_next_step, format_bytes, format_duration, format_rate, job_runtime
 from ..display import STATE_STYLES
 from ..widgets.file_progress import FileProgress
 from .base import Pane
@@ -41,7 +41,7 @@ def job_message(job):
     """The one line a job ended with: its verdict, else its error."""
     progress = job_progress(job)
     verdict = progress.get("verdict") or {}
-    return verdict.get("message") or progress.get("error") or job.get("error") or job["state"]
+    return console_next_step(verdict.get("message") or progress.get("error") or job.get("error") or job["state"])
 
 
 def bytes_total(job):
@@ -283,13 +283,13 @@ class DownloadsPane(Pane):
             good = verdict.get("status") == "verified"
             text = Text("verdict: ", style="dim")
             text.append(verdict.get("status", ""), style="bold green" if good else "bold red")
-            text.append("  " + (verdict.get("message") or ""))
+            text.append("  " + console_next_step(verdict.get("message") or ""))
             if verdict.get("file"):
                 text.append("  (%s)" % verdict["file"], style="red")
             return text
         error = progress.get("error") or job.get("error")
         if error:
-            return Text("error: " + error, style="red")
+            return Text("error: " + console_next_step(error), style="red")
         return Text("")
 
     def _rebuild_files(self, job_id, files):
@@ -380,9 +380,21 @@ class DownloadsPane(Pane):
         self.post_message(OpenCheckpoint(local_dir))
 
     def _call_start(self, method, params, what):
+        # A job that named no interpreter runs under the one remembered for the host since (the
+        # form's remember box, which the agent's refusals point to), else the agent's own.
+        if not params.get("python"):
+            params = dict(params, python=config.remembered(self._host(), "ml_python"))
         # The token goes with the request as the form sends it (the console's HF_TOKEN), never in meta.
         self.request(method, dict(params, token=config.hub_token()), done=lambda job: self._track_started(job, params, what),
                      failed=lambda message: self._set_status("%s refused" % what, error=True), title="%s refused" % what, timeout=START_TIMEOUT_S)
+
+    def _host(self):
+        return getattr(self.app, "host", None)
+
+    def on_agent_error(self, message: AgentError):
+        # Refusals of r and v on their way to the app's notification: the agent's next step
+        # names CLI flags; here it is the form's host python field.
+        message.message = console_next_step(message.message)
 
     def _set_status(self, text, error=False, transient=False):
         self.set_status(text, error)

@@ -21,7 +21,7 @@ from textual.widgets import Button, Checkbox, Input, Label, Static
 
 from remote.core.protocol import RemoteError
 
-from .. import config
+from .. import config, display
 from ..client import ConnectError
 
 START_TIMEOUT_S = 180.0  # the agent may take up to 120 s to resolve the file list
@@ -161,7 +161,7 @@ class DownloadForm(ModalScreen):
         try:
             job = client.call("download.start", dict(params, token=config.hub_token()), timeout=START_TIMEOUT_S)
         except RemoteError as exc:
-            self.post_message(self.Refused(exc.type, config.name_host(exc.message, host)))
+            self.post_message(self.Refused(exc.type, config.name_host(display.console_next_step(exc.message, in_download_form=True), host)))
             return
         except ConnectError as exc:
             self.post_message(self.Refused("NotConnected", str(exc)))
