@@ -297,3 +297,23 @@ async def test_a_missing_huggingface_hub_points_to_the_forms_host_python(client,
         refused = await wait_until(pilot, lambda: [n.message for n in app._notifications if "not installed" in n.message],
                                    timeout_s=120)
         assert "the form n opens" in refused[0] and not cli_words(refused[0]), refused
+
+
+async def test_r_uses_the_interpreter_remembered_for_the_host_when_the_job_named_none(client, hub, tmp_path, monkeypatch):
+    from tui import config
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
+    first = client.call("download.start", {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "d"), "endpoint": hub.url}, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": first["id"]})["state"] == "verified", 60)
+    assert first["meta"]["python"] is None
+    config.remember("local", {"ml_python": sys.executable})  # as the form's remember box does
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: pane.selected_id == first["id"])
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout_s=60)
+        again = client.call("jobs.get", {"id": newest(pane)})
+        assert again["meta"]["python"] == sys.executable and again["meta"]["action"] == "download"
