@@ -84,7 +84,7 @@ def jobs_follow(call):
     """Stream a job's log. Params: `id`, `stream` (the client's id for it), `after` (byte offset;
     < 0: the last -after bytes from a line boundary). Frames: `{stream, seq, data: {offset, text}}`
     with seq = the offset after the text; whole lines, or, when none is waiting, the unfinished last
-    line as it grows (a progress bar redrawn with \r); then the end frame with `data.job`. Reply: `{stream, offset}` (frames may come before it)."""
+    line as it grows (a progress bar redrawn with \\r); then the end frame with `data.job`. Reply: `{stream, offset}` (frames may come before it)."""
     jobs = call.daemon.jobs
     job_id = call.param("id", str, required=True)
     jobs.job_dir(job_id)  # NotFound now rather than in the stream

@@ -16,7 +16,7 @@ LIVE_STATES = ("running", "starting")
 
 class LogSource(Source):
     """A job's log, in whole lines, and an unfinished last line as it grows when no whole line
-    is waiting (a progress bar redrawn with \r); once the job has ended and the log is read to
+    is waiting (a progress bar redrawn with \\r); once the job has ended and the log is read to
     its end, the stream ends with the job's description."""
 
     gather_s = 0.05  # a chatty log goes out as ~20 frames a second, not one per line

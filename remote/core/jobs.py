@@ -290,7 +290,7 @@ class JobStore:
     def read_lines_from(self, job_id, offset, max_bytes=65536, final=False, partial=False):
         """Whole lines from offset, as (bytes, next_offset). With `final` the rest of the file too;
         with `partial`, an unfinished last line when no whole line is waiting (a progress bar
-        redrawn with \r never ends its line), cut on a character boundary."""
+        redrawn with \\r never ends its line), cut on a character boundary."""
         with open(self.log_path(job_id), "rb") as f:
             f.seek(offset)
             data = f.read(max_bytes)

@@ -34,7 +34,7 @@ class LogFeed:
     def lines(self, text, next_offset=None):
         """Whole lines of `text` (None when the range up to next_offset was already seen). The
         unfinished last line waits in `partial`, kept to its last redraw (what follows its last
-        \r), so a progress bar that never ends its line stays one short line."""
+        \\r), so a progress bar that never ends its line stays one short line."""
         if next_offset is not None:
             if next_offset <= self.next_offset:
                 return None
