@@ -89,6 +89,7 @@ async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(clie
         await wait_until(pilot, lambda: state_cell(pane, job_id) == "verified", timeout=60)
 
         # The detail shows each file full and the verdict; the user was told once.
+        await wait_until(pilot, lambda: len(pane.query(FileProgress)) == 2, timeout=10)  # mounted after the verdict's event
         bars = list(pane.query(FileProgress))
         assert sorted(bar.path for bar in bars) == ["config.json", "model.safetensors"]
         await wait_until(pilot, lambda: all(bar.query_one(ProgressBar).percentage == 1.0 for bar in bars), timeout=5)

@@ -313,4 +313,4 @@ class JobsPane(Pane):
             pass
 
     def on_log_saved(self, message: LogSaved):
-        self.notify("saved the log of %s to %s (%s)" % (message.job_id, message.path, display.format_bytes(message.size_bytes)), markup=False)
+        self.notify("saved the log of %s to %s: %s" % (message.job_id, message.path, display.format_bytes(message.size_bytes)), markup=False)

@@ -253,7 +253,7 @@ class TrainingPane(Pane):
                 above = judged >= line
                 text.append(" %s" % ("above" if above else "BELOW"), style="green" if above else "bold yellow")
         else:
-            text.append("  break-even not known (--break-even, m)")
+            text.append("  break-even not known: m measures a checkpoint")
         return text
 
     def _break_even(self, job, curves):
