@@ -202,3 +202,10 @@ def test_list_by_kind(client, agent_home):
 def test_a_negative_tail_is_a_usage_line_not_a_hang(agent_home):
     result = run_cli("logs", "local", "j1", "--follow", "--tail=-99999999999999999999", timeout=30, check=2)
     assert "--tail" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("command", [["run", "local", "--env", "NOEQUALS", "--", "true"],
+                                     ["train", "local", "--env", "NOEQUALS", "--", "true"]])
+def test_an_env_entry_without_equals_is_one_usage_line(agent_home, command):
+    result = run_cli(*command, timeout=60, check=2)
+    assert result.stderr.strip() == "specdeck: --env wants KEY=VALUE: env entry 'NOEQUALS' is not KEY=VALUE"

@@ -147,3 +147,23 @@ def emit(args, value, human):
         print(json.dumps(value, indent=None if isinstance(value, dict) and len(value) < 3 else 2))
     else:
         print(human() if callable(human) else human)
+
+
+def env_entries(entries):
+    """{name: value} from `KEY=VALUE` entries (the CLI's repeated --env, the new-job form's env
+    field), or ValueError naming the first entry that is not one."""
+    env = {}
+    for entry in entries:
+        name, sep, value = entry.partition("=")
+        if not sep or not name:
+            raise ValueError("env entry %r is not KEY=VALUE" % entry)
+        env[name] = value
+    return env
+
+
+def env_option(entries):
+    """env_entries for --env: a bad entry is the command's one-line usage error."""
+    try:
+        return env_entries(entries)
+    except ValueError as exc:
+        raise CommandError("--env wants KEY=VALUE: %s" % exc)

@@ -7,7 +7,7 @@ import time
 
 from .. import display
 from ..client import ConnectError
-from .common import EXIT_FAILED, CommandError, connect, emit
+from .common import EXIT_FAILED, CommandError, connect, emit, env_option
 
 
 def byte_count(text):
@@ -57,12 +57,7 @@ def cmd_run(args):
     argv = args.argv
     if not argv:
         raise CommandError("nothing to run: give the command after --, e.g. specdeck run HOST -- python train.py")
-    env = {}
-    for item in args.env:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CommandError("--env wants KEY=VALUE, not %r" % item)
-        env[key] = value
+    env = env_option(args.env)
     client = connect(args, args.host)
     job = client.call(
         "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "interpreter": args.interpreter, "name": args.name, "kind": args.kind}

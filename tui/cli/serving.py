@@ -14,7 +14,7 @@ import time
 from remote.core.protocol import RemoteError
 from remote.serving import breakeven as breakeven_math
 
-from .common import EXIT_FAILED, CommandError, connect, emit
+from .common import EXIT_FAILED, CommandError, connect, emit, env_option
 
 STATUS_POLL_S = 1.0
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h)?$")
@@ -26,16 +26,6 @@ def parse_duration(text):
     if not match:
         raise CommandError("a duration is a number with s, m or h, e.g. 30s or 5m, not %r" % text)
     return float(match.group(1)) * {None: 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
-
-
-def _env(items):
-    env = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise CommandError("--env wants KEY=VALUE, not %r" % item)
-        env[key] = value
-    return env
 
 
 def _server_options(p):
@@ -81,7 +71,7 @@ def add_commands(commands):
 
 def _start_params(args):
     return {"target": args.target, "drafter": args.drafter, "k": args.k, "engine": args.engine, "port": args.port,
-            "gpus": args.gpus, "python": args.python, "env": _env(args.env), "engine_args": getattr(args, "after_dashes", [])}
+            "gpus": args.gpus, "python": args.python, "env": env_option(args.env), "engine_args": getattr(args, "after_dashes", [])}
 
 
 def cmd_serve(args):

@@ -3,7 +3,7 @@ the accept length they predict, ETA, checkpoints) and checkpoints (the list with
 
 import sys
 
-from .common import connect, emit
+from .common import connect, emit, env_option
 
 
 def add_commands(commands):
@@ -52,7 +52,7 @@ def _measure_options(args):
     """The measure options the flags give, or None when no --measure-target was given."""
     if not args.measure_target:
         return None
-    options = {"target": args.measure_target, "env": _env(args.measure_env), "engine_args": list(args.measure_arg)}
+    options = {"target": args.measure_target, "env": env_option(args.measure_env), "engine_args": list(args.measure_arg)}
     for key in ("python", "gpus", "k", "engine", "port", "requests", "max_tokens"):
         value = getattr(args, "measure_" + key)
         if value is not None:
@@ -60,17 +60,8 @@ def _measure_options(args):
     return options
 
 
-def _env(items):
-    env = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if sep and key:
-            env[key] = value
-    return env
-
-
 def cmd_train(args):
-    params = {"argv": args.after_dashes, "kind": "datagen" if args.datagen else "training", "env": _env(args.env)}
+    params = {"argv": args.after_dashes, "kind": "datagen" if args.datagen else "training", "env": env_option(args.env)}
     for key, value in (("python", args.python), ("save_dir", args.save_dir), ("name", args.name),
                        ("start_from", args.start_from), ("target", args.target), ("break_even", args.break_even),
                        ("measure", _measure_options(args))):

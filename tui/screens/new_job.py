@@ -21,6 +21,7 @@ from textual.widgets import Input, Label, Select, Static
 
 from remote.core.protocol import RemoteError
 
+from ..cli.common import env_entries
 from ..client import ConnectError
 
 KINDS = ("command", "server", "training", "benchmark")  # as `specdeck run --kind`
@@ -56,13 +57,7 @@ def parse_env(text):
         entries = shlex.split(text)
     except ValueError as exc:
         raise ValueError("cannot split the env entries: %s" % str(exc).lower())
-    env = {}
-    for entry in entries:
-        name, sep, value = entry.partition("=")
-        if not sep or not name:
-            raise ValueError("env entry %r is not KEY=VALUE" % entry)
-        env[name] = value
-    return env
+    return env_entries(entries)
 
 
 def submit_params(values):
