@@ -14,7 +14,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.screen import ModalScreen
-from textual.widgets import Footer, TabbedContent, TabPane
+from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from remote.core.protocol import RemoteError
@@ -32,6 +32,7 @@ from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
 from .screens.host_key import HostKeyScreen
 from .widgets.header import ConnectionHeader
+from .widgets.key_bar import KeyBar
 
 PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane, TrainingPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
@@ -80,7 +81,7 @@ class SpecdeckApp(PaneHost):
             for number, pane_class in enumerate(self.pane_classes, 1):
                 with TabPane("%d %s" % (number, pane_class.PANE_TITLE), id=pane_id(pane_class)):
                     yield pane_class()
-        yield Footer()
+        yield KeyBar()
 
     def on_mount(self):
         self.set_interval(1.0, self._show_rtt)

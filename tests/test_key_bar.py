@@ -1,0 +1,22 @@
+"""The key bar lists the keys that work where the focus is, and a click on one runs it."""
+
+from tests.test_app_jobs import SIZE, connected, wait_until
+from tui.app import SpecdeckApp
+from tui.screens.help import HelpScreen
+from tui.widgets.key_bar import KeyBar
+
+
+async def test_the_bar_follows_the_focus_and_a_click_runs_the_key(agent_home):
+    app = SpecdeckApp(host="local")
+    async with app.run_test(size=SIZE) as pilot:
+        await connected(pilot)  # the Jobs pane
+        bar = app.query_one(KeyBar)
+        await wait_until(pilot, lambda: "n new" in str(bar.render()), message="the Jobs pane's keys")
+        assert "1-6 panes" in str(bar.render()) and "? help" in str(bar.render())
+        await pilot.press("3")  # Downloads: other keys
+        await wait_until(pilot, lambda: "x cancel" in str(bar.render()), message="the Downloads pane's keys")
+        assert "n new download" in str(bar.render()) and "s stop" not in str(bar.render())
+        text = str(bar.render())
+        start = text.index(" ? help")
+        await pilot.click(KeyBar, offset=(start + 2, 0))
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), message="help opened by a click")
