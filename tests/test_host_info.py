@@ -29,3 +29,15 @@ def test_a_failing_service_shows_why_and_when_it_tries_again():
     console.print(table)
     out = console.export_text()
     assert "telemetry" in out and "retrying" in out and "NVMLError: driver not loaded (3 in a row, next try in 8 s)" in out
+
+
+def test_service_details_read_as_times_sizes_and_short_numbers():
+    from rich.console import Console
+
+    table = services_table([{"name": "history", "state": "running", "detail": {
+        "file_bytes": 123608, "last_flush_at": 1_780_000_000.5, "cpu_ms_per_scrape": None, "cpu_ms_per_sample": 0.60812}}])
+    console = Console(width=200, record=True)
+    console.print(table)
+    out = console.export_text()
+    assert "file bytes 123.61 kB (120.71 KiB)" in out and "cpu ms per sample 0.608" in out
+    assert "None" not in out and "1780000000" not in out

@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from ..display import format_duration
+from ..display import format_bytes, format_duration, format_time
 
 STATE_STYLES = {"running": "green", "retrying": "bold red", "starting": "yellow", "stopped": "dim"}
 
@@ -33,9 +33,21 @@ def services_table(services, now=None):
             how += ")"
         else:
             detail = service.get("detail") or {}
-            how = ", ".join("%s %s" % (key.replace("_", " "), value) for key, value in detail.items() if not isinstance(value, (dict, list)))
+            how = ", ".join("%s %s" % (key.replace("_", " "), _value(key, value)) for key, value in detail.items()
+                            if not isinstance(value, (dict, list)) and value is not None)
         table.add_row(service.get("name", "?"), Text(state, style=STATE_STYLES.get(state, "")), Text(how))
     return table
+
+
+def _value(key, value):
+    """A detail as people read it: times as clock times, bytes in both units, numbers rounded."""
+    if isinstance(value, float) and key.endswith("_at"):
+        return format_time(value)
+    if isinstance(value, int) and not isinstance(value, bool) and key.endswith("bytes"):
+        return format_bytes(value)
+    if isinstance(value, float):
+        return "%.3g" % value
+    return value
 
 
 def capabilities_text(capabilities):
