@@ -117,9 +117,9 @@ class TrainingPane(Pane):
     def _loaded(self, job_id, reply):
         self._loading.discard(job_id)
         kept = self.curves.get(job_id)
-        if kept:  # records that came live while the request was out, after the reply's last step
-            last = reply["steps"][-1]["time"] if reply["steps"] else 0.0
-            reply["steps"] += [s for s in kept["steps"] if s["time"] > last]
+        for key in ("steps", "validation") if kept else ():  # live records newer than the reply's last
+            last = reply[key][-1]["time"] if reply[key] else 0.0
+            reply[key] += [entry for entry in kept[key] if entry["time"] > last]
         reply["loaded_steps"] = len(reply["steps"])
         self.curves[job_id] = reply
         self._check_alerts(job_id, announce=job_id in self.alerted)
@@ -146,9 +146,11 @@ class TrainingPane(Pane):
         self._dirty = True
 
     def _add_record(self, record):
-        curves = self.curves.get(record.get("job"))
-        if curves is None:
-            return  # not loaded yet: the load brings it
+        if record.get("job") is None:
+            return
+        # Kept even before the run's curves are loaded: the store writes once a second, so a
+        # load may not hold the steps that came just before it; the load keeps what is newer.
+        curves = self.curves.setdefault(record["job"], {"steps": [], "validation": []})
         if record["kind"] == "checkpoint":
             entry = record["checkpoint"]
             listed = curves.setdefault("checkpoints", [])
