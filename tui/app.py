@@ -8,6 +8,7 @@ job events and hands every pane the job book (attributes down); panes post messa
 and do their own requests in workers (tui/panes/base.py).
 """
 
+import os
 import threading
 
 from textual import work
@@ -65,6 +66,10 @@ class SpecdeckApp(PaneHost):
 
     def __init__(self, host="local", python="python3", accept_new=False, **kwargs):
         super().__init__(**kwargs)
+        if "TEXTUAL_ANIMATIONS" not in os.environ:
+            # A tab's sliding underline redrew the screen ~35 times per pane switch, which the
+            # next key waited behind; a console watched over SSH has no use for it.
+            self.animation_level = "none"
         self.host = host or "local"
         self.python = python
         self.accept_new = accept_new

@@ -8,6 +8,7 @@ posts messages up (`OpenCheckpoint`, `AgentError`). Panes never call each other.
 """
 
 import threading
+import time
 
 from rich.text import Text
 from textual.message import Message
@@ -33,19 +34,23 @@ class RequestDone(Message):
 class StreamData(Message):
     """Frames of one of a pane's streams, gathered on the client's thread."""
 
-    def __init__(self, stream, items, ended=None):
+    def __init__(self, stream, items, ended=None, due=False):
         super().__init__()
         self.stream = stream
         self.items = items
         self.ended = ended
+        self.due = due  # from the timer of a stream that delivers at most every so often
 
 
 class PaneStream:
     """A stream a pane follows while it is shown: cancelled when hidden, asked again from the
     last seq it delivered when shown again (so nothing is missed or repeated)."""
 
-    def __init__(self, pane, method, params, on_data, on_end=None, prepare=None):
+    def __init__(self, pane, method, params, on_data, on_end=None, prepare=None, every=0.0):
         self.pane = pane
+        self.every = every  # at most one delivery to the UI this often: a fast log is one repaint per 0.1 s
+        self.delivered = 0.0  # monotonic time of the last delivery
+        self.waiting = False  # a timer will deliver what is pending
         self.prepare = prepare  # runs on the client's thread: heavy parsing stays off the UI
         self.method = method
         self.params = dict(params)
@@ -183,11 +188,11 @@ class Pane(Widget):
 
     # -- streams
 
-    def follow(self, method, params, on_data, on_end=None, prepare=None):
+    def follow(self, method, params, on_data, on_end=None, prepare=None, every=0.0):
         """Follow a stream while this pane is shown. `on_data(items)` gets [(data, seq)] batches on
-        the UI thread; `prepare(data, seq)`, if given, turns each frame into an item on the
-        client's thread first."""
-        stream = PaneStream(self, method, params, on_data, on_end, prepare)
+        the UI thread, at most one batch per `every` seconds; `prepare(data, seq)`, if given,
+        turns each frame into an item on the client's thread first."""
+        stream = PaneStream(self, method, params, on_data, on_end, prepare, every)
         self._streams.append(stream)
         if self.active and self.client is not None:
             self._start_streams([stream])
@@ -221,6 +226,14 @@ class Pane(Widget):
         stream = message.stream
         if stream not in self._streams:
             return
+        wait = stream.delivered + stream.every - time.monotonic()
+        if wait > 0 and message.ended is None and not message.due:
+            if not stream.waiting:
+                stream.waiting = True
+                self.set_timer(wait, lambda: self.post_message(StreamData(stream, None, due=True)))
+            return
+        stream.waiting = False
+        stream.delivered = time.monotonic()
         items = stream.take()
         if items:
             stream.on_data(items)

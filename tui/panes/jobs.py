@@ -176,6 +176,7 @@ class JobsPane(Pane):
             on_data=self._log_lines,
             on_end=functools.partial(self._log_ended, generation, feed),
             prepare=lambda data, seq: (feed.lines(data.get("text", ""), seq), feed.shown_partial()),
+            every=0.1,  # ten repaints a second however fast the job prints: keys stay quick
         )
 
     def _log_lines(self, items):
