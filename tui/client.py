@@ -57,6 +57,7 @@ class Subscription:
         self.on_data = on_data
         self.on_end = on_end
         self.last_seq = params.get("after")
+        self.start_seq = None  # where the host said the stream starts: a quiet stream resumes from there
         self.ended = threading.Event()
 
     def deliver(self, frame):
@@ -73,9 +74,14 @@ class Subscription:
 
     def resume_params(self):
         params = dict(self.params, stream=self.id)
-        if self.last_seq is not None:
-            params["after"] = self.last_seq
+        after = self.last_seq if self.last_seq is not None else self.start_seq
+        if after is not None:
+            params["after"] = after  # else a stream cut before its first frame would skip what came meanwhile
         return params
+
+    def started(self, reply):
+        if isinstance(reply, dict) and isinstance(reply.get("seq"), int) and self.start_seq is None:
+            self.start_seq = reply["seq"]
 
     def cancel(self):
         self.client._subscriptions.pop(self.id, None)
@@ -305,7 +311,7 @@ class AgentClient:
         subscription = Subscription(self, stream_id, method, dict(params), on_data, on_end)
         self._subscriptions[stream_id] = subscription
         try:
-            self.call(method, subscription.resume_params())
+            subscription.started(self.call(method, subscription.resume_params()))
         except Exception:
             self._subscriptions.pop(stream_id, None)
             raise
@@ -316,7 +322,7 @@ class AgentClient:
         # (we are on the thread that attaches the link); an error ends the stream.
         def resubscribe():
             try:
-                self.call(subscription.method, subscription.resume_params(), timeout=30)
+                subscription.started(self.call(subscription.method, subscription.resume_params(), timeout=30))
             except RemoteError as exc:
                 self._subscriptions.pop(subscription.id, None)
                 subscription.ended.set()
