@@ -383,13 +383,10 @@ class DownloadsPane(Pane):
         # A job that named no interpreter runs under the one remembered for the host since (the
         # form's remember box, which the agent's refusals point to), else the agent's own.
         if not params.get("python"):
-            params = dict(params, python=config.remembered(self._host(), "ml_python"))
+            params = dict(params, python=config.remembered(getattr(self.app, "host", None), "ml_python"))
         # The token goes with the request as the form sends it (the console's HF_TOKEN), never in meta.
         self.request(method, dict(params, token=config.hub_token()), done=lambda job: self._track_started(job, params, what),
                      failed=lambda message: self._set_status("%s refused" % what, error=True), title="%s refused" % what, timeout=START_TIMEOUT_S)
-
-    def _host(self):
-        return getattr(self.app, "host", None)
 
     def on_agent_error(self, message: AgentError):
         # Refusals of r and v on their way to the app's notification: the agent's next step

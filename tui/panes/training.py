@@ -21,6 +21,7 @@ from ..display import format_duration
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from .base import Pane
+from .training_series import accept_series, checkpoint_row, loss_text, metric_series, number
 
 KINDS = ("training", "datagen")
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
@@ -229,7 +230,7 @@ class TrainingPane(Pane):
         if job["kind"] == "datagen":
             done, total, rate = progress.get("done"), progress.get("total"), progress.get("rate")
             text.append("samples %s of %s   %s samples/s   ETA %s" % (
-                _number(done, "%d"), _number(total, "%d"), _number(rate, "%.1f"), format_duration(progress.get("eta_s"))))
+                number(done, "%d"), number(total, "%d"), number(rate, "%.1f"), format_duration(progress.get("eta_s"))))
             return text
         latest = curves.get("latest") or {}
         step = latest.get("step", progress.get("step"))
@@ -238,14 +239,14 @@ class TrainingPane(Pane):
         rate = progress.get("steps_per_s") or curves.get("steps_per_s")
         eta = progress.get("eta_s") if job["process_state"] in LIVE else curves.get("eta_s")
         text.append("step %s%s  epoch %s%s  %s steps/s  ETA %s  %s tok/s  loss %s\n" % (
-            _number(step, "%d"), "/%d" % steps_total if steps_total else "", _number(epoch, "%d"),
-            "/%d" % epochs_total if epochs_total else "", _number(rate, "%.2f"), format_duration(eta) if eta is not None else "-",
-            _number(latest.get("tokens_per_s"), "%.0f"), _loss(latest.get("loss", progress.get("loss")))))
+            number(step, "%d"), "/%d" % steps_total if steps_total else "", number(epoch, "%d"),
+            "/%d" % epochs_total if epochs_total else "", number(rate, "%.2f"), format_duration(eta) if eta is not None else "-",
+            number(latest.get("tokens_per_s"), "%.0f"), loss_text(latest.get("loss", progress.get("loss")))))
         predicted = latest.get("predicted_accept_length", progress.get("predicted_accept_length"))
         validated = curves.get("predicted_accept_length") if curves.get("validation") else progress.get("validation_predicted_accept_length")
         measured = [c for c in curves.get("checkpoints") or [] if c.get("measured_accept_length") is not None]
         text.append("accept length predicted %s (val %s) measured %s" % (
-            _number(predicted), _number(validated), "%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
+            number(predicted), number(validated), "%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
             if measured else "-"))
         line, source = self._break_even(job, curves)
         if line is not None:
@@ -357,55 +358,4 @@ def parse_measure(answer):
         else:
             raise ValueError("no measure option %r (there are gpus, k, port, requests, max_tokens, engine)" % key)
     return options
-
-
-def metric_series(steps, metric):
-    """{label: [[step, value], ...]} of one metric against steps (per position for accuracies)."""
-    if metric in ("full acc", "cond acc", "loss per position"):
-        key = {"full acc": "full_acc", "cond acc": "cond_acc", "loss per position": "loss_k"}[metric]
-        series = {}
-        for entry in steps:
-            for position, value in enumerate(entry.get(key) or []):
-                if entry.get("step") is not None and value is not None:
-                    series.setdefault("pos %d" % position, []).append([entry["step"], value])
-        return series
-    key = {"loss": "loss", "step ms": "step_ms", "tokens/s": "tokens_per_s"}[metric]
-    return {metric: [[e["step"], e[key]] for e in steps if e.get("step") is not None and isinstance(e.get(key), (int, float))]}
-
-
-def accept_series(steps, validation, checkpoints):
-    """Predicted accept length per step and per validation epoch, measured per checkpoint, against steps."""
-    series = {
-        "predicted": [[e["step"], e["predicted_accept_length"]] for e in steps
-                      if e.get("step") is not None and e.get("predicted_accept_length") is not None],
-        "validation": [[e["step"], e["predicted_accept_length"]] for e in validation
-                       if e.get("step") is not None and e.get("predicted_accept_length") is not None],
-        "measured": [[c["step"], c["measured_accept_length"]] for c in checkpoints
-                     if c.get("step") is not None and c.get("measured_accept_length") is not None],
-    }
-    return {label: points for label, points in series.items() if points}
-
-
-def checkpoint_row(entry):
-    validation = entry.get("validation") or {}
-    measure = entry.get("measure") or {}
-    verdict = entry.get("verdict") or "-"
-    if measure.get("state") == "queued":
-        verdict += ", to measure"
-    elif measure.get("state") == "running":
-        verdict += ", bench %s" % (measure.get("phase") or "running")
-    elif measure.get("state") == "failed":
-        verdict += ", measure failed"
-    return (entry["name"] + (" *" if entry.get("best") else ""), _number(entry.get("step"), "%d"), _loss(validation.get("loss")), _number(entry.get("predicted_accept_length")), _number(entry.get("measured_accept_length")),
-            verdict)
-
-
-def _number(value, pattern="%.2f"):
-    return "-" if value is None else pattern % value
-
-
-def _loss(value):
-    if value is None:
-        return "-"
-    return value if isinstance(value, str) else "%.4g" % value
 
