@@ -102,6 +102,23 @@ def test_stop_leaves_no_process_of_the_job(client, case):
         kill_all(pids)
 
 
+def test_processes_left_running_by_an_ended_job_are_stopped(client):
+    """A job ends with its last process: what its main process left running in the background
+    (one of them deaf to TERM) is stopped, and the job keeps the main process's exit code."""
+    script = "sleep 300 & echo pid $!; (trap '' TERM; exec sleep 300) & echo pid $!; echo ready; sleep 0.5; exit 3"
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", script]})
+    wait_for(lambda: "ready" in log_text(client, job["id"]), 30)
+    pids = [int(line.split()[1]) for line in log_text(client, job["id"]).splitlines() if line.startswith("pid ")]
+    pids = [(pid, process_start_ticks(pid)) for pid in pids]
+    try:
+        ended = wait_ended(client, job["id"])
+        assert alive(pids) == []
+        assert ended["state"] == "failed" and ended["exit_code"] == 3
+        assert "stopping the 2 processes it left running" in log_text(client, job["id"])
+    finally:
+        kill_all(pids)
+
+
 def test_pending_kill_survives_the_daemon(client, agent_home):
     job = client.call("jobs.submit", {"argv": ["bash", "-c", "trap '' TERM; sleep 300 & echo pid $!; echo ready; wait"]})
     pids = started_pids(client, job["id"])

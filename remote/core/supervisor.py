@@ -8,6 +8,11 @@ the job started, waits the grace, KILLs what is left and only then writes the re
 (it is a child subreaper, so orphans of the job come back to it) and every process whose
 environment carries the job's token (a daemon that double-forked away before the
 supervisor became its parent). The supervisor is never in the group it kills.
+
+A job ends with its last process, as a systemd unit does: when the main process exits and
+has left others running (a server started in the background, an engine's worker that
+outlived it and holds a GPU), they are stopped the same way, after LEFT_BEHIND_GRACE_S,
+and the log says so; the job's exit code stays the main process's.
 """
 
 import json
@@ -22,6 +27,7 @@ import time
 from .records import read_json, write_record
 
 STOP_GRACE_S = 10.0
+LEFT_BEHIND_GRACE_S = 5.0
 STOP_CHECK_S = 2.0  # stop.json looked at this often, in case its signal never came
 STOPPING_POLL_S = 0.1
 KILL_ROUNDS = 200
@@ -148,6 +154,8 @@ class Supervisor:
         self.main_pid = None
         self.main_status = None
         self.deadline = None  # monotonic time of the KILL, once a stop is under way
+        self.stop_requested = False  # by `jobs.stop` (or a TERM), not the main process ending
+        self.left_behind = 0  # processes still running when the main one ended
         self._environ_verdicts = {}  # (pid, start_ticks) -> carries our token
         self.unkillable = set()  # left after every KILL (not ours to signal: a setuid program)
 
@@ -229,7 +237,15 @@ class Supervisor:
             self.reap()
             if self.deadline is None:
                 if self.main_status is not None:
-                    break
+                    left = self.job_processes() - self.unkillable
+                    if not left:
+                        break
+                    self.left_behind = len(left)
+                    self.say("specdeck: the job's main process ended; stopping the %d process%s it left running"
+                             % (len(left), "" if len(left) == 1 else "es"))
+                    self.deadline = now + LEFT_BEHIND_GRACE_S
+                    self.send(signal.SIGTERM)
+                    continue
                 timeout_s = max(0.0, next_stop_check - now)
             else:
                 left = self.job_processes() - self.unkillable
@@ -249,8 +265,10 @@ class Supervisor:
                 pass
         code = os.waitstatus_to_exitcode(self.main_status)
         end = {"exit_code": code if code >= 0 else None, "signal": -code if code < 0 else None, "ended_at": time.time()}
+        if self.left_behind:
+            end["left_behind"] = self.left_behind
         if self.deadline is not None:
-            end.update(stopped=True, killed_after_grace=killed_after_grace)
+            end.update(stopped=self.stop_requested, killed_after_grace=killed_after_grace)
             if self.unkillable:
                 end["processes_left"] = len(self.unkillable)
         self.finish(end)
@@ -267,6 +285,8 @@ class Supervisor:
         elif not signalled:
             return
         deadline = now + grace_s
+        if self.main_status is None:
+            self.stop_requested = True
         if self.deadline is None:
             self.deadline = deadline
             self.send(signal.SIGTERM)
