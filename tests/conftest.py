@@ -28,6 +28,16 @@ def agent_home(tmp_path, monkeypatch):
     stop_daemon(home)
 
 
+@pytest.fixture
+def client(agent_home):
+    """A client of the agent on this machine (`local`), under the test's own agent home."""
+    from tui.connection import open_client
+
+    client = open_client("local")
+    yield client
+    client.close()
+
+
 def python39():
     """A Python 3.9 interpreter (the oldest hosts run): $PYTHON39, python3.9 on the PATH, or a
     pyenv-installed 3.9; None when this machine has none."""

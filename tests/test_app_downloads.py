@@ -5,13 +5,11 @@ import json
 import os
 
 import numpy as np
-import pytest
 from safetensors.numpy import save_file
 from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent, TabPane
 
 from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import build_drafter, wait_until
-from tui.connection import open_client
 from tui.pane_host import PaneHost
 from tui.panes.downloads import DownloadsPane, FileProgress
 from tui.panes.tensors import TensorsPane
@@ -31,13 +29,6 @@ class DownloadsHost(PaneHost):
     def on_mount(self):
         self.activate("downloads")
         self.follow_job_events()
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
 
 
 def small_drafter_files(tmp_path):

@@ -5,12 +5,10 @@ import json
 import time
 from pathlib import Path
 
-import pytest
 from textual.app import App
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from tests.checkpoint_fixtures import write_drafter
-from tui.connection import open_client
 from tui.screens.compare import CompareScreen
 from tui.screens.file_picker import FilePicker
 from tui.panes.tensors import TensorsPane
@@ -34,13 +32,6 @@ class TensorsHost(App):
 
     def on_mount(self):
         self.query_one("#tensors-table").focus()
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
 
 
 def build_drafter(directory, **dims):

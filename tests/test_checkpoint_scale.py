@@ -11,7 +11,6 @@ import pytest
 from remote.checkpoints import listing, roles
 from remote.core.protocol import MAX_FRAME_BYTES, RemoteError
 from tests import checkpoint_fixtures as fx
-from tui.connection import open_client
 
 FIXTURE_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
 LAYERS, EXPERTS, DENSE_LAYERS = 61, 384, 1
@@ -21,13 +20,6 @@ MOE_LAYERS = LAYERS - DENSE_LAYERS
 @pytest.fixture(scope="module")
 def moe():
     return fx.cached_moe_target(FIXTURE_CACHE, layers=LAYERS, experts=EXPERTS, shards=64, dense_layers=DENSE_LAYERS)
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
 
 
 def frame_bytes(reply):

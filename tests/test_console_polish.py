@@ -15,13 +15,11 @@ from tests.sshd_fixtures import wait_for
 from tests.test_app_downloads import DownloadsHost, fill_form, small_drafter_files, text_of
 from tests.test_app_jobs import connected, header_text, job_rows, screen_text, type_text, wait_until
 from tui.app import SpecdeckApp
-from tui.connection import open_client
 from tui.panes.downloads import DownloadsPane
 from tui.screens.download_form import DownloadForm
 from tui.screens.host_key import HostKeyScreen
 from tui.screens.new_job import NewJobScreen
 
-import pytest
 
 SMALL = (80, 24)
 
@@ -151,13 +149,6 @@ async def test_new_job_refused_by_the_host_says_why_in_the_form_and_keeps_what_w
 
 
 # ---------------------------------------------------------------------- downloads
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
 
 
 def newest(pane):

@@ -20,13 +20,6 @@ from tui.connection import open_client
 LIVE = ("running", "starting")
 
 
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
-
-
 def get(client, job_id):
     return client.call("jobs.get", {"id": job_id})
 

@@ -16,13 +16,6 @@ from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
 
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
-
-
 def job_state(client, job_id):
     return client.call("jobs.get", {"id": job_id})
 

@@ -5,13 +5,11 @@ stayed under break-even for the set time."""
 
 import threading
 
-import pytest
 from textual.widgets import Static
 
-from tests.test_serving_metrics import AFTER, MetricsServer, scaled
+from tests.one_pane import OnePane
 from tests.test_app_tensors import wait_until
-from tui.connection import open_client
-from tui.pane_host import PaneHost
+from tests.test_serving_metrics import AFTER, MetricsServer, scaled
 from tui.panes.speculation import SpeculationPane
 from tui.widgets.chart import TimeChart
 
@@ -36,27 +34,11 @@ class GrowingServer(MetricsServer):
         pass
 
 
-class SpeculationHost(PaneHost):
-    def compose(self):
-        yield SpeculationPane()
-
-    def on_mount(self):
-        self.activate(None)
-        self.follow_job_events()
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
-
-
 async def test_pane_shows_accept_length_against_break_even_and_alerts(client):
     server = GrowingServer()
     try:
         server_id = client.call("serving.attach", {"url": server.url})["id"]
-        app = SpeculationHost(client=client)
+        app = OnePane(SpeculationPane(), client=client)
         async with app.run_test(size=(120, 40)) as pilot:
             pane = app.query_one(SpeculationPane)
             pane.alert_after_s = 2.0

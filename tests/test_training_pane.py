@@ -8,34 +8,16 @@ measurement, whose failure (a target that cannot serve the drafter) shows in the
 import shlex
 from pathlib import Path
 
-import pytest
 from textual.widgets import DataTable, Static
 
 from remote.training import logparse
 from tests import checkpoint_fixtures
+from tests.one_pane import OnePane
 from tests.test_app_tensors import wait_until
-from tui.connection import open_client
-from tui.pane_host import PaneHost
 from tui.panes.training import TrainingPane
 from tui.widgets.chart import TimeChart
 
 LOG = Path(__file__).parent / "data" / "speculators-train-80cols.log"
-
-
-class TrainingHost(PaneHost):
-    def compose(self):
-        yield TrainingPane()
-
-    def on_mount(self):
-        self.activate(None)
-        self.follow_job_events()
-
-
-@pytest.fixture
-def client(agent_home):
-    client = open_client("local")
-    yield client
-    client.close()
 
 
 def text_of(pane, selector):
@@ -52,7 +34,7 @@ async def test_pane_follows_a_run_its_checkpoint_and_its_end(client, tmp_path):
         tmp_path / "part1.log", tmp_path / "part2.log", save, staged, save)
     records = logparse.parse_text(LOG.read_text())
     steps = [r for r in records if r["kind"] == "step"]
-    app = TrainingHost(client=client)
+    app = OnePane(TrainingPane(), client=client)
     async with app.run_test(size=(120, 40)) as pilot:
         pane = app.query_one(TrainingPane)
         pane.focus()
