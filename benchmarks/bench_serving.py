@@ -143,6 +143,7 @@ def vllm_ab(requests=8, max_tokens=64):
                     raise SystemExit("vLLM died while starting")
                 time.sleep(0.5)
             prompts = [bench.BUILTIN_PROMPTS[i % len(bench.BUILTIN_PROMPTS)] for i in range(requests)]
+            serving_fixtures.complete(url, models["target"], prompts[0], bench.WARMUP_TOKENS)  # as the job warms up
             tokens, elapsed_s = 0, 0.0
             for prompt in prompts:
                 began = time.monotonic()

@@ -4,7 +4,8 @@ measured cycle time and where the drafter stands against break-even.
 
 Run as `agent serving-bench SPEC.json` (a job of kind `benchmark`); SPEC is what the
 `serving.bench` method wrote. Requests go one at a time, so tokens/s is one sequence's decode
-rate, the rate break-even is about: a speculative cycle yields accept_length tokens in
+rate, the rate break-even is about (after one warm-up request each server, not timed and
+outside the accept-length window): a speculative cycle yields accept_length tokens in
 cycle_s = accept_length / spec_tps, and breaks even at cycle_s x baseline_tps. progress.json
 says which phase runs; its `result` holds the figures; the last stdout line is the result as
 JSON.
@@ -22,6 +23,8 @@ from ..core.jobs import write_json
 from . import breakeven, engines, metrics
 
 READY_TIMEOUT_S = 900.0
+WARMUP_REQUESTS = 1
+WARMUP_TOKENS = 16
 BUILTIN_PROMPTS = (
     "Explain speculative decoding in one paragraph.",
     "Write a Python function that reverses a linked list.",
@@ -112,6 +115,9 @@ def _phase(spec, drafter, prompts, progress, offset, state):
         try:
             _wait_ready(process, url, log_path)
             progress.write(state=state)
+            # Not timed: a fresh server's first request pays for warming up (allocations, kernel
+            # selection), which one sequence's decode rate should not carry.
+            run_requests(url, spec["target"], prompts[:WARMUP_REQUESTS], min(WARMUP_TOKENS, spec["max_tokens"]))
             before = _scrape(url)
             tokens, elapsed_s = run_requests(url, spec["target"], prompts, spec["max_tokens"], lambda n: progress.write(done=offset + n))
             after = _scrape(url)
