@@ -202,3 +202,20 @@ def test_following_the_last_bytes_of_a_log_starts_on_a_whole_line(agent_home):
         assert "".join(texts) == "cccc\n", "the follow started mid-line: %r" % texts
     finally:
         client.close()
+
+
+def test_an_opening_reply_says_where_a_stream_cut_before_its_first_frame_resumes(agent_home):
+    """A quiet stream (alerts) resumes from the seq it opened at, so what fires while the link is
+    down still comes; a stream that opens with a snapshot is asked again from now, for a new one."""
+    client = open_client("local")
+    try:
+        quiet = client.subscribe("telemetry.alerts_follow", {}, lambda data, seq: None)
+        assert quiet.start_seq is not None and quiet.resume_params()["after"] == quiet.start_seq
+        with_snapshot = client.subscribe("jobs.events", {}, lambda data, seq: None)
+        assert with_snapshot.start_seq is None
+        replies = [client.call(method, {"stream": "probe-%d" % i}) for i, method in enumerate(("jobs.events", "telemetry.alerts_follow"))]
+        assert [reply["snapshot"] for reply in replies] == [True, False]
+        resumed = client.call("jobs.events", {"stream": "probe-2", "after": replies[0]["seq"]})
+        assert resumed == {"stream": "probe-2", "seq": replies[0]["seq"], "snapshot": False}
+    finally:
+        client.close()

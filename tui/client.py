@@ -80,8 +80,11 @@ class Subscription:
         return params
 
     def started(self, reply):
-        if isinstance(reply, dict) and isinstance(reply.get("seq"), int) and self.start_seq is None:
-            self.start_seq = reply["seq"]
+        """The opening reply `{stream, seq, snapshot}`: where to resume if no frame comes before
+        a cut (not when the first frame is a snapshot: asked again from now, a new one comes)."""
+        if isinstance(reply, dict) and isinstance(reply.get("seq"), int) and not reply.get("snapshot"):
+            if self.start_seq is None:
+                self.start_seq = reply["seq"]
 
     def cancel(self):
         self.client._subscriptions.pop(self.id, None)

@@ -41,9 +41,11 @@ class Batch:
 
 class Source:
     """A stream's source. `gather_s`: after a small batch, wait that long so a chatty source
-    goes out as fewer, larger frames."""
+    goes out as fewer, larger frames. `starts_with_snapshot`: set by first_seq when the first
+    frame will hold the whole state."""
 
     gather_s = 0.0
+    starts_with_snapshot = False
 
     def first_seq(self, after):
         """Where a stream that asks for `after` (None: from now) starts."""
@@ -113,7 +115,7 @@ class TopicSource(Source):
 
     def first_seq(self, after):
         if after is None or after < 0:
-            self._need_snapshot = self.snapshot is not None
+            self._need_snapshot = self.starts_with_snapshot = self.snapshot is not None
             return self.topic.last_seq
         return after
 
@@ -186,6 +188,16 @@ def serve(connection, stream_id, source, after):
     stream.thread = threading.Thread(target=_pump, args=(connection, stream, source, start), name="stream-%s" % stream_id, daemon=True)
     stream.thread.start()
     return start
+
+
+def follow(call, source):
+    """Serve `source` as the stream a `*.follow` call names (params `stream`, `after`). The reply,
+    `{stream, seq, snapshot}`: a client that gets no frame before its link drops asks again
+    `after: seq` (nothing that came meanwhile is lost), or from now when `snapshot` is true
+    (the first frame, which it missed, holds the whole state; a new one comes)."""
+    stream_id = call.param("stream", str, required=True)
+    seq = serve(call.connection, stream_id, source, call.param("after", int))
+    return {"stream": stream_id, "seq": seq, "snapshot": source.starts_with_snapshot}
 
 
 def cancel(connection, stream_id):

@@ -112,7 +112,9 @@ FRAMES = (
     ("request", "`{id, method, params}`; `id` is the client's, echoed in the reply"),
     ("reply", "`{id, ok: true, result}` or `{id, ok: false, error: {type, message}}`; every request gets one"),
     ("stream", "`{stream, seq, data}`: one record (or a batch) of an open stream; `seq` only grows, "
-     "so a client resumes with `after: seq` (an integer within ±2^53) and drops what it has already seen"),
+     "so a client resumes with `after: seq` (an integer within ±2^53) and drops what it has already seen. "
+     "A stream's opening reply is `{stream, seq, snapshot}`: cut before any frame came, a client resumes "
+     "`after` that seq, or from now when `snapshot` is true (its first frame holds the whole state)"),
     ("stream end", "`{stream, end: true, seq, data}`: the stream is over (the job ended, or it was cancelled); "
      "`data.error` says why when it failed"),
     ("notice", "`{type: notice, level, message}`: something the client should log (a bad frame skipped)"),

@@ -195,11 +195,10 @@ def serving_follow(call):
     """Stream every server's speculation figures, one record per server per second. Params:
     `stream`, `after` (a seq; absent: from now). Frames: first `{snapshot: {id: record},
     records: []}`, then `{records: [record...]}` with records as `serving.stats` (over the last
-    second) plus `server`. Reply: `{stream, seq}`."""
+    second) plus `server`. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     service = sampler(call)
     source = TopicSource(call.daemon.topics["serving"], snapshot=service.snapshot)
-    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
-    return {"stream": call.params["stream"], "seq": seq}
+    return streams.follow(call, source)
 
 
 @method("serving.breakeven")

@@ -66,11 +66,10 @@ def telemetry_follow(call):
     [delta]}`, each delta holding `time` and only what changed: `host` (changed keys), `nvml`,
     `gpus` ([{index, changed keys}]), `processes` (the whole list, when it changed); a delta
     with `full: true` is a whole sample (the set of GPUs changed). remote/telemetry/sample.py
-    `apply_delta` rebuilds the sample. Reply: `{stream, seq}`."""
+    `apply_delta` rebuilds the sample. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     service = sampler(call)
     source = TopicSource(service.topic, snapshot=service.latest_sample)
-    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
-    return {"stream": call.params["stream"], "seq": seq}
+    return streams.follow(call, source)
 
 
 @method("telemetry.history")
@@ -160,7 +159,6 @@ def telemetry_alerts_seen(call):
 def telemetry_alerts_follow(call):
     """Stream alerts as they fire and end. Params: `stream`, `after` (a seq; absent: from now).
     Frames: `{records: [alert]}` (as in telemetry.alerts; an alert that ends comes again with
-    `ended_at`). Reply: `{stream, seq}`."""
+    `ended_at`). Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     source = TopicSource(sampler(call).alert_topic)
-    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
-    return {"stream": call.params["stream"], "seq": seq}
+    return streams.follow(call, source)

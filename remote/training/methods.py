@@ -209,10 +209,9 @@ def training_follow(call):
     from now). Frames: first `{snapshot: {job id: progress}, records: []}`, then `{records:
     [...]}`: a step or validation record (`{job, kind: step|validation, time, step, epoch,
     loss, full_acc, cond_acc, loss_k, lr, step_ms, tokens_per_s, predicted_accept_length}`) or
-    `{job, kind: checkpoint, checkpoint}`. Reply: `{stream, seq}`."""
+    `{job, kind: checkpoint, checkpoint}`. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     service = call.daemon.services.get("training")
     if service is None:
         raise RemoteError("NotFound", "this agent's daemon runs no training sampler")
     source = TopicSource(call.daemon.topics["training"], snapshot=lambda: {run.id: progress_of(run) for run in list(service.runs.values())})
-    seq = streams.serve(call.connection, call.param("stream", str, required=True), source, call.param("after", int))
-    return {"stream": call.params["stream"], "seq": seq}
+    return streams.follow(call, source)
