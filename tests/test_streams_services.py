@@ -219,3 +219,31 @@ def test_an_opening_reply_says_where_a_stream_cut_before_its_first_frame_resumes
         assert resumed == {"stream": "probe-2", "seq": replies[0]["seq"], "snapshot": False}
     finally:
         client.close()
+
+
+def test_a_job_that_fails_at_once_is_announced_as_ended_and_raises_its_alert(agent_home):
+    """A job that ends before the job watcher first sees it (a bad argument, exit 2 at once) is
+    both submitted and ended on the events stream, so the failure alert fires for it too."""
+    from remote.core.job_streams import _events
+
+    assert _events(None, {"process_state": "failed"}) == ["submitted", "ended"]
+    assert _events(None, {"process_state": "running"}) == ["submitted"]
+    client = open_client("local")
+    try:
+        frames, alerts = [], []
+        client.subscribe("jobs.events", {}, lambda data, seq: frames.append(data))
+        client.subscribe("telemetry.alerts_follow", {}, lambda data, seq: alerts.extend(data.get("records") or []))
+        jobs = [client.call("jobs.submit", {"argv": ["sh", "-c", "exit 2"]}) for _ in range(3)]
+
+        def ended(job_id):
+            return [r for f in frames for r in f.get("records", []) if r["id"] == job_id and r["event"] == "ended"]
+
+        deadline = time.monotonic() + 30
+        while not all(ended(job["id"]) for job in jobs) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert all(ended(job["id"]) for job in jobs), [(r["id"], r["event"]) for f in frames for r in f.get("records", [])]
+        while len(alerts) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(a["job_id"] for a in alerts if a["kind"] == "job_failed") == sorted(job["id"] for job in jobs)
+    finally:
+        client.close()

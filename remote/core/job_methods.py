@@ -97,7 +97,8 @@ def jobs_events(call):
     """Stream every change of every job: subscribe once instead of polling. Params: `stream`,
     `after` (a seq from an earlier frame; absent: from now). Frames: first, for a new subscriber
     or one that missed records, `{snapshot: [job...], records: []}`; then `{records: [{event:
-    submitted|started|progress|ended|changed|removed, id, job}]}`. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
+    submitted|started|progress|ended|changed|removed, id, job}]}` (a job that ended before it
+    was first seen comes as submitted, then ended). Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     daemon = call.daemon
     source = TopicSource(daemon.topics["jobs"], snapshot=daemon.jobs.list)
     return streams.follow(call, source)

@@ -88,8 +88,7 @@ class JobWatcher(Service):
                 continue  # being created this instant: next scan
             self._known[job_id] = (signature, job)
             if publish:
-                event = _event(old[1] if old else None, job)
-                if event:
+                for event in _events(old[1] if old else None, job):
                     self.topic.publish({"event": event, "id": job_id, "job": job})
         for job_id in set(self._known) - seen:
             del self._known[job_id]
@@ -97,18 +96,19 @@ class JobWatcher(Service):
                 self.topic.publish({"event": "removed", "id": job_id})
 
 
-def _event(old, new):
-    """The name of what happened between two descriptions of a job, or None when nothing a
-    console shows changed."""
+def _events(old, new):
+    """The names of what happened between two descriptions of a job (none when nothing a
+    console shows changed). A job that ended between two scans (one that fails at once) is
+    both submitted and ended: whoever acts on ends (alerts, notifications) must see it."""
     if old is None:
-        return "submitted"
+        return ["submitted"] if new["process_state"] in LIVE_STATES else ["submitted", "ended"]
     if old["process_state"] in LIVE_STATES and new["process_state"] not in LIVE_STATES:
-        return "ended"
+        return ["ended"]
     if old["process_state"] == "starting" and new["process_state"] == "running":
-        return "started"
+        return ["started"]
     if old.get("progress") != new.get("progress"):
-        return "progress"
+        return ["progress"]
     keys = ("state", "exit_code", "signal", "ended_at", "pid", "meta", "name", "error")
     if any(old.get(k) != new.get(k) for k in keys):
-        return "changed"
-    return None
+        return ["changed"]
+    return []
