@@ -98,12 +98,13 @@ def test_stop_leaves_no_process_of_the_job(client, case):
 def test_processes_left_running_by_an_ended_job_are_stopped(client):
     """A job ends with its last process: what its main process left running in the background
     (one of them deaf to TERM) is stopped, and the job keeps the main process's exit code."""
-    script = "sleep 300 & echo pid $!; (trap '' TERM; exec sleep 300) & echo pid $!; echo ready; sleep 0.5; exit 3"
+    script = "sleep 300 & echo pid $!; (trap '' TERM; exec sleep 300) & echo pid $!; echo ready; sleep 3; exit 3"
     job = client.call("jobs.submit", {"argv": ["bash", "-c", script]})
     wait_for(lambda: "ready" in log_text(client, job["id"]), 30)
     pids = [int(line.split()[1]) for line in log_text(client, job["id"]).splitlines() if line.startswith("pid ")]
     pids = [(pid, process_start_ticks(pid)) for pid in pids]
     try:
+        assert len(pids) == 2 and all(ticks is not None for _, ticks in pids), "read while the main process still ran"
         ended = wait_ended(client, job["id"])
         assert alive(pids) == []
         assert ended["state"] == "failed" and ended["exit_code"] == 3
