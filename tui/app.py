@@ -179,6 +179,8 @@ class SpecdeckApp(PaneHost):
         return answer["accept"]
 
     def on_connection_changed(self, message: ConnectionChanged):
+        if message.state == "connected" and self.client is None:
+            return  # the first link, before open_client() returned: ClientReady says it, with the client in place
         self.connection_state = message.state
         header = self.header
         header.state = message.state
@@ -191,7 +193,9 @@ class SpecdeckApp(PaneHost):
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):
+        self.connection_state = "connected"
         header = self.header
+        header.state, header.detail = "connected", {}
         header.hostname = message.hostname
         if message.user:
             host = message.hostname if self.host == "local" else self.host.split("@")[-1]
