@@ -83,7 +83,9 @@ async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(clie
         await wait_until(pilot, lambda: len(pane.query(FileProgress)) == 2, timeout=10)  # mounted after the verdict's event
         bars = list(pane.query(FileProgress))
         assert sorted(bar.path for bar in bars) == ["config.json", "model.safetensors"]
-        await wait_until(pilot, lambda: all(bar.query_one(ProgressBar).percentage == 1.0 for bar in bars), timeout=5)
+        # A bar's own ProgressBar is composed a moment after the bar is mounted.
+        await wait_until(pilot, lambda: all(bar.query(ProgressBar) and bar.query_one(ProgressBar).percentage == 1.0 for bar in bars),
+                         timeout=5)
         assert pane.query_one("#downloads-total", ProgressBar).percentage == 1.0
         assert "verified" in str(pane.query_one("#downloads-verdict", Static).render())
         await pilot.pause(2.5)  # two more polls must not announce it again

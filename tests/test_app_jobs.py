@@ -10,6 +10,7 @@ import re
 import time
 
 import pytest
+from textual.css.query import NoMatches
 
 from tui.app import SpecdeckApp
 from tui.panes.jobs import JobsTable
@@ -26,9 +27,13 @@ WAIT_S = 60
 
 
 async def wait_until(pilot, predicate, timeout_s=WAIT_S, message="condition"):
+    """Poll `predicate` between frames; a widget it asks for that is not composed yet is "not yet"."""
     deadline = time.monotonic() + timeout_s
     while True:
-        value = predicate()
+        try:
+            value = predicate()
+        except NoMatches:
+            value = None
         if value:
             return value
         if time.monotonic() > deadline:

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from tests.checkpoint_fixtures import write_drafter
@@ -14,9 +15,16 @@ from tui.screens.file_picker import FilePicker
 from tui.panes.tensors import TensorsPane
 
 
+def _holds(predicate):
+    try:
+        return predicate()
+    except NoMatches:  # a widget it asks for is not composed yet
+        return False
+
+
 async def wait_until(pilot, predicate, timeout=60.0):
     deadline = time.monotonic() + timeout
-    while not predicate():
+    while not _holds(predicate):
         if time.monotonic() > deadline:
             raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, getattr(predicate, "__name__", "a condition")))
         await pilot.pause(0.05)
