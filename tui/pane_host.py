@@ -5,6 +5,7 @@ are another, so they run the same mechanism."""
 
 from textual import work
 from textual.app import App
+from textual.css.query import NoMatches
 from textual.widgets import TabbedContent, TabPane
 
 from remote.core.protocol import RemoteError
@@ -43,7 +44,13 @@ class PaneHost(App):
         if not changed and not records and message.data.get("snapshot") is None:
             return
         for pane in self.query(Pane):
-            pane.jobs_changed(self.book, changed, records)
+            if pane.is_attached and not pane._closing:
+                try:
+                    pane.jobs_changed(self.book, changed, records)
+                except NoMatches:
+                    # Its widgets are being removed (the app is closing; events still come from the
+                    # client's thread meanwhile): nothing to draw, and the book has the jobs.
+                    pass
 
     # -- which pane is shown
 
