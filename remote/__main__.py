@@ -20,6 +20,10 @@ def main(argv):
         sys.stderr.write(__doc__)
         return 2
     command, rest = argv[0], argv[1:]
+    if command in ("daemon", "wire-reference"):
+        from . import areas  # the composition root: which areas the daemon and the reference have
+
+        areas.install()
     if command == "relay":
         from .core.relay import run_relay
 

@@ -247,6 +247,7 @@ def test_a_file_locked_by_another_process_is_kept_aside_for_a_fresh_store(tmp_pa
 
 LAUNCHER = r"""
 import sys
+import remote.areas
 from remote.core import daemon
 from remote.core.services import Service
 

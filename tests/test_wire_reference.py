@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from remote import areas  # noqa: F401  (the composition root installs the areas)
 from remote.core import wire
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

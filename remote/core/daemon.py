@@ -4,7 +4,8 @@ It answers requests from any number of relays (one per console connection), each
 few threads of its own so that a slow request (hashing a checkpoint) never holds up a ping
 and a client that floods it or stops reading costs it a bounded amount (connection.py),
 pumps streams (streams.py) and runs its services (services.py: the job watcher, the
-history store, samplers). Its methods are registered by each area's module (wire.py). It
+history store, the feeds of remote/core/feeds.py). Its methods are registered by each area's
+module (wire.py), the areas named by the composition root (remote/areas.py). It
 keeps no state of its own that matters: jobs live on disk (see jobs.py) and samples in the
 history store, so killing and restarting the daemon loses nothing committed.
 """
@@ -56,7 +57,7 @@ class Daemon:
     def start_services(self):
         self.history = self.services.add(HistoryService())  # first: samplers record into it
         self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
-        for service_class in wire.area_services():  # samplers: telemetry, speculation, ...
+        for service_class in wire.area_services():  # feeds: serving, telemetry, training
             self.services.add(service_class(self))
 
     def serve_forever(self, listener, socket_path):

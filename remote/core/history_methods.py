@@ -8,10 +8,7 @@ from .wire import method
 
 
 def _store(call):
-    service = getattr(call.daemon, "history", None)
-    if service is None:
-        raise RemoteError("Busy", "the history service is not running yet; try again")
-    return service.store
+    return call.history()
 
 
 def _reading(function, *args, **kwargs):

@@ -21,6 +21,9 @@ class Service:
 
     name = "service"
     interval_s = 1.0
+    # After a failed step, stop() and start() again. A service that keeps work of its own
+    # running beside its step (a feed's source workers) sets False: a failure is only reported.
+    restart_on_failure = True
 
     def start(self):
         pass
@@ -101,7 +104,7 @@ class ServiceRunner:
                 self.next_try_at = time.time() + wait_s
                 log.warning("service %s failed (%d in a row), next try in %.0f s: %s", self.service.name, self.failures, wait_s, self.error,
                             exc_info=self.failures == 1)
-                if started:
+                if started and self.service.restart_on_failure:
                     started = self._restart()
             self._wake.wait(wait_s)
             self._wake.clear()

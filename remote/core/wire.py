@@ -12,17 +12,9 @@ import math
 
 from .protocol import BadRequest, NotFound, RemoteError
 
-# The modules whose import registers methods, in the order the reference lists them.
-AREAS = (
-    "remote.core.methods",
-    "remote.core.job_methods",
-    "remote.core.history_methods",
-    "remote.checkpoints.methods",
-    "remote.downloads.methods",
-    "remote.serving.methods",
-    "remote.telemetry.methods",
-    "remote.training.methods",
-)
+# The modules whose import registers methods, in the order the reference lists them. The
+# composition root (remote/areas.py) installs them: the core names no area.
+AREAS = []
 
 METHODS = {}
 
@@ -41,7 +33,7 @@ class Call:
         return param(self.params, name, kind, default, required)
 
     def service(self, name):
-        """The daemon's service `name` (telemetry, speculation, training, ...); NotFound when this
+        """The daemon's service `name` (telemetry, serving, training, ...); NotFound when this
         daemon runs without it."""
         found = self.daemon.services.get(name)
         if found is None:
@@ -49,11 +41,18 @@ class Call:
         return found
 
     def history(self):
-        """The daemon's history store (remote/core/history.py); NotFound when it has none."""
+        """The daemon's history store (remote/core/history.py); NoHistory when it has none."""
         history = getattr(self.daemon, "history", None)
         if history is None:
-            raise NotFound("this agent keeps no history store")
+            raise NoHistory("this agent's daemon keeps no history store (see the history service's status)")
         return history.store
+
+
+class NoHistory(RemoteError):
+    """The one error every method that reads the history store gives when there is none."""
+
+    def __init__(self, message):
+        super().__init__("NoHistory", message)
 
 
 def method(name):
@@ -67,6 +66,11 @@ def method(name):
         return function
 
     return register
+
+
+def install_areas(modules):
+    """Use `modules` (names) as the areas: their import registers methods, their `SERVICES` run."""
+    AREAS[:] = list(modules)
 
 
 def load_areas():
@@ -129,7 +133,8 @@ ERRORS = (
     ("IOError", "a file could not be read (a checkpoint on a failing disk)"),
     ("NoSpace", "the disk is full"),
     ("InternalError", "the agent failed unexpectedly; the message names the exception (a bug)"),
-    ("Busy", "the daemon has too much work from this connection; try again"),
+    ("Busy", "the daemon has too much work from this connection, or the history store is not open yet; try again"),
+    ("NoHistory", "the daemon keeps no history store: no method that reads history can answer"),
     ("(download errors)", "RepoNotFound, FileNotFound, RevisionNotFound, AuthRequired, NetworkUnreachable, "
      "PlanFailed, MissingDependency: why a download could not start"),
 )
@@ -153,7 +158,7 @@ def reference():
     lines += ["", "## Error types", ""]
     lines += ["- **%s**: %s" % (name, text) for name, text in ERRORS]
     lines += ["", "## Methods", ""]
-    for function in sorted(METHODS.values(), key=lambda f: (AREAS.index(f.__module__), f.wire_name)):
+    for function in sorted(METHODS.values(), key=lambda f: (AREAS.index(f.__module__) if f.__module__ in AREAS else len(AREAS), f.wire_name)):
         lines += ["### `%s`" % function.wire_name, "", "In `%s.py`." % function.__module__.replace(".", "/"), ""]
         lines += [inspect.cleandoc(function.__doc__ or ""), ""]
     return "\n".join(lines).rstrip() + "\n"
