@@ -158,11 +158,18 @@ def _side(side):
     return "%s %s" % (format_shape(side.get("shape")), side.get("dtype") or "?")
 
 
+def compare_status(result):
+    """A comparison's verdict word: from the verdict object the wire gives, or a bare word
+    (remote.checkpoints.compatibility's own results)."""
+    verdict = result.get("verdict")
+    return verdict.get("status") if isinstance(verdict, dict) else verdict
+
+
 def format_compare(result):
     """The compare result as text: verdict on top, reasons, tensors side by side, config diff.
 
     A drafter compared with a target model gets the checks against the target instead."""
-    compatible = result.get("verdict") == "compatible"
+    compatible = compare_status(result) == "compatible"
     if result.get("target"):
         lines = ["Verdict: %s" % ("COMPATIBLE: the drafter can serve the target" if compatible
                                   else "INCOMPATIBLE: the drafter cannot serve the target")]
@@ -183,9 +190,12 @@ def format_compare(result):
         name_b = b.get("name", "") if b else "-"
         rows.append([row.get("status", ""), name_a, _side(a), name_b, _side(b)])
     differing = sum(1 for r in rows if r[0] != "same")
-    lines.append("Tensors: %d, %d differ" % (len(rows), differing))
+    total = result.get("rows_total", len(rows))
+    lines.append("Tensors: %d, %d%s differ" % (total, differing, " or more" if total > len(rows) else ""))
     if rows:
         lines += _table(["status", "A", "A shape dtype", "B", "B shape dtype"], rows)
+    if total > len(rows):
+        lines.append("  and %d more rows (the differing ones are listed first)" % (total - len(rows)))
     diff = result.get("config_diff") or []
     lines.append("Config fields that differ: %d" % len(diff))
     if diff:

@@ -21,6 +21,11 @@ def format_bytes(n, exact=False):
     return decimal if len(units) == 1 else "%s (%s)" % (decimal, binary)
 
 
+def format_decimal_bytes(n):
+    """`2.38 GB`: one unit, decimal as the hub shows sizes, for a table's size column."""
+    return "-" if n is None else _scaled(n, 1000, ("bytes", "kB", "MB", "GB", "TB", "PB"))
+
+
 def _scaled(n, base, units):
     value = float(n)
     for unit in units:

@@ -142,11 +142,22 @@ def fingerprint(key):
     return known_hosts.fingerprint_of_blob(key.asbytes())
 
 
+def unresolved(dest):
+    """The line for a host name that did not resolve, with how to name a host by an alias."""
+    typed = re.sub(r"^[^@]*@", "", dest.text)
+    typed = re.sub(r":\d+$", "", typed).strip("[]")
+    if typed != dest.hostname:  # the name came from the HostName of an ~/.ssh/config alias
+        return "cannot resolve host %r: the name did not resolve; it is the HostName ~/.ssh/config gives for %s" % (
+            dest.hostname, typed)
+    return ("cannot resolve host %r: the name did not resolve; to name a host by an alias, add `Host %s` with "
+            "`HostName <address>` to ~/.ssh/config" % (dest.hostname, dest.hostname))
+
+
 def _tcp_socket(dest, timeout):
     try:
         sock = socket.create_connection((dest.hostname, dest.port), timeout=timeout)
     except socket.gaierror:
-        raise ConnectError("cannot resolve host %r" % dest.hostname)
+        raise ConnectError(unresolved(dest))
     except socket.timeout:
         raise ConnectError("timed out connecting to %s port %d" % (dest.hostname, dest.port))
     except OSError as exc:

@@ -68,3 +68,28 @@ def _limit(call, default, most):
     if not 1 <= limit <= most:
         raise BadRequest("limit must be between 1 and %d" % most)
     return limit
+
+
+@method("checkpoint.compare")
+def checkpoint_compare(call):
+    """Compare two checkpoints of this host where they lie (nothing but the result crosses the
+    wire): can A initialise B, or, when one is a drafter and the other a target model, can the
+    drafter serve the target? Params: `a`, `b` (paths), `max_rows` (tensor rows in the reply, default
+    and most 20000). Reply: `verdict` `{status: compatible|incompatible, message}`, `reasons`,
+    `rows` (`{name, a, b, status: same|shape differs|dtype differs|only in A|only in B}`, the
+    differing first when cut), `rows_total`, `config_diff` (`{field, a, b, in}`), `target` and
+    `checks` for a drafter against a target, and `a`, `b`: `{path, format, tensor_count}`.
+    NotACheckpoint when a path holds no safetensors checkpoint, IOError when it cannot be read."""
+    from . import comparison, listing
+
+    path_a = os.path.expanduser(call.param("a", str, required=True))
+    path_b = os.path.expanduser(call.param("b", str, required=True))
+    max_rows = call.param("max_rows", int, comparison.MAX_ROWS)
+    if not 1 <= max_rows <= comparison.MAX_ROWS:
+        raise BadRequest("max_rows must be between 1 and %d" % comparison.MAX_ROWS)
+    try:
+        return comparison.compare_paths(path_a, path_b, max_rows)
+    except comparison.NotACheckpoint as exc:
+        raise RemoteError("NotACheckpoint", str(exc))
+    except listing.report.CheckpointIOError as exc:
+        raise RemoteError("IOError", str(exc))

@@ -74,7 +74,7 @@ import time
 from ..core.hashing import Stopped
 from .failures import PlanError, classify
 from .hub import Resolved, hub_token, import_hf, resolve
-from .layout import LocalPaths
+from .layout import LocalPaths, write_download_record
 from .output import fmt_gb, fmt_size, log, one_line, scrub
 from .plan import make_plan, plan, read_plan, resolved_from_plan, write_plan
 from .progress import FileState, Progress
@@ -140,6 +140,10 @@ def run_download(spec, job_dir):
         progress.files = [dl.progress_state(rf) for rf in resolved.files]
         progress.set(revision=resolved.revision, state="downloading")
         os.makedirs(spec["local_dir"], exist_ok=True)
+        try:
+            write_download_record(spec)
+        except OSError as e:  # only a later verify's convenience: not worth failing the download
+            log("could not record the download in %s: %s" % (spec["local_dir"], e.strerror or e))
         t_dl = time.monotonic()
         try:
             digests = dl.run()

@@ -1,11 +1,13 @@
 """Where a download lives on disk, as huggingface_hub's local_dir layout has it: the final file, its
 .metadata record (commit and etag) under local_dir/.cache/huggingface/download, the partial file
-a resumed download continues, and the per-file lock hf_hub_download takes too."""
+a resumed download continues, and the per-file lock hf_hub_download takes too; plus specdeck's own
+record of what the directory was downloaded from (so a later verify needs no repo named)."""
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import os
 import time
 
@@ -73,6 +75,30 @@ def read_metadata(local_dir):
             if etag:
                 out[rel] = (commit, etag)
     return out
+
+
+# Beside huggingface_hub's own records, where `hf download` and snapshot_download never look.
+DOWNLOAD_RECORD = os.path.join(".cache", "huggingface", "specdeck-download.json")
+RECORD_KEYS = ("repo", "repo_type", "revision", "endpoint")
+
+
+def write_download_record(spec):
+    """What the directory is a download of: the spec's repo, repo type, revision and endpoint."""
+    path = os.path.join(spec["local_dir"], DOWNLOAD_RECORD)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    replace_file(path, json.dumps({key: spec.get(key) for key in RECORD_KEYS}) + "\n")
+
+
+def read_download_record(local_dir):
+    """The record write_download_record left in local_dir, or None (none, or not one of ours)."""
+    try:
+        with open(os.path.join(local_dir, DOWNLOAD_RECORD), encoding="utf-8") as f:
+            record = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(record, dict) or not isinstance(record.get("repo"), str):
+        return None
+    return {key: record.get(key) for key in RECORD_KEYS if isinstance(record.get(key), str)}
 
 
 class FileLock:

@@ -9,6 +9,7 @@ from ..core.login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
 from .interpreters import missing_hub_message, with_huggingface_hub
+from .layout import RECORD_KEYS, read_download_record
 
 PLAN_TIMEOUT_S = 120
 
@@ -45,7 +46,7 @@ def _agent_under(call):
     """(interpreter, argv prefix, env additions) that run this agent under the job's interpreter,
     the interpreter resolved here once (the jobs get its absolute path)."""
     interpreter = call.param("python", str) or call.daemon.hello["capabilities"]["python"]["executable"]
-    prefix = paths.agent_argv()
+    prefix = paths.agent_argv(user_site=True)  # huggingface_hub may be in the user's site
     env = {}
     if prefix[1:2] == ["-m"]:
         env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
@@ -118,9 +119,34 @@ def download_start(call):
 @method("download.verify")
 def download_verify(call):
     """Verify a directory against the hub's hashes without downloading, as a job of kind `download`.
-    Params: as `download.start`. Reply: the job. NotFound, before any job is made, when
-    `local_dir` is not a directory on the host."""
-    spec = _download_spec(call.params)
+    Params: as `download.start`; without `repo`, the repo (and the revision and endpoint not given)
+    of the specdeck download that made `local_dir`: from the record it left there, else from the
+    host's newest download job into it. Reply: the job. Before any job is made: NotFound when
+    `local_dir` is not a directory on the host, BadRequest when no repo is given or recorded."""
+    params = call.params
+    if not params.get("repo"):
+        local_dir = os.path.abspath(os.path.expanduser(param(params, "local_dir", str, required=True)))
+        if not os.path.isdir(local_dir):
+            raise NotFound("nothing to verify: %s is not a directory on the host" % local_dir)
+        recorded = _recorded_download(call.daemon.jobs, local_dir)
+        if recorded is None:
+            raise BadRequest("%s was not made by a specdeck download (it holds no record of its repo): "
+                             "name the repo it came from (--repo)" % local_dir)
+        params = dict(recorded, **{key: value for key, value in params.items() if value is not None})
+    spec = _download_spec(params)
     if not os.path.isdir(spec["local_dir"]):
         raise NotFound("nothing to verify: %s is not a directory on the host" % spec["local_dir"])
     return _submit(call, spec, "verify", "verify %s in %s", plan_first=False)
+
+
+def _recorded_download(jobs, local_dir):
+    """What local_dir was downloaded from: the record the download left there, else the meta of
+    the newest download job into it (a directory downloaded before downloads left records)."""
+    recorded = read_download_record(local_dir)
+    if recorded is not None:
+        return recorded
+    for job in reversed(jobs.list(kind="download")):
+        meta = job.get("meta") or {}
+        if meta.get("action", "download") == "download" and meta.get("repo") and meta.get("local_dir") == local_dir:
+            return {key: meta[key] for key in RECORD_KEYS if isinstance(meta.get(key), str)}
+    return None

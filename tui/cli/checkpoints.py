@@ -3,13 +3,13 @@
 A checkpoint is read where it lies: in this process for a local path, by the host's agent
 otherwise; either way the report comes with the first page of tensors, and the rest come
 page by page (`checkpoint.tensors`), so a 100,000-tensor target never needs one giant frame.
+Two checkpoints of one host are compared there (`checkpoint.compare`: only the result crosses
+the wire); two of different machines are compared here from their reports.
 """
 
 import itertools
 import json
 import sys
-
-from remote.core.protocol import RemoteError
 
 from .common import EXIT_FAILED, CommandError, connect, emit, split_host_path
 
@@ -43,7 +43,7 @@ class _LocalCheckpoint(object):
         try:
             self.listing = listing.open_listing(self.path)
         except listing.report.CheckpointIOError as exc:
-            raise CommandError(str(exc))
+            raise CommandError(str(exc), type_="IOError")
         return self.listing.summary(sha256=sha256)
 
     def page(self, offset, limit):
@@ -69,10 +69,7 @@ class _HostCheckpoint(object):
                                                  "limit": limit}, 600)
 
     def _call(self, method, params, timeout):
-        try:
-            return self.client.call(method, params, timeout=timeout)
-        except RemoteError as exc:
-            raise CommandError(exc.message)
+        return self.client.call(method, params, timeout=timeout)
 
 
 def _checkpoint(args, target):
@@ -151,17 +148,42 @@ def _stream_text(checkpoint, report, out=None):
 
 
 def cmd_compare(args):
-    from remote.checkpoints import compatibility
-
     from ..checkpoint_view import format_compare
 
-    checkpoint_a, checkpoint_b = _checkpoint(args, args.a), _checkpoint(args, args.b)
-    report_a, report_b = checkpoint_a.inspect(), checkpoint_b.inspect()
-    targets = (compatibility.is_target_model(report_a), compatibility.is_target_model(report_b))
-    drafters = (report_a.get("eagle3") is not None, report_b.get("eagle3") is not None)
-    if not ((targets[1] and drafters[0]) or (targets[0] and drafters[1])):
-        # Two drafters (or two of anything): every tensor is matched, so every page is needed.
-        report_a, report_b = _full_report(checkpoint_a), _full_report(checkpoint_b)
-    result = compatibility.compare(report_a, report_b)
+    (host_a, path_a), (host_b, path_b) = split_host_path(args.a), split_host_path(args.b)
+    if host_a == host_b:
+        result = _compare_on(args, host_a, path_a, path_b)
+    else:
+        result = _compare_here(_checkpoint(args, args.a), _checkpoint(args, args.b))
     emit(args, result, lambda: format_compare(result))
-    return 0 if result["verdict"] == "compatible" else EXIT_FAILED
+    return 0 if result["verdict"]["status"] == "compatible" else EXIT_FAILED
+
+
+def _compare_on(args, host, path_a, path_b):
+    """Both on one machine: compared there (here, for this machine)."""
+    from remote.checkpoints import comparison, listing
+
+    if host is not None:
+        return connect(args, host).call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=3600)
+    try:
+        return comparison.compare_paths(path_a, path_b)
+    except comparison.NotACheckpoint as exc:
+        raise CommandError(str(exc), EXIT_FAILED, "NotACheckpoint")
+    except listing.report.CheckpointIOError as exc:
+        raise CommandError(str(exc), type_="IOError")
+
+
+def _compare_here(checkpoint_a, checkpoint_b):
+    """On two machines: each report fetched (every page only when compare matches every tensor)."""
+    from remote.checkpoints import comparison
+
+    reports = []
+    for checkpoint in (checkpoint_a, checkpoint_b):
+        report = checkpoint.inspect()
+        if not report["files"]:
+            errors = [p["message"] for p in report["problems"] if p.get("level") == "error"]
+            raise CommandError(comparison.not_a_checkpoint(checkpoint.path, errors), EXIT_FAILED, "NotACheckpoint")
+        reports.append(report)
+    if comparison.needs_every_tensor(*reports):
+        reports = [_full_report(checkpoint_a), _full_report(checkpoint_b)]
+    return comparison.compare_reports(*reports)

@@ -1,10 +1,15 @@
 """What every command shares: the one-line error, connecting, --json output, HOST:PATH, logging.
 
-Errors: one line on stderr (`specdeck: ...`), or with --json one JSON object on stderr,
-`{"error": {"type": ..., "message": ...}}`, with the same exit codes (1: the host refused or
-the work failed, 2: a usage or connection problem). `type` is the agent's error type for a
-refusal (e.g. NotFound), the exception's class for a connection failure (ConnectError,
-HostKeyChanged, HostKeyRevoked, HostKeyUnknown, AuthenticationRefused), or UsageError.
+Errors go through one place, `failure()`: one line on stderr (`specdeck: ...`), or with --json
+one JSON object on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit code the
+README gives: 1 when the thing asked for failed (the host's NotFound, DrafterMismatch, a repo
+or file not on the hub, a folder that is not a checkpoint, a job that failed), 2 for a usage,
+connection or I/O problem (every other refusal). `type` is the agent's error type for a refusal
+(e.g. NotFound), the exception's class for a connection failure (ConnectError, HostKeyChanged,
+HostKeyRevoked, HostKeyUnknown, AuthenticationRefused), or UsageError.
+
+A verdict, wherever a command prints one in JSON, has one shape: `{"status", "message"}`
+(remote/checkpoints/verdicts.py).
 
 Logging: warnings (a malformed frame from the agent, paramiko's own tracebacks) go to
 specdeck.log under $XDG_STATE_HOME/specdeck (default ~/.local/state/specdeck); -v also prints
@@ -22,13 +27,79 @@ import time
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
+# The host's refusals that mean "what you asked for failed" (exit 1); any other type is a usage,
+# connection or I/O problem (exit 2): BadRequest, IOError, NoSpace, AuthRequired, ...
+FAILED_TYPES = frozenset((
+    "NotFound", "DrafterMismatch", "NotACheckpoint", "RepoNotFound", "FileNotFound", "RevisionNotFound", "JobFailed",
+))
+
+# A next step the CLI adds to a refusal of this type (the agent's line is shared with the console,
+# which has a form field where the CLI has a flag).
+NEXT_STEPS = {
+    "NetworkUnreachable": ("--endpoint", "name a hub mirror with --endpoint URL"),
+}
+
 
 class CommandError(Exception):
-    """One line for the user, and the exit code."""
+    """One line for the user, and the exit code; `type` for --json (default: UsageError for
+    exit 2, Failed for exit 1)."""
 
-    def __init__(self, message, code=EXIT_USAGE):
+    def __init__(self, message, code=EXIT_USAGE, type_=None):
         super().__init__(message)
         self.code = code
+        self.type = type_ or ("UsageError" if code == EXIT_USAGE else "Failed")
+
+
+def exit_code_for(error_type):
+    """The exit code of a host's refusal of this type."""
+    return EXIT_FAILED if error_type in FAILED_TYPES else EXIT_USAGE
+
+
+def refusal_message(error_type, message, host=None):
+    """The host's line as the CLI shows it: the host named as the user names it, plus the CLI's
+    next step for the type, if it has one and the line does not say it already."""
+    from .. import config
+
+    message = config.name_host(message, host)
+    flag, step = NEXT_STEPS.get(error_type, (None, None))
+    if step and flag not in message:
+        message = "%s; %s" % (message.rstrip("."), step)
+    return message
+
+
+def failure(exc, host=None):
+    """(type, message, exit code) for an exception a command ended with, or None when it is not
+    one of ours (a bug: let its traceback show)."""
+    from remote.core.protocol import RemoteError
+
+    from ..client import ConnectError
+
+    if isinstance(exc, CommandError):
+        cause = exc.__context__
+        if isinstance(cause, RemoteError):
+            # A command that put a host's refusal in its own words: the type and code stay the host's.
+            return cause.type, refusal_message(cause.type, str(exc), host), exit_code_for(cause.type)
+        return exc.type, str(exc), exc.code
+    if isinstance(exc, RemoteError):
+        return exc.type, refusal_message(exc.type, exc.message, host), exit_code_for(exc.type)
+    if isinstance(exc, ConnectError):
+        return type(exc).__name__, str(exc), EXIT_USAGE
+    if isinstance(exc, OSError) and not isinstance(exc, BrokenPipeError):
+        where = " %s" % exc.filename if exc.filename else ""
+        return "IOError", "cannot read or write%s: %s" % (where, exc.strerror or exc), EXIT_USAGE
+    return None
+
+
+def job_ended(job, job_id=None):
+    """How a job ended, in one line: `j7 exited 3`, `j7 was killed by signal 9`, `j7 was stopped`."""
+    name = job.get("id") or job_id or "the job"
+    if job.get("state") == "stopped":
+        return "%s was stopped" % name
+    if job.get("signal"):
+        return "%s was killed by signal %d" % (name, job["signal"])
+    if job.get("exit_code") is not None:
+        return "%s exited %d" % (name, job["exit_code"])
+    return "%s ended (%s)%s" % (name, job.get("state") or "unknown", ": " + job["error"] if job.get("error") else "")
 
 
 def connection_options(parser):

@@ -1,5 +1,6 @@
 """`specdeck config HOST`: show or set what is remembered for a host (tui/config.py), so that
---python and --host-python are typed once."""
+--python, --host-python, --endpoint and --local-dir are typed once (the console's download form
+remembers the endpoint it last used here too)."""
 
 import json
 
@@ -9,7 +10,8 @@ from .common import CommandError
 OPTIONS = (
     ("agent_python", "--agent-python", "interpreter that runs the agent on the host (what --python defaults to)"),
     ("ml_python", "--ml-python", "interpreter with huggingface_hub (and torch...) on the host (what --host-python defaults to)"),
-    ("download_dir", "--download-dir", "where downloads go on the host"),
+    ("hub_endpoint", "--hub-endpoint", "the hub mirror downloads use (what --endpoint defaults to)"),
+    ("download_dir", "--download-dir", "where downloads go on the host (--local-dir defaults to DIR/NAME)"),
     ("checkpoint_dir", "--checkpoint-dir", "where checkpoints are on the host"),
 )
 
@@ -19,7 +21,7 @@ def add_commands(commands):
     p.set_defaults(func=cmd_config)
     p.add_argument("host", help="as you name it in other commands (user@host, an ssh alias, local)")
     for key, flag, help_text in OPTIONS:
-        p.add_argument(flag, dest=key, metavar="PATH", help=help_text + "; an empty value forgets it")
+        p.add_argument(flag, dest=key, metavar="URL" if key == "hub_endpoint" else "PATH", help=help_text + "; an empty value forgets it")
 
 
 def cmd_config(args):
@@ -33,5 +35,5 @@ def cmd_config(args):
         return 0
     print("%s  (%s)" % (config.host_key(args.host), config.config_path()))
     for key, flag, _help in OPTIONS:
-        print("  %-15s %s" % (key, table.get(key) or "-  (set with %s PATH)" % flag))
+        print("  %-15s %s" % (key, table.get(key) or "-  (set with %s %s)" % (flag, "URL" if key == "hub_endpoint" else "PATH")))
     return 0

@@ -2,16 +2,26 @@
 
 The interpreter with huggingface_hub on the host is --host-python, else the one remembered for
 the host (`specdeck config HOST --ml-python PATH`); the hub token is this shell's HF_TOKEN, sent
-with the request for the job's environment only, else the host's own login."""
+with the request for the job's environment only, else the host's own login. The hub is
+--endpoint, else (on `local`) this shell's HF_ENDPOINT, else the one remembered for the host
+(`specdeck config HOST --hub-endpoint URL`), else the host's login HF_ENDPOINT, else the hub.
+The directory is --local-dir, else the host's download_dir (`specdeck config HOST
+--download-dir DIR`) joined with the repo's name. `verify` without --repo takes the repo from
+the record a specdeck download left in the directory.
+"""
 
 import json
+import os
+import posixpath
 import sys
 import time
 
-from remote.core.protocol import RemoteError
-
 from .. import config, display
 from .common import EXIT_USAGE, CommandError, connect, emit, split_host_path
+
+# What the --json summary of a download or verify keeps of the job's verdict: the shape every
+# verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names.
+VERDICT_EXTRA = ("file", "files")
 
 
 def add_commands(commands):
@@ -22,17 +32,40 @@ def add_commands(commands):
             p.add_argument("host")
             p.add_argument("repo")
             p.add_argument("files", nargs="*", metavar="FILE")
-            p.add_argument("--local-dir", required=True, metavar="DIR")
+            p.add_argument("--local-dir", metavar="DIR", help="where on the host (default: the host's download_dir/NAME, "
+                                                             "set with `specdeck config HOST --download-dir DIR`)")
             p.add_argument("--include", action="append", default=[], metavar="PATTERN")
             p.add_argument("--exclude", action="append", default=[], metavar="PATTERN")
             p.add_argument("--wait", action="store_true", help="follow progress to the end; exit with the verification's code")
         else:
             p.add_argument("dir", metavar="[HOST:]DIR")
-            p.add_argument("--repo", required=True)
+            p.add_argument("--repo", help="default: the repo of the specdeck download that made DIR")
         p.add_argument("--revision")
         p.add_argument("--repo-type", default="model", choices=("model", "dataset"))
-        p.add_argument("--endpoint", metavar="URL", help="a hub mirror (default: the host's HF_ENDPOINT, else the hub)")
+        p.add_argument("--endpoint", metavar="URL", help="a hub mirror (default: on local this shell's HF_ENDPOINT; then the one "
+                                                         "remembered for the host, the host's HF_ENDPOINT, the hub)")
         p.add_argument("--host-python", metavar="PATH", help="interpreter with huggingface_hub on the host (default: what `specdeck config HOST --ml-python` remembers, else the agent's)")
+
+
+def hub_endpoint(args, host):
+    """--endpoint; on `local` this shell's HF_ENDPOINT (the job would otherwise get the login
+    environment's); the one remembered for the host; else None: the host's own HF_ENDPOINT."""
+    if args.endpoint:
+        return args.endpoint
+    if config.host_key(host) == config.LOCAL:
+        shell = (os.environ.get("HF_ENDPOINT") or "").strip()
+        if shell:
+            return shell
+    return config.remembered(host, "hub_endpoint")
+
+
+def default_local_dir(host, repo):
+    """The host's download_dir joined with the repo's name, or a usage error saying how to name one."""
+    base = config.remembered(host, "download_dir")
+    if not base:
+        raise CommandError("no --local-dir given and no download directory remembered for %s: pass --local-dir DIR, "
+                           "or remember one with `specdeck config %s --download-dir DIR`" % (config.host_key(host), config.host_key(host)))
+    return posixpath.join(base, repo.rstrip("/").split("/")[-1])
 
 
 def _download_params(args, host, local_dir):
@@ -41,7 +74,7 @@ def _download_params(args, host, local_dir):
         "repo_type": args.repo_type,
         "revision": args.revision,
         "local_dir": local_dir,
-        "endpoint": args.endpoint,
+        "endpoint": hub_endpoint(args, host),
         "python": args.host_python or config.remembered(host, "ml_python"),
         "token": config.hub_token(),
         "files": getattr(args, "files", []),
@@ -56,7 +89,7 @@ def progress_line(job):
     percent = 100.0 * done / total if total else 0.0
     eta = progress.get("eta_s")
     return "%s  %s  %5.1f%%  %s / %s  %s  ETA %s" % (
-        job["id"], job["state"], percent, display.format_bytes(done), display.format_bytes(total),
+        job["id"], job["state"], percent, display.format_decimal_bytes(done), display.format_decimal_bytes(total),
         display.format_rate(progress.get("rate_bytes_per_s")), display.format_duration(eta) if eta is not None else "-",
     )
 
@@ -75,21 +108,35 @@ def wait_for_download(args, client, job):
     if last_line and sys.stderr.isatty() and not args.json:
         sys.stderr.write("\n")
     progress = job.get("progress") or {}
-    verdict = progress.get("verdict") or {}
+    error = progress.get("error") or job.get("error")
+    if error and error.startswith("NetworkUnreachable:") and "--endpoint" not in error:
+        error += "; name a hub mirror with --endpoint URL"
+    verdict = job_verdict(job, error)
     if args.json:
-        print(json.dumps({"id": job["id"], "state": job["state"], "exit_code": job["exit_code"], "verdict": verdict, "error": progress.get("error")}))
+        print(json.dumps({"id": job["id"], "state": job["state"], "exit_code": job["exit_code"], "verdict": verdict, "error": error}))
     else:
-        print("%s: %s" % (job["state"], verdict.get("message") or progress.get("error") or job.get("error") or ""))
+        print("%s: %s" % (job["state"], verdict["message"]))
     code = job.get("exit_code")
     return code if code in (0, 1, 2) else EXIT_USAGE
 
 
+def job_verdict(job, error=None):
+    """The job's verdict as every verdict is shaped: `{status, message}` (and the files of a mismatch)."""
+    from remote.checkpoints.verdicts import verdict
+
+    found = (job.get("progress") or {}).get("verdict") or {}
+    if found.get("status") not in (None, "error"):
+        shaped = verdict(found["status"], found.get("message") or found["status"])
+    else:  # the job failed before a verdict: its error (with the CLI's next step) is the message
+        shaped = verdict("error", error or found.get("message") or "the job ended %s" % job["state"])
+    shaped.update((key, found[key]) for key in VERDICT_EXTRA if key in found)
+    return shaped
+
+
 def cmd_download(args):
+    local_dir = args.local_dir or default_local_dir(args.host, args.repo)
     client = connect(args, args.host)
-    try:
-        job = client.call("download.start", _download_params(args, args.host, args.local_dir), timeout=180)
-    except RemoteError as exc:
-        raise CommandError(config.name_host(exc.message, args.host))
+    job = client.call("download.start", _download_params(args, args.host, local_dir), timeout=180)
     if not args.wait:
         emit(args, {"id": job["id"]}, job["id"])
         return 0
@@ -101,8 +148,9 @@ def cmd_download(args):
 def cmd_verify(args):
     host, path = split_host_path(args.dir)
     client = connect(args, host)
-    try:
-        job = client.call("download.verify", _download_params(args, host, path), timeout=180)
-    except RemoteError as exc:
-        raise CommandError(config.name_host(exc.message, host))
+    params = _download_params(args, host, path)
+    if not args.repo:
+        # The host takes the repo, revision and endpoint the download recorded; only what was typed overrides them.
+        params = {key: value for key, value in dict(params, endpoint=args.endpoint).items() if value is not None}
+    job = client.call("download.verify", params, timeout=180)
     return wait_for_download(args, client, job)

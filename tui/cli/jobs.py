@@ -7,7 +7,7 @@ import time
 
 from .. import display
 from ..client import ConnectError
-from .common import EXIT_FAILED, CommandError, connect, emit, env_option
+from .common import EXIT_FAILED, CommandError, connect, emit, env_option, job_ended
 
 
 def byte_count(text):
@@ -127,7 +127,9 @@ def cmd_logs(args):
     job = result.get("job") or {}
     if result.get("error"):
         raise CommandError(result["error"], EXIT_FAILED)
-    return 0 if job.get("exit_code") == 0 else EXIT_FAILED
+    if job.get("exit_code") != 0:  # the log alone does not say the job failed: one line does
+        raise CommandError(job_ended(job, args.job), EXIT_FAILED, "JobFailed")
+    return 0
 
 
 def cmd_stop(args):

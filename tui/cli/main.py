@@ -7,8 +7,8 @@
   specdeck stop HOST JOB                   stop a job (TERM, KILL after a grace period)
   specdeck inspect [HOST:]PATH             list and check a safetensors checkpoint
   specdeck compare [HOST:]A [HOST:]B       side by side, with a verdict
-  specdeck download HOST REPO [FILE...] --local-dir DIR
-  specdeck verify [HOST:]DIR --repo REPO
+  specdeck download HOST REPO [FILE...] [--local-dir DIR]   (default: the host's download_dir/NAME)
+  specdeck verify [HOST:]DIR [--repo REPO]  (default: the repo a specdeck download put there)
   specdeck serve HOST TARGET [--drafter PATH] [--wait] [-- ENGINE_ARGS]
   specdeck spec HOST (JOB | --url URL) [--window 5m]
   specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
@@ -17,20 +17,19 @@
   specdeck curves HOST JOB                 a training run's curves, predicted accept length, ETA
   specdeck checkpoints HOST JOB            the checkpoints a training run wrote, with verdicts
   specdeck gpus HOST [--since DURATION] [--alerts]   GPUs, CPU, memory, disks; a window of history
+  specdeck daemon stop HOST                stop the host's daemon (jobs keep running)
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
 """
 
 import argparse
+import difflib
 import sys
 
-from remote.core.protocol import RemoteError
+from . import checkpoints, config, daemon, downloads, gpus, jobs, serving, training
+from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
 
-from ..client import ConnectError
-from . import checkpoints, config, downloads, gpus, jobs, serving, training
-from .common import EXIT_FAILED, EXIT_USAGE, CommandError, agent_python, connection_options, report_error, setup_logging
-
-AREAS = (gpus, jobs, checkpoints, downloads, serving, config, training)  # each adds its commands to the parser
+AREAS = (gpus, jobs, checkpoints, downloads, serving, config, training, daemon)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.
@@ -83,11 +82,52 @@ def build_parser():
     return parser
 
 
-def open_console(argv):
-    parser = argparse.ArgumentParser(prog="specdeck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def console_parser(add_help=True):
+    parser = argparse.ArgumentParser(prog="specdeck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     add_help=add_help)
     parser.add_argument("host", nargs="?", default="local", help="ssh destination, or local (default)")
     connection_options(parser)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def unknown_command(argv, command_names):
+    """The line for a first word that is neither a command nor a host the console can open
+    (`specdeck downlaod local REPO`: the console takes one HOST and nothing after it), or None."""
+    if not argv or argv[0].startswith("-"):
+        return None
+    try:
+        _args, extra = console_parser(add_help=False).parse_known_args(argv)
+    except SystemExit:  # e.g. --python with no value: the console's own parser says so next
+        return None
+    word = argv[0]
+    close = difflib.get_close_matches(word, sorted(command_names), n=1, cutoff=0.6)
+    # A lone word is a host unless it is a near-miss of a command and could not be a destination.
+    lone_typo = not extra and close and difflib.SequenceMatcher(None, word, close[0]).ratio() >= 0.8 \
+        and not any(c in word for c in "@.:") and not _ssh_alias(word)
+    if not extra and not lone_typo:
+        return None
+    line = "unknown command %r" % word
+    if close:
+        line += ", did you mean %r?" % close[0]
+    else:
+        line += " (specdeck -h lists the commands; to open the console on a host: specdeck HOST)"
+    return line
+
+
+def _ssh_alias(name):
+    """Whether ~/.ssh/config names a Host block for this word (then it is a host, not a typo)."""
+    import os
+    import re
+
+    try:
+        with open(os.path.join(os.path.expanduser("~"), ".ssh", "config")) as f:
+            return any(name in re.split(r"\s+", line.strip())[1:] for line in f if re.match(r"\s*host\s", line, re.I))
+    except OSError:
+        return False
+
+
+def open_console(argv):
+    args = console_parser().parse_args(argv)
     setup_logging(args.verbose, to_stderr=False)  # the screen is the terminal's: log to the file only
     from ..app import SpecdeckApp
 
@@ -101,6 +141,10 @@ def main(argv=None):
     if not argv or argv[0] not in parser.command_names:
         if argv and argv[0] in ("-h", "--help", "--version"):
             parser.parse_args(argv[:1])  # prints and exits 0
+        typo = unknown_command(argv, parser.command_names)
+        if typo:
+            report_error("UsageError", typo, "--json" in argv)
+            return EXIT_USAGE
         return open_console(argv)
     command_argv = []
     if argv[0] in ("run", "serve", "bench", "train") and "--" in argv:
@@ -115,20 +159,29 @@ def main(argv=None):
     args.after_dashes = command_argv  # serve, bench: the engine's own arguments
     try:
         return args.func(args)
-    except CommandError as exc:
-        report_error("CommandError", str(exc), args.json)
-        return exc.code
-    except ConnectError as exc:
-        report_error(type(exc).__name__, str(exc), args.json)
-        return EXIT_USAGE
-    except RemoteError as exc:
-        report_error(exc.type, exc.message, args.json)
-        return EXIT_FAILED
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # `specdeck jobs HOST | head`: the reader left, nothing to say
         sys.stderr.close()
         return 0
+    except Exception as exc:
+        # Every command's errors, the host's refusals included, end here: one message, one code.
+        known = failure(exc, command_host(args))
+        if known is None:
+            raise
+        error_type, message, code = known
+        report_error(error_type, message, args.json)
+        return code
+
+
+def command_host(args):
+    """The host a command talks to, as the user named it (HOST, or the HOST: of a path)."""
+    if getattr(args, "host", None):
+        return args.host
+    for name in ("dir", "path", "a"):
+        if getattr(args, name, None):
+            return split_host_path(getattr(args, name))[0]
+    return None
 
 
 if __name__ == "__main__":

@@ -4,7 +4,8 @@ The host reads only the safetensors headers (`checkpoint.inspect`), so a 2 GB dr
 in a moment. Problems come first, then the EAGLE-3 shape of the drafter, then the table
 (tui/widgets/: checkpoint_problems, eagle3_summary, tensor_table); a checkpoint too large to
 send whole is paged from the host as the cursor nears the last row loaded. `c` compares it
-with a second checkpoint (see tui/screens/compare.py).
+with a second checkpoint on the host, where both lie (`checkpoint.compare`: only the result
+crosses the wire; see tui/screens/compare.py).
 """
 
 from rich.text import Text
@@ -30,22 +31,6 @@ INSPECT_TIMEOUT_S = 600.0
 PAGE_TENSORS = 500
 # Ask for the next page when the cursor comes this close to the last row loaded.
 PAGE_AHEAD_ROWS = 50
-
-
-def _whole(client, report):
-    """The report with every tensor (from its pages when the first was not all of them)."""
-    if report.get("complete", True):
-        return report
-    tensors = list(report["tensors"])
-    while len(tensors) < report["tensor_count"]:
-        page = client.call("checkpoint.tensors", {"handle": report.get("handle"), "path": report["path"],
-                                                  "offset": len(tensors), "limit": 5000}, timeout=INSPECT_TIMEOUT_S)
-        if not page["tensors"]:
-            break
-        tensors += page["tensors"]
-    whole = dict(report)
-    whole["tensors"], whole["complete"] = tensors, True
-    return whole
 
 
 class TensorsPane(Pane):
@@ -180,22 +165,18 @@ class TensorsPane(Pane):
         self.post_message(self.Paged(handle, page, append))
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-compare")
-    def _compare(self, report_a, path_b):
-        from remote.checkpoints import compatibility, report as checkpoint  # the comparison the CLI's `compare` prints
-
+    def _compare(self, path_a, path_b):
         client = self._client()
         if client is None:
             self.post_message(self.Failed(path_b, "not connected to a host"))
             return
         try:
-            report_b = client.call("checkpoint.inspect", {"path": path_b, "sha256": False}, timeout=INSPECT_TIMEOUT_S)
-            if not (compatibility.is_target_model(report_a) or compatibility.is_target_model(report_b)):
-                # Two drafters (or two of anything): compare matches every tensor, so all pages.
-                report_a, report_b = _whole(client, report_a), _whole(client, report_b)
+            # The comparison the CLI's `compare` prints, made on the host: neither listing crosses the wire.
+            result = client.call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=INSPECT_TIMEOUT_S)
         except (RemoteError, ConnectError) as exc:
             self.post_message(self.Failed(path_b, getattr(exc, "message", None) or str(exc)))
             return
-        self.post_message(self.Compared(checkpoint.compare(report_a, report_b), report_a, report_b))
+        self.post_message(self.Compared(result, result.get("a"), result.get("b")))
 
     def on_worker_state_changed(self, event):
         if event.worker.group in ("tensors-inspect", "tensors-compare", "tensors-page") and event.worker.error is not None:
@@ -371,7 +352,7 @@ class TensorsPane(Pane):
     def _compare_picked(self, path):
         if path and self.report is not None:
             self._set_status("reading %s on the host to compare ..." % path)
-            self._compare(self.report, path)
+            self._compare(self.report.get("path") or self.path, path)
 
     def _picker_start(self):
         # Start next to the open checkpoint: its siblings are the likely next pick.

@@ -1,8 +1,8 @@
 """Two checkpoints side by side: can B initialise A's drafter (or the other way round)?
 
 The verdict and its reasons come first, then every tensor with what each side holds,
-differences highlighted, then the config fields that differ. The comparison itself is
-`remote.checkpoints.report.compare`, the same one `specdeck compare` prints.
+differences highlighted, then the config fields that differ. The comparison is the host's
+`checkpoint.compare`, the same one `specdeck compare` prints.
 """
 
 import json
@@ -12,6 +12,8 @@ from textual.binding import Binding
 from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
+
+from ..checkpoint_view import compare_status
 
 SAME = "same"
 
@@ -98,7 +100,7 @@ class CompareScreen(ModalScreen):
         yield Footer()
 
     def on_mount(self):
-        compatible = self.result.get("verdict") == "compatible"
+        compatible = compare_status(self.result) == "compatible"
         verdict = self.query_one("#compare-verdict", Static)
         verdict.set_class(compatible, "compatible")
         verdict.set_class(not compatible, "incompatible")
@@ -106,6 +108,9 @@ class CompareScreen(ModalScreen):
         text.append("COMPATIBLE" if compatible else "INCOMPATIBLE", style="bold green" if compatible else "bold red")
         text.append("\nA  %s (%s)" % (self.report_a.get("path", "?"), self.report_a.get("format", "?")))
         text.append("\nB  %s (%s)" % (self.report_b.get("path", "?"), self.report_b.get("format", "?")))
+        shown, total = len(self.result.get("rows") or []), self.result.get("rows_total", 0)
+        if total > shown:
+            text.append("\n%d of %d tensor rows shown, the differing ones first" % (shown, total), style="dim")
         verdict.update(text)
         reasons = Text()
         for reason in self.result.get("reasons") or []:

@@ -1,0 +1,72 @@
+"""Two checkpoints of one machine compared where they lie: read both (every tensor only when
+the comparison matches them all: not for a drafter against a target model, whose 100,000-tensor
+listing it never needs), compare them, and shape the result for the wire and the CLI, with the
+verdict as every verdict is shaped (verdicts.py). Standard library only."""
+
+from . import compatibility, listing
+from .verdicts import of_comparison
+
+# Rows a reply carries at most (a row is ~150 bytes on the wire): two drafters have a few dozen;
+# two targets compared tensor by tensor could have 100,000, which no reader goes through.
+MAX_ROWS = 20000
+
+
+class NotACheckpoint(Exception):
+    """A path that holds no safetensors checkpoint: one line naming it and why."""
+
+
+def _read(path):
+    """(listing, report with the first page of tensors) of the checkpoint at `path`."""
+    found = listing.open_listing(path)
+    report = found.summary()
+    if not report["files"]:
+        errors = [p["message"] for p in report["problems"] if p.get("level") == "error"]
+        raise NotACheckpoint(not_a_checkpoint(path, errors))
+    return found, report
+
+
+def not_a_checkpoint(path, errors):
+    """The one line for a path with no safetensors checkpoint, from its report's errors."""
+    why = errors[0] if errors else "no .safetensors file in it"
+    return ("not a checkpoint: %s" % why) if path in why else ("%s is not a checkpoint: %s" % (path, why))
+
+
+def _whole(found, report):
+    """The report with every tensor in it."""
+    if report.get("complete", True):
+        return report
+    return dict(report, tensors=found.page(0, len(found))["tensors"], complete=True)
+
+
+def needs_every_tensor(report_a, report_b):
+    """Whether compare matches tensor by tensor (anything but a drafter against a target)."""
+    targets = (compatibility.is_target_model(report_a), compatibility.is_target_model(report_b))
+    drafters = (report_a.get("eagle3") is not None, report_b.get("eagle3") is not None)
+    return not ((targets[1] and drafters[0]) or (targets[0] and drafters[1]))
+
+
+def compare_reports(report_a, report_b, max_rows=MAX_ROWS):
+    """The comparison of two reports (all tensors in them when they are matched one by one) as the
+    wire gives it: compatibility.compare's fields with `verdict` as {status, message}, `rows` cut at
+    `max_rows` (`rows_total` counts them all), and `a`, `b`: each side's path and format."""
+    result = compatibility.compare(report_a, report_b)
+    shaped = dict(result, verdict=of_comparison(result))
+    rows = result.get("rows") or []
+    shaped["rows_total"] = len(rows)
+    if len(rows) > max_rows:
+        # The differing rows matter most: they go first when not all fit.
+        differing = [row for row in rows if row.get("status") != "same"]
+        shaped["rows"] = (differing + [row for row in rows if row.get("status") == "same"])[:max_rows]
+    for side, report in (("a", report_a), ("b", report_b)):
+        shaped[side] = {"path": report.get("path"), "format": report.get("format"),
+                        "tensor_count": report.get("tensor_count", len(report.get("tensors") or []))}
+    return shaped
+
+
+def compare_paths(path_a, path_b, max_rows=MAX_ROWS):
+    """Compare the checkpoints at two paths of this machine. Raises NotACheckpoint, or
+    report.CheckpointIOError when a path cannot be read."""
+    (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
+    if needs_every_tensor(report_a, report_b):
+        report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
+    return compare_reports(report_a, report_b, max_rows)
