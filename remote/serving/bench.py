@@ -18,7 +18,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+import uuid
 
+from ..core import paths
 from ..core.jobs import write_json
 from . import breakeven, engines, metrics
 
@@ -76,7 +78,8 @@ def _scrape(url):
 
 
 def _start(spec, drafter, log):
-    argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, spec["k"], spec["port"], engine_args=spec["engine_args"])
+    engine_args = spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], spec["python"], spec["engine_args"])
+    argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, spec["k"], spec["port"], engine_args=engine_args)
     env = dict(os.environ)
     env.update(engines.server_env(spec.get("gpus"), spec.get("env")))
     log.write(("specdeck bench: starting %s\n" % " ".join(argv)).encode())
@@ -159,3 +162,24 @@ def main(argv):
     with open(argv[1]) as f:
         spec = json.load(f)
     return run(spec)
+
+
+def submit(daemon, spec):
+    """Start the benchmark job for a SPEC already checked (engine, target, drafter, k, port, gpus,
+    env, engine_args, python, prompts, requests, max_tokens): the spec written under the state
+    directory, the job submitted; returns the job. For callers inside the daemon (training's
+    measurements) that have no wire call to go through."""
+    spec_dir = os.path.join(paths.state_dir(), "specs")
+    os.makedirs(spec_dir, mode=0o700, exist_ok=True)
+    spec_path = os.path.join(spec_dir, "bench-%s.json" % uuid.uuid4().hex)
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    prefix = paths.agent_argv()
+    env = dict(spec["env"])
+    if prefix[1:2] == ["-m"]:
+        env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
+    meta = dict((k, spec[k]) for k in ("engine", "target", "drafter", "k", "port", "gpus", "requests", "max_tokens"))
+    name = "bench %s vs %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"])
+    job = daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta)
+    daemon.services.wake("job-events")
+    return job

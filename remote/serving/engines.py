@@ -6,6 +6,7 @@ a server died while starting."""
 import json
 import os
 import re
+import subprocess
 import urllib.error
 import urllib.request
 
@@ -38,6 +39,39 @@ def server_argv(engine, target, drafter=None, k=3, port=DEFAULT_PORT, host="127.
     return argv + list(engine_args)
 
 
+QUIET_FLAG = "--disable-access-log-for-endpoints"
+_QUIET_SUPPORT = {}  # interpreter -> whether its vLLM has QUIET_FLAG
+
+
+def quiet_scrape_args(engine, interpreter, engine_args=()):
+    """Arguments that keep our once-a-second `GET /metrics` out of the server's log (a third of
+    a vLLM log's lines otherwise), for a vLLM that has the option (0.11 and later); the user's
+    own requests are still logged. Nothing for other engines, older vLLMs, or when the user set it."""
+    if engine != "vllm" or any(str(a).startswith(QUIET_FLAG) for a in engine_args):
+        return []
+    if interpreter not in _QUIET_SUPPORT:
+        _QUIET_SUPPORT[interpreter] = _vllm_has_quiet_flag(interpreter)
+    return [QUIET_FLAG, "/metrics,/metrics/"] if _QUIET_SUPPORT[interpreter] else []
+
+
+def _vllm_has_quiet_flag(interpreter):
+    """Whether the vLLM that `interpreter` imports declares the option, read from its source
+    (finding the package does not import it: vLLM takes seconds to import)."""
+    probe = "import importlib.util; s = importlib.util.find_spec('vllm'); print(list(s.submodule_search_locations)[0] if s else '')"
+    try:
+        found = subprocess.run([interpreter, "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return False
+    for relative in ("entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"):
+        try:
+            with open(os.path.join(found, relative), encoding="utf-8", errors="replace") as f:
+                if "disable_access_log_for_endpoints" in f.read():
+                    return True
+        except OSError:
+            continue
+    return False
+
+
 def server_env(gpus=None, extra=None):
     env = dict(extra or {})
     if gpus:
@@ -49,7 +83,7 @@ def base_url(port, host="127.0.0.1"):
     return "http://%s:%d" % (host, int(port))
 
 
-def http_get(url, timeout_s=2.0):
+def http_get(url, timeout_s=2.0):  # health checks only: /metrics is read by scrape.py
     """(status, body bytes) of a GET; status None when nothing answers."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as reply:

@@ -7,22 +7,22 @@ import os
 import time
 import uuid
 
-from ..core import paths, streams
+from ..core import feed_wire, paths
 from ..core.jobs import login_path, resolve_executable
-from ..core.protocol import BadRequest, NotFound, RemoteError
-from ..core.streams import TopicSource
+from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
 from . import breakeven, engines
-from .sampler import SpeculationSampler
+from .sampler import RECORDED, ServingFeed, attached_entries
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
-SERVICES = (SpeculationSampler,)
+SERVICES = (ServingFeed,)
+FIRST_READ_WAIT_S = 3.0
 
 LIVE = ("running", "starting")
 
 
 def sampler(call):
-    return call.service("speculation")
+    return call.service(ServingFeed.name)
 
 
 def _interpreter(call):
@@ -64,7 +64,8 @@ def serving_start(call):
     if spec["drafter"]:
         engines.check_drafter(spec["target"], spec["drafter"])
     interpreter = _interpreter(call)
-    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], engine_args=spec["engine_args"])
+    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"],
+                               engine_args=spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], interpreter, spec["engine_args"]))
     url = engines.base_url(spec["port"])
     meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
             "port": spec["port"], "url": url, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
@@ -79,8 +80,6 @@ def serving_start(call):
 def _server_url(call, server_id):
     """(url, job or None, log path or None) of a server job or an attached server."""
     if server_id.startswith("u"):
-        from .sampler import attached_entries
-
         entry = attached_entries().get(server_id)
         if entry is None:
             raise NotFound("no attached server %s" % server_id)
@@ -128,7 +127,7 @@ def serving_attach(call):
         if not os.path.isfile(log_path):
             raise NotFound("no log file %s on the host" % log_path)
     server_id = sampler(call).attach(url, log_path, call.param("name", str))
-    call.daemon.services.wake("speculation")
+    call.daemon.services.wake(ServingFeed.name)
     return {"id": server_id, "url": url}
 
 
@@ -144,20 +143,26 @@ def serving_stats(call):
     """A server's speculation figures over a window. Params: `id`, `window_s` (absent: since the
     sampler first read it; it keeps an hour). Reply: `{accept_length, per_position,
     draft_acceptance_rate, num_drafts, accepted_tps, drafted_tps, generation_tps, window_s,
-    source, engine, running, waiting, kv_cache_usage, reset, server, time, error?}`; `source` is
-    metrics, or log when only the server's log lines could be read; `reset`: a counter went down
-    inside the window (the server restarted) and the parts on both sides were added up."""
+    source, engine, running, waiting, kv_cache_usage, reset, server, time, age_s, stale, error?,
+    notes?}`; `source` is metrics, or log when only the server's log lines could be read;
+    `reset`: a counter went down inside the window (the server restarted) and the parts on both
+    sides were added up; `age_s`: seconds since the newest figure was read (at this reply),
+    `stale`: older than the server's interval plus its read deadline (1.8 s; 30 s for log
+    figures), so the figures are not current; `error`: why the last read failed (a scrape past
+    its 0.8 s deadline or 8 MiB cap, a redirect to another host, a NaN or negative counter);
+    `notes`: series the server exports beyond the caps (positions from 32, over 64 label
+    sets), left out."""
     server_id = call.param("id", str, required=True)
     window_s = call.param("window_s", float)
     if window_s is not None and window_s <= 0:
         raise BadRequest("window_s must be positive")
     _server_url(call, server_id)
     service = sampler(call)
-    if service.server(server_id) is None:
-        call.daemon.services.wake("speculation")  # a server just started: read it now
-        deadline = time.monotonic() + 3.0
-        while service.server(server_id) is None and time.monotonic() < deadline:
-            time.sleep(0.1)
+    if not (service.source_status(server_id) or {}).get("reads"):
+        call.daemon.services.wake(ServingFeed.name)  # a server just started: read it now
+        deadline = time.monotonic() + FIRST_READ_WAIT_S
+        while not (service.source_status(server_id) or {}).get("reads") and time.monotonic() < deadline:
+            time.sleep(0.05)
     figures = service.window_figures(server_id, window_s)
     if figures is None:
         raise NotFound("server %s is not being sampled (not running)" % server_id)
@@ -173,20 +178,12 @@ def serving_history(call):
     Reply: `{metric, resolution_s, series: [{labels, points: [[time, min, mean, max], ...]}]}`
     (per_position has one series per `position` label). A bucket's mean of accept length is the
     mean of its seconds, not weighted by drafts: `serving.stats` gives a window's exact value."""
-    from .sampler import RECORDED
-
     metric = call.param("metric", str, required=True)
     if metric not in RECORDED + ("per_position",):
         raise BadRequest("no serving series %r (there are: %s)" % (metric, ", ".join(RECORDED + ("per_position",))))
-    history = getattr(call.daemon, "history", None)
-    if history is None:
-        raise RemoteError("NotFound", "this agent keeps no history store")
-    end = call.param("end", float) or time.time()
-    start = call.param("start", float) or end - call.param("since_s", float, 3600.0)
-    if start >= end:
-        raise BadRequest("the window is empty: start must come before end")
+    start, end = feed_wire.history_window(call)
     labels = {"job": call.param("id", str, required=True)}
-    series, resolution_s = history.store.query("serving", metric, labels, start, end, call.param("resolution_s", float))
+    series, resolution_s = feed_wire.query_history(call, ServingFeed.name, metric, labels, start, end, call.param("resolution_s", float))
     return {"metric": metric, "resolution_s": resolution_s, "series": series}
 
 
@@ -195,10 +192,11 @@ def serving_follow(call):
     """Stream every server's speculation figures, one record per server per second. Params:
     `stream`, `after` (a seq; absent: from now). Frames: first `{snapshot: {id: record},
     records: []}`, then `{records: [record...]}` with records as `serving.stats` (over the last
-    second) plus `server`. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
-    service = sampler(call)
-    source = TopicSource(call.daemon.topics["serving"], snapshot=service.snapshot)
-    return streams.follow(call, source)
+    second) plus `server`, each with `age_s` and `stale`; when a server's figure turns stale (its
+    reads fail or hang) a record of its last figures comes with `stale: true`, `age_s` and
+    `error`, again every 5 s while it lasts. Reply: `{stream, seq, snapshot}` (as a stream's
+    opening reply)."""
+    return feed_wire.follow(call, sampler(call))
 
 
 @method("serving.breakeven")

@@ -6,8 +6,10 @@ vLLM exports counters (drafts, drafted tokens, accepted tokens, accepted tokens 
 so any window's accept length is 1 + Δaccepted / Δdrafts. SGLang exports gauges that already
 hold an average over its last logging interval. The text is parsed with prometheus-client's
 parser (carried in the agent's zipapp; imported when first needed, so this module stays
-importable with the standard library alone). vLLM also writes `<counter>_created` samples
-(creation times, ~1.8e9) in the same family: only the `_total` sample is a count.
+importable with the standard library alone) after the lines of metrics not read here are
+dropped, so a server exporting a flood of other series costs a scan, not a parse. vLLM also
+writes `<counter>_created` samples (creation times, ~1.8e9) in the same family: only the
+`_total` sample is a count.
 """
 
 import re
@@ -48,29 +50,79 @@ def _parser():
     return text_string_to_metric_families
 
 
+MAX_POSITIONS = 32  # draft positions kept: beyond any K a drafter runs with
+MAX_LABEL_SETS = 64  # per metric: more (a server inventing labels) are left out
+WANTED = tuple(VLLM_COUNTERS) + (VLLM_PER_POSITION,) + tuple(VLLM_GAUGES) + tuple(SGLANG_GAUGES)
+
+
+def _wanted_lines(text):
+    """The lines of the metrics this module reads (and their # TYPE/HELP lines), so what the
+    parser sees is bounded by what we read, not by what a server exports; and whether any
+    vLLM metric was seen at all."""
+    kept, vllm_seen = [], False
+    for line in text.splitlines():
+        words = line[2:].split(" ", 2) if line.startswith("# ") else None
+        name = (words[1] if words and len(words) > 1 and words[0] in ("TYPE", "HELP") else
+                line.split("{", 1)[0].split(" ", 1)[0] if not line.startswith("#") else "")
+        if not name:
+            continue
+        vllm_seen = vllm_seen or name.startswith("vllm:")
+        base = name[: -len("_total")] if name.endswith("_total") else name[: -len("_created")] if name.endswith("_created") else name
+        if base in WANTED:
+            kept.append(line)
+    return "\n".join(kept) + "\n", vllm_seen
+
+
+def _checked(metric, sample):
+    """A counter's value, or BadSample when it cannot be a count (NaN, infinite, negative)."""
+    from ..core.feeds import BadSample
+
+    value = sample.value
+    if value != value or value in (float("inf"), float("-inf")) or value < 0:
+        raise BadSample("counter %s%s is %r: not a count, sample refused" % (metric, _labels_text(sample.labels), value))
+    return value
+
+
+def _labels_text(labels):
+    return "{%s}" % ",".join('%s="%s"' % item for item in sorted(labels.items())) if labels else ""
+
+
 def parse(text, time_s):
     """One snapshot of a server's /metrics text taken at `time_s`:
     `{"time", "engine", "counters": {field: value}, "per_position": {pos: value},
-    "gauges": {field: value}}`; engine is "vllm", "sglang" or None (neither's metrics seen).
-    Series with several label sets (one per engine or rank) are summed (counters, request
-    counts) or averaged (rates and averages)."""
+    "gauges": {field: value}, "notes": [what was left out]}`; engine is "vllm", "sglang" or
+    None (neither's metrics seen). Series with several label sets (one per engine or rank) are
+    summed (counters, request counts) or averaged (rates and averages). A NaN, infinite or
+    negative counter raises BadSample; positions from MAX_POSITIONS on, label sets beyond
+    MAX_LABEL_SETS per metric and non-finite gauges are left out with a note."""
+    wanted, vllm_seen = _wanted_lines(text)
     counters, per_position, gauges, gauge_counts = {}, {}, {}, {}
-    engine = None
-    for family in _parser()(text):
+    engine = "vllm" if vllm_seen else None
+    dropped = {"positions": 0, "label_sets": 0, "gauges": 0}
+    for family in _parser()(wanted):
         name = family.name
         if name.endswith("_total"):  # older parsers keep the suffix on the family name
             name = name[: -len("_total")]
+        label_sets = 0
         if name in VLLM_COUNTERS or name == VLLM_PER_POSITION:
             engine = "vllm"
             for sample in family.samples:
                 if sample.name != name + "_total":  # skip `_created` (a timestamp, not a count)
                     continue
+                label_sets += 1
+                if label_sets > MAX_LABEL_SETS:
+                    dropped["label_sets"] += 1
+                    continue
+                value = _checked(sample.name, sample)
                 if name == VLLM_PER_POSITION:
-                    position = int(sample.labels.get("position", 0))
-                    per_position[position] = per_position.get(position, 0.0) + sample.value
+                    position = sample.labels.get("position", "0")
+                    if not position.isdigit() or int(position) >= MAX_POSITIONS:
+                        dropped["positions"] += 1
+                        continue
+                    per_position[int(position)] = per_position.get(int(position), 0.0) + value
                 else:
                     field = VLLM_COUNTERS[name]
-                    counters[field] = counters.get(field, 0.0) + sample.value
+                    counters[field] = counters.get(field, 0.0) + value
         elif name in VLLM_GAUGES or name in SGLANG_GAUGES:
             field = VLLM_GAUGES.get(name) or SGLANG_GAUGES[name]
             if name in SGLANG_GAUGES:
@@ -78,14 +130,26 @@ def parse(text, time_s):
             for sample in family.samples:
                 if sample.name != family.name:
                     continue
+                label_sets += 1
+                if label_sets > MAX_LABEL_SETS:
+                    dropped["label_sets"] += 1
+                    continue
+                if sample.value - sample.value != 0.0:  # NaN or infinite: no figure, not a zero
+                    dropped["gauges"] += 1
+                    continue
                 gauges[field] = gauges.get(field, 0.0) + sample.value
                 gauge_counts[field] = gauge_counts.get(field, 0) + 1
-        elif name.startswith("vllm:"):
-            engine = engine or "vllm"
     for field in ("accept_length", "accept_rate", "kv_cache_usage"):
         if gauge_counts.get(field, 0) > 1:
             gauges[field] /= gauge_counts[field]
-    return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges}
+    notes = []
+    if dropped["positions"]:
+        notes.append("%d per-position series at or past position %d (or unnumbered) left out" % (dropped["positions"], MAX_POSITIONS))
+    if dropped["label_sets"]:
+        notes.append("%d label sets beyond %d per metric left out" % (dropped["label_sets"], MAX_LABEL_SETS))
+    if dropped["gauges"]:
+        notes.append("%d NaN or infinite gauges left out" % dropped["gauges"])
+    return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges, "notes": notes}
 
 
 def _delta(old, new):

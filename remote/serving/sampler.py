@@ -1,9 +1,11 @@
-"""The speculation sampler: a daemon service that reads every running server job's /metrics
-(and every attached server's) once a second, publishes the figures of each second to the
-`serving` topic, records them in the history store (source "serving", labels {"job": id}),
-and keeps the last hour of snapshots so any window's figures can be computed exactly from the
-counters. A server whose metrics cannot be reached is read from its log instead: vLLM's
-`SpecDecoding metrics` and SGLang's `accept len:` lines, with the source said so.
+"""The serving feed (remote/core/feeds.py): every running server job and every attached server
+is a source read once a second on a thread of its own: its /metrics scraped within a deadline
+and a size cap (scrape.py), the figures of each second published to the `serving` topic and
+recorded in the history store (source "serving", labels {"job": id}, at most the RECORDED series
+and MAX_POSITIONS positions per server), and the last hour of snapshots kept so any window's
+figures can be computed exactly from the counters. A server whose metrics cannot be read is
+read from its log instead: vLLM's `SpecDecoding metrics` and SGLang's `accept len:` lines, with
+the source said so (and judged stale against the engine's log interval, not the scrape's).
 
 Attached servers (started some other way, known by URL and optionally a log file) are kept in
 attached.json in the agent's state directory, so a restarted daemon samples them again.
@@ -15,14 +17,13 @@ import threading
 import time
 
 from ..core import paths
-from ..core.jobs import read_json, write_json
-from ..core.services import Service
-from ..core.streams import Topic
-from . import engines, metrics
+from ..core.feeds import BadSample, Feed, FeedSource, SourceError
+from ..core.records import read_json, write_json
+from . import metrics, scrape
 
 SNAPSHOTS_KEPT = 3600  # one an hour at one a second, per server
-SCRAPE_TIMEOUT_S = 0.8
 LOG_TAIL_BYTES = 65536
+LOG_STALE_S = 30.0  # engines log their figures every ~10 s: a log figure is stale after three
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
@@ -32,42 +33,98 @@ def attached_path():
     return os.path.join(paths.state_dir(), "attached.json")
 
 
-class Server:
-    """One server the sampler watches: its snapshots and what it read last."""
+def attached_entries():
+    return read_json(attached_path()) or {}
 
-    def __init__(self, server_id, url, log_path=None, meta=None):
-        self.id = server_id
+
+class ServerSource(FeedSource):
+    """One server: its snapshots and what it read last."""
+
+    interval_s = 1.0
+    deadline_s = 0.8
+    max_bytes = 8 << 20  # vLLM's whole /metrics is ~100 KB; room for many ranks and histograms
+    max_series = len(RECORDED) + metrics.MAX_POSITIONS
+    backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
+
+    def __init__(self, key, url, log_path=None, meta=None):
+        super().__init__(key)
         self.url = url.rstrip("/")
         self.log_path = log_path
         self.meta = meta or {}
         self.snapshots = collections.deque(maxlen=SNAPSHOTS_KEPT)
-        self.latest = None  # the last record published
-        self.source = None
-        self.error = None
+        self.from_log = False
+        self.metrics_error = None
         self._last_log_line = None
 
+    @property
+    def stale_after_s(self):
+        return LOG_STALE_S if self.from_log else self.interval_s + self.deadline_s
 
-class SpeculationSampler(Service):
-    """Publishes `{server, time, source, accept_length, per_position, ...}` records to the
-    `serving` topic once a second per server (`window` keys of remote/serving/metrics.py)."""
+    def read(self, budget):
+        now = time.time()
+        try:
+            snapshot = metrics.parse(scrape.get(self.url + "/metrics", budget).decode("utf-8", "replace"), now)
+        except BadSample:
+            raise  # the server answered, wrongly: its log is no better a witness
+        except (SourceError, ValueError, metrics.MissingParser) as exc:
+            reason = str(exc) if isinstance(exc, SourceError) else "could not read %s/metrics: %s" % (self.url, exc)
+            self.metrics_error = reason
+            record = self._from_log() if self.log_path else None
+            if record is None:
+                raise SourceError(reason)
+            record.update(server=self.key, time=now, error=reason)
+            self.from_log = True
+            return record
+        self.from_log, self.metrics_error = False, None
+        previous = self.snapshots[-1] if self.snapshots else None
+        self.snapshots.append(snapshot)
+        record = metrics.window(previous, snapshot)
+        record.update(source="metrics", engine=snapshot["engine"], server=self.key, time=now)
+        if snapshot["notes"]:
+            record["notes"] = snapshot["notes"]
+        return record
 
-    name = "speculation"
-    interval_s = 1.0
+    def _from_log(self):
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
+                text = f.read(LOG_TAIL_BYTES).decode("utf-8", "replace")
+        except OSError:
+            return None
+        lines = [line for line in text.splitlines() if metrics.parse_log_line(line)]
+        if not lines or lines[-1] == self._last_log_line:
+            return None  # nothing new since the last line we published
+        self._last_log_line = lines[-1]
+        figures = metrics.parse_log_line(lines[-1])
+        figures["source"] = "log"
+        figures["per_position"] = figures["per_position"][: metrics.MAX_POSITIONS]
+        return figures
+
+    def history_points(self, record):
+        labels = {"job": self.key}
+        points = [(name, labels, float(record[name])) for name in RECORDED if record.get(name) is not None]
+        for position, rate in enumerate((record.get("per_position") or [])[: metrics.MAX_POSITIONS]):
+            points.append(("per_position", dict(labels, position=str(position)), float(rate)))
+        return points
+
+
+class ServingFeed(Feed):
+    """Publishes `{server, time, source, accept_length, per_position, ..., age_s, stale}` records
+    to the `serving` topic once a second per server (`window` keys of remote/serving/metrics.py)."""
+
+    name = "serving"
+    key_field = "server"
 
     def __init__(self, daemon):
-        self.daemon = daemon
-        self.topic = daemon.topics.setdefault("serving", Topic("serving"))
-        self.servers = {}
-        self._lock = threading.Lock()
-        self.scrape_cpu_s = 0.0
-        self.scrapes = 0
+        super().__init__(daemon)
+        self._attach_lock = threading.Lock()
 
     # -- which servers
 
     def attach(self, url, log_path=None, name=None):
         """Watch a server started some other way; returns its id (`u1`, `u2`, ...)."""
-        with self._lock:
-            attached = read_json(attached_path()) or {}
+        with self._attach_lock:
+            attached = attached_entries()
             for server_id, entry in attached.items():
                 if entry["url"].rstrip("/") == url.rstrip("/"):
                     return server_id
@@ -78,114 +135,52 @@ class SpeculationSampler(Service):
             return server_id
 
     def detach(self, server_id):
-        with self._lock:
-            attached = read_json(attached_path()) or {}
+        with self._attach_lock:
+            attached = attached_entries()
             found = attached.pop(server_id, None) is not None
             write_json(attached_path(), attached)
-            self.servers.pop(server_id, None)
             return found
 
-    def _targets(self):
-        """{id: (url, log path, meta)} of every running server job and attached server."""
+    def discover(self):
+        """{id: (url, log path)} of every running server job and attached server."""
         targets = {}
         for job in self.daemon.jobs.list(kind="server"):
             meta = job.get("meta") or {}
             if job["process_state"] == "running" and meta.get("url"):
-                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]), meta)
-        for server_id, entry in (read_json(attached_path()) or {}).items():
-            targets[server_id] = (entry["url"], entry.get("log_path"), dict(entry, attached=True))
+                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]))
+        for server_id, entry in attached_entries().items():
+            targets[server_id] = (entry["url"], entry.get("log_path"))
         return targets
 
-    # -- the service
+    def make_source(self, key, spec):
+        url, log_path = spec
+        return ServerSource(key, url, log_path)
 
-    def step(self):
-        began_cpu = time.process_time()
-        targets = self._targets()
-        with self._lock:
-            for server_id in set(self.servers) - set(targets):
-                del self.servers[server_id]
-            for server_id, (url, log_path, meta) in targets.items():
-                if server_id not in self.servers:
-                    self.servers[server_id] = Server(server_id, url, log_path, meta)
-            servers = list(self.servers.values())
-        for server in servers:
-            self._sample(server)
-        self.scrape_cpu_s += time.process_time() - began_cpu
-        self.scrapes += len(servers)
-
-    def detail(self):
-        return {"servers": len(self.servers), "scrapes": self.scrapes,
-                "cpu_ms_per_scrape": 1000.0 * self.scrape_cpu_s / self.scrapes if self.scrapes else None}
-
-    def _sample(self, server):
-        now = time.time()
-        status, body = engines.http_get(server.url + "/metrics", SCRAPE_TIMEOUT_S)
-        record = None
-        if status == 200:
-            try:
-                snapshot = metrics.parse(body.decode("utf-8", "replace"), now)
-            except (ValueError, metrics.MissingParser) as exc:
-                server.error = "could not read /metrics: %s" % exc
-                snapshot = None
-            if snapshot is not None:
-                previous = server.snapshots[-1] if server.snapshots else None
-                server.snapshots.append(snapshot)
-                record = metrics.window(previous, snapshot)
-                record["source"] = "metrics"
-                record["engine"] = snapshot["engine"]
-                server.error = None
-        else:
-            server.error = "%s/metrics did not answer (%s)" % (server.url, "HTTP %s" % status if status else "no connection")
-        if record is None and server.log_path:
-            record = self._from_log(server)
-        if record is None:
-            return
-        record.update(server=server.id, time=now)
-        server.latest, server.source = record, record["source"]
-        self.topic.publish(record)
-        self._record_history(server.id, record, now)
-
-    def _from_log(self, server):
-        try:
-            with open(server.log_path, "rb") as f:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - LOG_TAIL_BYTES))
-                text = f.read().decode("utf-8", "replace")
-        except OSError:
-            return None
-        lines = [line for line in text.splitlines() if metrics.parse_log_line(line)]
-        if not lines or lines[-1] == server._last_log_line:
-            return None  # nothing new since the last line we published
-        server._last_log_line = lines[-1]
-        figures = metrics.parse_log_line(lines[-1])
-        figures["source"] = "log"
-        return figures
-
-    def _record_history(self, server_id, record, now):
-        store = getattr(self.daemon, "history", None)
-        if store is None:
-            return
-        labels = {"job": server_id}
-        for name in RECORDED:
-            if record.get(name) is not None:
-                store.add("serving", name, labels, float(record[name]), now)
-        for position, rate in enumerate(record.get("per_position") or []):
-            store.add("serving", "per_position", dict(labels, position=str(position)), float(rate), now)
+    def detail_extra(self):
+        workers = self.workers()
+        reads = sum(w.reads for w in workers)
+        cpu_s = sum(w.cpu_s for w in workers)
+        # Each scrape's own thread's CPU (time.thread_time), not the daemon's: the cost of reading.
+        return {"servers": len(workers), "scrapes": reads, "cpu_ms_per_scrape": round(1000.0 * cpu_s / reads, 3) if reads else None}
 
     # -- questions from wire methods
 
     def server(self, server_id):
-        with self._lock:
-            return self.servers.get(server_id)
+        return self.source(server_id)
 
     def window_figures(self, server_id, window_s=None):
-        """The figures over the last `window_s` seconds (None: since the sampler first read the
-        server), from the kept snapshots; a log-read server gives its last line's figures."""
-        server = self.server(server_id)
-        if server is None:
+        """The figures over the last `window_s` seconds (None: since the feed first read the
+        server), from the kept snapshots, with `age_s` and `stale` of the newest; a log-read
+        server gives its last line's figures."""
+        worker = next((w for w in self.workers() if w.source.key == server_id), None)
+        if worker is None:
             return None
+        server = worker.source
         snapshots = list(server.snapshots)
-        if not snapshots:
-            return dict(server.latest) if server.latest else {"source": None, "error": server.error}
+        if server.from_log or not snapshots:
+            if worker.latest is not None:
+                return self.aged(worker, worker.latest)
+            return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True}
         newest = snapshots[-1]
         oldest = snapshots[0]
         if window_s is not None:
@@ -197,14 +192,14 @@ class SpeculationSampler(Service):
         figures = metrics.window(start, newest)
         figures.update(source="metrics", engine=newest["engine"], server=server_id, time=newest["time"],
                        reset=figures["reset"] or (start is not None and start is not oldest))
-        if server.error:
-            figures["error"] = server.error
+        if newest.get("notes"):
+            figures["notes"] = newest["notes"]
+        now = time.time()
+        age = max(0.0, now - newest["time"])
+        figures.update(age_s=round(age, 3), stale=age > server.stale_after_s)
+        if worker.error:
+            figures["error"] = worker.error
         return figures
-
-    def snapshot(self):
-        """The latest record of every server (what a new `serving.follow` subscriber sees first)."""
-        with self._lock:
-            return {server_id: server.latest for server_id, server in self.servers.items() if server.latest}
 
 
 def _rebased(snapshots, oldest):
@@ -227,7 +222,3 @@ def _rebased(snapshots, oldest):
     counters = {f: start["counters"].get(f, 0.0) - lost.get(f, 0.0) for f in set(start["counters"]) | set(lost)}
     per_position = {p: start["per_position"].get(p, 0.0) - lost_positions.get(p, 0.0) for p in set(start["per_position"]) | set(lost_positions)}
     return dict(start, counters=counters, per_position=per_position)
-
-
-def attached_entries():
-    return read_json(attached_path()) or {}
