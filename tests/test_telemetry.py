@@ -199,18 +199,21 @@ def test_samples_are_stored_downsampled_and_streamed_as_small_deltas(agent_home,
     clock[0] += 120
     store.flush()
     store.maintain_for(5.0)
-    raw, resolution = store.query("gpu", "utilization_percent", {"gpu": "0"}, start, start + 180, 1)
+    # One name for the capability: service, topic and history source are all `telemetry`.
+    raw, resolution = store.query("telemetry", "utilization_percent", {"gpu": "0"}, start, start + 180, 1)
     assert resolution == 1 and len(raw[0]["points"]) == 180
-    buckets, resolution = store.query("gpu", "utilization_percent", {"gpu": "0"}, start, start + 180, 60)
+    buckets, resolution = store.query("telemetry", "utilization_percent", {"gpu": "0"}, start, start + 180, 60)
     assert resolution == 60
     lows, highs = [p[1] for p in buckets[0]["points"]], [p[3] for p in buckets[0]["points"]]
     assert min(lows) == 0 and max(highs) >= 95  # idle and full load both survive the minute buckets
-    assert store.query("host", "cpu_percent", {}, start, start + 180, 10)[0][0]["points"]
+    assert store.query("telemetry", "cpu_percent", {"device": "host"}, start, start + 180, 10)[0][0]["points"]
     # The stream: the latest sample's changes only; applying them rebuilds the sample.
-    records, _, _ = daemon.topics["gpus"].after(0)
+    records, _, _ = daemon.topics["telemetry"].after(0)
     rebuilt = None
     for record in records:
+        assert record["stale"] is False and record["age_s"] == 0.0  # each says how old it is
         rebuilt = apply_delta(rebuilt, record)
+    rebuilt.pop("age_s"), rebuilt.pop("stale")  # the first (full) record's
     assert rebuilt == sampler.latest_sample()
     sizes = [len(json.dumps(r)) for r in records[1:]]
     assert max(sizes) < 1024 and sum(sizes) / len(sizes) < 400
@@ -316,7 +319,8 @@ def test_cli_json_latest_and_window_across_a_daemon_restart(agent_home, monkeypa
     monkeypatch.setenv("SPECDECK_NVML_REPLAY", "%s:2" % TWO_GPUS)
     env = {"SPECDECK_HOME": str(agent_home), "SPECDECK_NVML_REPLAY": "%s:2" % TWO_GPUS}
     sample = json.loads(run_cli("gpus", "local", "--json", env=env, check=0).stdout)
-    assert set(sample) == {"time", "host", "nvml", "gpus", "processes"}
+    assert set(sample) == {"time", "host", "nvml", "gpus", "processes", "age_s", "stale"}
+    assert sample["stale"] is False and 0 <= sample["age_s"] < 3
     assert {"cpu_percent", "memory_used_bytes", "memory_total_bytes", "load_1m"} <= set(sample["host"])
     assert sample["nvml"] == {"available": True, "reason": None, "driver_version": "580.159.04"}
     gpu = sample["gpus"][1]

@@ -3,34 +3,35 @@ and the alerts that fired (with what a console has already seen)."""
 
 import time
 
-from ..core import streams
+from ..core import feed_wire, streams
 from ..core.protocol import BadRequest, RemoteError
 from ..core.streams import TopicSource
 from ..core.wire import method
-from .sampler import TelemetrySampler
+from .sampler import HOST_LABELS, TelemetrySampler
 from .sample import GPU_SERIES, GPU_SOURCE, HOST_SERIES, HOST_SOURCE, samples_from_series
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
 SERVICES = (TelemetrySampler,)
+
+# Before the one name, GPU series were recorded under the source "gpu" and host series under
+# "host" (labels {}): a query reads those too, so the history kept before the rename stays.
+feed_wire.register_former_source(TelemetrySampler.name, GPU_SOURCE, to_former=lambda labels: None if "device" in labels else labels)
+feed_wire.register_former_source(TelemetrySampler.name, HOST_SOURCE, to_former=lambda labels: {} if labels == HOST_LABELS else None,
+                                 from_former=lambda labels: dict(HOST_LABELS))
 
 LATEST_WAIT_S = 5.0
 SAMPLES_MAX = 2000  # per `telemetry.samples` reply: a week at 1 Hz would not fit in a frame
 
 
 def sampler(call):
-    return call.service("telemetry")
+    return call.service(TelemetrySampler.name)
 
 
-def window(call):
-    """(start, end) from `start`/`end` (s since the epoch) or `since_s` (the last so many seconds)."""
-    end = call.param("end", float) or time.time()
-    since_s = call.param("since_s", float)
-    start = call.param("start", float)
-    if start is None:
-        start = end - (since_s if since_s is not None else 3600.0)
-    if start >= end:
-        raise BadRequest("the window is empty: start must come before end")
-    return start, end
+def _query(call, name, host, gpu, start, end, resolution_s):
+    """The series of `name` for the host, or for the GPUs (one when `gpu` is an index)."""
+    labels = dict(HOST_LABELS) if host else ({} if gpu is None else {"gpu": str(gpu)})
+    found, used = feed_wire.query_history(call, TelemetrySampler.name, name, labels, start, end, resolution_s)
+    return [s for s in found if host or "gpu" in s["labels"]], used
 
 
 @method("telemetry.latest")
@@ -45,15 +46,17 @@ def telemetry_latest(call):
     nvlink_count, nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s, ecc_corrected_errors,
     ecc_uncorrected_errors, xid_errors, last_xid, lost?}], processes: [{pid, gpu_index,
     memory_bytes, kind, job_id, command, started_at} or {pid, gpu_index, memory_bytes, kind,
-    other_namespace: true}]}`. A field the GPU or driver does not report is null; rates are null
-    in the first sample."""
+    other_namespace: true}], age_s, stale, error?}`. A field the GPU or driver does not report is
+    null; rates are null in the first sample. `age_s`: seconds since the sample was taken (at
+    this reply); `stale`: older than the sampling interval plus its 2 s deadline (the sampler is
+    failing or stuck: `error` says why), so the figures are not current."""
     service = sampler(call)
     deadline = time.monotonic() + LATEST_WAIT_S
     # A daemon that has just started: its first sample is a second away, and rates (CPU, PCIe)
     # need a second one.
     while service.samples < 2 and time.monotonic() < deadline:
         time.sleep(0.05)
-    latest = service.latest_sample()
+    latest = service.aged_sample()
     if latest is None:
         raise RemoteError("NotFound", "no telemetry sample yet (see the telemetry service's status)")
     return latest
@@ -66,10 +69,10 @@ def telemetry_follow(call):
     [delta]}`, each delta holding `time` and only what changed: `host` (changed keys), `nvml`,
     `gpus` ([{index, changed keys}]), `processes` (the whole list, when it changed); a delta
     with `full: true` is a whole sample (the set of GPUs changed). remote/telemetry/sample.py
-    `apply_delta` rebuilds the sample. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
-    service = sampler(call)
-    source = TopicSource(service.topic, snapshot=service.latest_sample)
-    return streams.follow(call, source)
+    `apply_delta` rebuilds the sample. Every delta carries `age_s` and `stale`; when sampling
+    fails or hangs, a delta with `stale: true`, `age_s` and `error` and nothing else comes (again
+    every 5 s while it lasts). Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
+    return feed_wire.follow(call, sampler(call))
 
 
 @method("telemetry.history")
@@ -86,10 +89,8 @@ def telemetry_history(call):
     host = call.param("host", bool, False)
     if metric not in (HOST_SERIES if host else GPU_SERIES):
         raise BadRequest("no %s series %r (there are: %s)" % ("host" if host else "GPU", metric, ", ".join(HOST_SERIES if host else GPU_SERIES)))
-    start, end = window(call)
-    gpu = call.param("gpu", int)
-    labels = {} if host or gpu is None else {"gpu": str(gpu)}
-    found, resolution_s = call.history().query(HOST_SOURCE if host else GPU_SOURCE, metric, labels, start, end, call.param("resolution_s", float))
+    start, end = feed_wire.history_window(call)
+    found, resolution_s = _query(call, metric, host, call.param("gpu", int), start, end, call.param("resolution_s", float))
     series = [{"gpu_index": None if host else int(s["labels"]["gpu"]), "points": s["points"]} for s in found]
     series.sort(key=lambda s: -1 if s["gpu_index"] is None else s["gpu_index"])
     return {"metric": metric, "resolution_s": resolution_s, "series": series}
@@ -102,16 +103,15 @@ def telemetry_samples(call):
     `since_s`. Reply: `{resolution_s, samples: [record]}`, each record shaped as
     `telemetry.latest` with the stored fields (bucket means), names and totals from the latest
     sample, and no processes."""
-    start, end = window(call)
-    store = call.history()
+    start, end = feed_wire.history_window(call)
     resolution_s = max(1.0, (end - start) / SAMPLES_MAX)
     host_series, gpu_series, used = {}, {}, resolution_s
     for name in HOST_SERIES:
-        found, used = store.query(HOST_SOURCE, name, {}, start, end, resolution_s)
+        found, used = _query(call, name, True, None, start, end, resolution_s)
         for series in found:
             host_series[name] = series["points"]
     for name in GPU_SERIES:
-        found, used = store.query(GPU_SOURCE, name, {}, start, end, resolution_s)
+        found, used = _query(call, name, False, None, start, end, resolution_s)
         for series in found:
             gpu_series[(int(series["labels"]["gpu"]), name)] = series["points"]
     samples = samples_from_series(host_series, gpu_series, sampler(call).latest_sample())

@@ -1,6 +1,10 @@
-"""The telemetry sampler: a daemon service that once a second reads the host (/proc) and every
-GPU (NVML), maps GPU processes to jobs, writes the numbers to the history store, publishes the
-sample to the `gpus` topic (as a delta of the previous one) and evaluates the alerts.
+"""The telemetry feed (remote/core/feeds.py): one source, the host and its GPUs, read once a
+second on a worker thread of its own (an NVML call that hangs leaves the service running and
+the figure marked stale): /proc and every GPU (NVML), GPU processes mapped to jobs, the numbers
+written to the history store (source "telemetry": GPU series labelled {"gpu": index}, host
+series {"device": "host"}), the sample published to the `telemetry` topic (as a delta of the
+previous one, with `age_s` and `stale`) and the alerts evaluated. One name, `telemetry`, for
+the service, the topic, the history source and the wire methods.
 
 It records while no console is connected. A host without NVML (no driver, no nvidia-ml-py)
 still gets its CPU, memory, load, network and disk figures, with the reason in `nvml.reason`.
@@ -13,18 +17,20 @@ import threading
 import time
 
 from ..core import paths
+from ..core.feeds import Feed, FeedSource
 from ..core.streams import Topic
-from ..core.services import Service
 from ..core.records import replace_file
 from .alerts import DEFAULTS, AlertLog, AlertRules, merge_settings, telemetry_dir
 from .host import HostReader
 from .nvml import Nvml, load_module
 from .processes import ProcessMapper
-from .sample import delta, rounded, series_points
+from .sample import HOST_SOURCE, delta, rounded, series_points
 
 NVML_RETRY_S = 600.0  # a host without NVML is asked again this rarely (a driver installed later)
 DOWNLOAD_DIRS_REFRESH_S = 60.0
 SETTINGS_FILE = "settings.json"
+SOURCE_KEY = "host"  # the one source: this host and its GPUs
+HOST_LABELS = {"device": "host"}  # host series beside the GPUs' {"gpu": index} under one source name
 
 
 def load_settings(directory):
@@ -44,17 +50,39 @@ def save_settings(directory, settings):
     replace_file(os.path.join(directory, SETTINGS_FILE), json.dumps(settings, indent=1))
 
 
-class TelemetrySampler(Service):
+class HostSource(FeedSource):
+    """The host and its GPUs as a feed source: a read is one sample (published, recorded and
+    checked for alerts by the feed's `sample_once`, the same path tests drive with a clock)."""
+
+    interval_s = 1.0
+    deadline_s = 2.0  # NVML reads take microseconds; a driver that stalls this long is a failing source
+
+    def __init__(self, key, feed):
+        super().__init__(key)
+        self.feed = feed
+
+    def read(self, budget):
+        return self.feed.sample_once(time.time(), time.monotonic())
+
+    def wire_record(self, record):
+        return None  # sample_once publishes the delta
+
+    def stale_marker(self, latest, age_s, error, key_field):
+        # A delta that changes nothing but says the figures are old (apply_delta keeps the sample).
+        return {"time": (latest or {}).get("time"), "stale": True, "age_s": age_s, "error": error}
+
+
+class TelemetrySampler(Feed):
     """`daemon.services.get("telemetry")`: `latest` is the newest full sample."""
 
     name = "telemetry"
-    interval_s = 1.0
+    key_field = "host"
+    topic_capacity = 600
 
     def __init__(self, daemon, nvml_module=None):
-        self.daemon = daemon
+        super().__init__(daemon)
         self.nvml_module = nvml_module  # a stand-in for pynvml (a recorder, a replay); None: the real one
         self.jobs = daemon.jobs
-        self.topic = daemon.topics.setdefault("gpus", Topic("gpus", capacity=600))
         self.alert_topic = daemon.topics.setdefault("alerts", Topic("alerts", capacity=256))
         self.directory = telemetry_dir()
         self.settings = load_settings(self.directory)
@@ -63,7 +91,7 @@ class TelemetrySampler(Service):
         self.latest = None
         self.samples = 0
         self.sample_cpu_s = 0.0
-        self._lock = threading.Lock()
+        self._sample_lock = threading.Lock()
         self._nvml = None
         self._nvml_state = {"available": False, "reason": "not started yet", "driver_version": None}
         self._nvml_tried_at = None
@@ -83,12 +111,16 @@ class TelemetrySampler(Service):
             self._raise(alert)
 
     def stop(self):
+        super().stop()  # the worker first: it reads NVML
         if self._nvml is not None:
             self._nvml.close()
             self._nvml = None
 
-    def step(self):
-        self.sample_once(time.time(), time.monotonic())
+    def discover(self):
+        return {SOURCE_KEY: None}
+
+    def make_source(self, key, spec):
+        return HostSource(key, self)
 
     def sample_once(self, now, now_monotonic):
         """One sample at `now` (s since the epoch): store, stream, alerts. Tests pass their own clock."""
@@ -96,20 +128,22 @@ class TelemetrySampler(Service):
         if self._nvml is None and now_monotonic - self._nvml_tried_at >= NVML_RETRY_S:
             self._open_nvml()
         sample = self.take_sample(now, now_monotonic)
-        with self._lock:
+        with self._sample_lock:
             previous, self.latest = self.latest, sample
         # The latest sample first, then the record: a reader that takes a snapshot between the
         # two gets this sample twice, never misses it (a delta applied twice changes nothing).
-        self.topic.publish(delta(previous, sample))
+        self.topic.publish(dict(delta(previous, sample), age_s=0.0, stale=False))
         history = getattr(self.daemon, "history", None)
         if history is not None:
-            history.add_many([point + (now,) for point in series_points(sample)])
+            history.add_many([(self.name, name, HOST_LABELS if source == HOST_SOURCE else labels, value, now)
+                              for source, name, labels, value in series_points(sample)])
         for alert in self.rules.check_sample(sample, now) + self._job_alerts(now):
             self._raise(alert)
         self.samples += 1
         self.sample_cpu_s += time.thread_time() - cpu_began
+        return sample
 
-    def detail(self):
+    def detail_extra(self):
         nvml = self._nvml
         return {
             "gpus": len(nvml.gpus) if nvml else 0,
@@ -184,13 +218,29 @@ class TelemetrySampler(Service):
     # -- questions from wire methods
 
     def latest_sample(self):
-        with self._lock:
+        with self._sample_lock:
             return self.latest
+
+    def aged_sample(self):
+        """The newest sample with `age_s` and `stale` (older than the source's interval plus its
+        deadline) as of now, and `error` when the source is failing; None before the first."""
+        with self._sample_lock:
+            latest = self.latest
+        if latest is None:
+            return None
+        worker = next(iter(self.workers()), None)
+        if worker is None:  # sampled by hand (no worker): judge by the sample's own time
+            age = max(0.0, time.time() - latest["time"])
+            return dict(latest, age_s=round(age, 3), stale=age > HostSource.interval_s + HostSource.deadline_s)
+        return self.aged(worker, latest)
+
+    def snapshot(self):
+        return self.aged_sample()
 
     def configure(self, alerts=None, checkpoint_dirs=None):
         """Change the alert settings (merged over the current ones) and the checkpoint
         directories; kept in the state directory. Returns the settings now in force."""
-        with self._lock:
+        with self._sample_lock:
             settings = dict(self.settings)
             if alerts is not None:
                 settings["alerts"] = merge_settings(self.settings["alerts"], alerts)

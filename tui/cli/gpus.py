@@ -2,24 +2,21 @@
 latest sample, or every sample of a window at the history store's resolution; and the alerts
 that fired (`--alerts`)."""
 
-import re
 import time
 
+from remote.core.windows import parse_duration as parse_seconds
 from remote.telemetry.alerts import alert_text
 
 from .. import display
 from .common import CommandError, connect, emit
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h|d|w)?$")
-UNIT_S = {None: 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
-
 
 def parse_duration(text):
-    """Seconds in `90`, `90s`, `10m`, `8h`, `2d`, `1w`."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise CommandError("a duration is a number with s, m, h, d or w, e.g. 10m or 8h, not %r" % text)
-    return float(match.group(1)) * UNIT_S[match.group(2)]
+    """Seconds in `90`, `90s`, `10m`, `8h`, `2d`, `1w` (the one parser `spec --window` uses too)."""
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise CommandError(str(exc))
 
 
 def add_commands(commands):
@@ -75,6 +72,10 @@ def format_host(host, nvml):
 def format_sample(sample):
     """The latest sample for a person: the host, one row per GPU, one per GPU process."""
     lines = format_host(sample["host"], sample.get("nvml") or {})
+    if sample.get("stale"):
+        age = sample.get("age_s")
+        lines.insert(0, "stale: these figures are not current (%s old%s)" % (
+            "?" if age is None else "%d s" % age, ": %s" % sample["error"] if sample.get("error") else ""))
     gpus = sample.get("gpus") or []
     if gpus:
         lines.append("")

@@ -7,25 +7,24 @@ under it too, which any engine's venv (Python 3.9+) can do.
 """
 
 import json
-import re
 import sys
 import time
 
 from remote.core.protocol import RemoteError
+from remote.core.windows import parse_duration as parse_seconds
 from remote.serving import breakeven as breakeven_math
 
 from .common import EXIT_FAILED, CommandError, connect, emit, env_option
 
 STATUS_POLL_S = 1.0
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*(s|m|h)?$")
 
 
 def parse_duration(text):
-    """Seconds in `30`, `30s`, `5m`, `1h`."""
-    match = _DURATION.match(text.strip())
-    if not match:
-        raise CommandError("a duration is a number with s, m or h, e.g. 30s or 5m, not %r" % text)
-    return float(match.group(1)) * {None: 1, "s": 1, "m": 60, "h": 3600}[match.group(2)]
+    """Seconds in `90`, `30s`, `5m`, `8h`, `1d`, `1w` (the one parser `gpus --since` uses too)."""
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise CommandError(str(exc))
 
 
 def _server_options(p):
@@ -51,7 +50,7 @@ def add_commands(commands):
     p.add_argument("job", nargs="?", help="a server job (or an attached server uN)")
     p.add_argument("--url", help="a server started some other way, by its URL on the host")
     p.add_argument("--log", metavar="PATH", help="with --url: its log file on the host, read when /metrics cannot be")
-    p.add_argument("--window", default=None, metavar="DURATION", help="over the last 30s, 5m, 1h (default: all the sampler has)")
+    p.add_argument("--window", default=None, metavar="DURATION", help="over the last 30s, 5m, 8h, 1d (default: all the sampler has, an hour at most)")
 
     p = commands.add_parser("breakeven", help="the accept length speculation needs to pay off")
     p.set_defaults(func=cmd_breakeven)
@@ -117,8 +116,12 @@ def format_figures(figures):
     def number(value, pattern="%.2f"):
         return "-" if value is None else pattern % value
 
+    stale = ""
+    if figures.get("stale"):
+        age = figures.get("age_s")
+        stale = " (stale, %s old)" % ("?" if age is None else "%d s" % age)
     lines = [
-        "accept length     %s   (source: %s)" % (number(figures.get("accept_length")), figures.get("source")),
+        "accept length     %s%s   (source: %s)" % (number(figures.get("accept_length")), stale, figures.get("source")),
         "per position      %s" % (" ".join("%.2f" % p for p in figures.get("per_position") or []) or "-"),
         "draft acceptance  %s" % number(figures.get("draft_acceptance_rate"), "%.3f"),
         "drafts            %s" % number(figures.get("num_drafts"), "%d"),
@@ -126,13 +129,18 @@ def format_figures(figures):
             number(figures.get("accepted_tps")), number(figures.get("drafted_tps")), number(figures.get("generation_tps"))),
         "window            %s" % (number(figures.get("window_s"), "%.0f s")),
     ]
+    if figures.get("stale"):
+        lines.append("stale             these figures are not current: the server's last good read was %s ago" % (
+            "?" if figures.get("age_s") is None else "%d s" % figures["age_s"]))
     if figures.get("error"):
         lines.append("note              %s" % figures["error"])
+    for note in figures.get("notes") or ():
+        lines.append("note              %s" % note)
     return "\n".join(lines)
 
 
 SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
-             "generation_tps", "window_s", "source")
+             "generation_tps", "window_s", "source", "age_s", "stale", "error")
 
 
 def cmd_spec(args):

@@ -38,6 +38,27 @@ LIVE_WINDOW_MAX_S = 3600  # longer windows are asked again instead of grown samp
 REQUERY_S = 60.0
 CHART_POINTS = 240
 BAR_CELLS = 10
+QUIET_STALE_S = 5.0  # no frame from the host this long (a cut link): the figures shown are stale
+
+
+def freshness(sample, received_at, now_monotonic):
+    """(stale, age in seconds or None, why) of the figures shown: the host's own verdict carried
+    by the last frame, aged since it arrived, or stale when no frame came for QUIET_STALE_S."""
+    if sample is None:
+        return False, None, None
+    since = now_monotonic - received_at if received_at is not None else 0.0
+    age = sample.get("age_s")
+    age = None if age is None else age + since
+    if sample.get("stale"):
+        return True, age, sample.get("error")
+    if since > QUIET_STALE_S:
+        return True, age, "no sample from the host for %d s" % since
+    return False, age, None
+
+
+def stale_text(age, why):
+    text = "stale, %s old" % ("?" if age is None else "%d s" % age)
+    return "(%s%s)" % (text, ": %s" % why if why else "")
 
 
 def bar(fraction, cells=BAR_CELLS):
@@ -129,6 +150,8 @@ class GpusPane(Pane):
         self.window_index = DEFAULT_WINDOW
         self.series = {}  # GPU index -> [[t, min, mean, max], ...] of the charted metric
         self._stream_state = None  # the full sample, rebuilt on the client's thread
+        self._received_at = None  # monotonic, when the last frame came
+        self._shown_stale = False
         self._alerts = None
         self._queried_at = None
 
@@ -142,6 +165,7 @@ class GpusPane(Pane):
     def on_mount(self):
         self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)
         self.set_interval(REQUERY_S, self._requery_long_window)
+        self.set_interval(1.0, self._age_tick)
         self._show_status()
 
     # -- samples
@@ -151,7 +175,13 @@ class GpusPane(Pane):
         if data.get("snapshot") is not None:
             self._stream_state = data["snapshot"]
         for record in data.get("records") or ():
+            if "host" not in record and "gpus" not in record and record.get("stale"):
+                # A marker: the host's figures are old. Nothing to apply, only their age to show.
+                if self._stream_state is not None:
+                    self._stream_state = dict(self._stream_state, stale=True, age_s=record.get("age_s"), error=record.get("error"))
+                continue
             self._stream_state = apply_delta(self._stream_state, record)
+            self._stream_state.update(stale=record.get("stale", False), age_s=record.get("age_s"), error=record.get("error"))
         return self._stream_state
 
     def _on_samples(self, items):
@@ -159,6 +189,7 @@ class GpusPane(Pane):
         if not samples:
             return
         self.sample = samples[-1]
+        self._received_at = time.monotonic()
         if WINDOWS_S[self.window_index] <= LIVE_WINDOW_MAX_S:
             for sample in samples:
                 self._append(sample)
@@ -172,13 +203,24 @@ class GpusPane(Pane):
         for process in sample.get("processes") or ():
             if process.get("job_id") and process["job_id"] not in jobs.setdefault(process["gpu_index"], []):
                 jobs[process["gpu_index"]].append(process["job_id"])
-        self.query_one("#gpu-host", Static).update(host_line(sample["host"], sample.get("nvml") or {}))
+        self.query_one("#gpu-host", Static).update(self._freshness_line() + host_line(sample["host"], sample.get("nvml") or {}))
         rows = Text("\n").join(gpu_row(gpu, jobs.get(gpu["index"])) for gpu in sample["gpus"])
         self.query_one("#gpu-rows", Static).update(rows)
         self.query_one("#gpu-rows", Static).display = bool(sample["gpus"])
         self.query_one("#gpu-processes", Static).update(process_lines(sample.get("processes") or [], sample["time"], 3))
         self._draw_chart()
         self._show_status()
+
+    def _freshness_line(self):
+        stale, age, why = freshness(self.sample, self._received_at, time.monotonic())
+        return Text("figures below are not current %s\n" % stale_text(age, why), style="bold red") if stale else Text("")
+
+    def _age_tick(self):
+        """Once a second: a stale sample's age grows on screen, and a quiet stream turns stale."""
+        stale, _, _ = freshness(self.sample, self._received_at, time.monotonic())
+        if stale or self._shown_stale:
+            self._shown_stale = stale
+            self.render_sample()
 
     # -- the chart
 

@@ -22,6 +22,7 @@ from remote.serving.breakeven import break_even
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from .base import Pane
+from .gpus import freshness, stale_text
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
@@ -74,6 +75,7 @@ class SpeculationPane(Pane):
         self.below_since = {}  # id -> when accept length went under break-even
         self.alerted = set()
         self.alert_after_s = ALERT_AFTER_S
+        self.fresh = {}  # id -> (the last record, stale or not, when it came: monotonic)
         self._stream = None
 
     def compose(self) -> ComposeResult:
@@ -88,6 +90,16 @@ class SpeculationPane(Pane):
 
     def on_mount(self):
         self._stream = self.follow("serving.follow", {}, self._on_records)
+        self.set_interval(1.0, self._age_tick)
+
+    def _age_tick(self):
+        """Once a second: a stale figure's age grows on screen, and a quiet stream turns stale."""
+        if self.selected is not None and self._freshness(self.selected)[0]:
+            self.refresh_view()
+
+    def _freshness(self, server_id):
+        record, received_at = self.fresh.get(server_id, (None, None))
+        return freshness(record, received_at, time.monotonic())
 
     # -- which servers
 
@@ -137,9 +149,12 @@ class SpeculationPane(Pane):
                 if not record:
                     continue
                 server_id = record["server"]
+                self.fresh[server_id] = (record, time.monotonic())
+                if server_id not in self.servers:
+                    self.servers.append(server_id)
                 kept = self.records[server_id]
-                if kept and kept[-1]["time"] >= record["time"]:
-                    continue
+                if record.get("stale") or record.get("time") is None or (kept and kept[-1]["time"] >= record["time"]):
+                    continue  # a stale figure is not a new second of the chart
                 kept.append(record)
                 while kept and kept[0]["time"] < now - KEPT_S:
                     kept.popleft()
@@ -186,7 +201,11 @@ class SpeculationPane(Pane):
         summary = Text()
         summary.append("%s  %s" % (server_id, info.get("name") or ""), style="bold")
         summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
-        summary.append("accept length now %s   over the window %s" % (_number(latest.get("accept_length")), _number(window_accept)))
+        stale, age, why = self._freshness(server_id)
+        summary.append("accept length now %s" % _number(latest.get("accept_length")))
+        if stale:
+            summary.append(" %s" % stale_text(age, why), style="bold red")
+        summary.append("   over the window %s" % _number(window_accept))
         if line is not None:
             summary.append("   break-even %.2f (%s)" % (line, line_source))
             if server_id in self.alerted:
@@ -205,7 +224,7 @@ class SpeculationPane(Pane):
         self.query_one("#spec-throughput-chart", TimeChart).show({"generated tok/s": self._points(server_id, "generation_tps", records)}, self.window_s)
         self.query_one("#spec-bars", Static).update(Text(bars(latest.get("per_position"))))
         self.query_one("#spec-throughput-text", Static).update(Text(
-            "generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
+            ("%s\n" % stale_text(age, why) if stale else "") + "generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
                 _number(latest.get("generation_tps"), "%.1f"), _number(latest.get("accepted_tps"), "%.1f"),
                 _number(latest.get("drafted_tps"), "%.1f"), _number(latest.get("running"), "%d"), _number(latest.get("waiting"), "%d"),
                 _number(None if latest.get("kv_cache_usage") is None else 100.0 * latest["kv_cache_usage"], "%.0f%%"))))
