@@ -53,7 +53,7 @@ def test_checkpoint_measured_against_the_target(agent_home, tmp_path):
         answered = run_cli("checkpoints", "local", job_id, "--json", home=agent_home)
         if answered.returncode != 0:
             return None
-        entries = json.loads(answered.stdout)
+        entries = json.loads(answered.stdout)["checkpoints"]
         if entries and (entries[0].get("measure") or {}).get("state") in ("done", "failed"):
             return entries
         return None

@@ -69,6 +69,6 @@ async def test_pane_follows_a_run_its_checkpoint_and_its_end(client, tmp_path):
         app.screen.query_one("Input").value = "%s %s k=3" % (shlex.quote(str(target)), "python3")
         await pilot.press("enter")
         await wait_until(pilot, lambda: "measure failed" in str(table.get_row_at(0)[-1]), timeout=60)
-        checkpoints = client.call("training.checkpoints", {"id": job["id"]})
+        checkpoints = client.call("training.checkpoints", {"id": job["id"]})["checkpoints"]
         assert checkpoints[0]["measure"]["state"] == "failed"
         assert "DrafterMismatch" in checkpoints[0]["measure"]["error"]

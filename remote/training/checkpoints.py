@@ -5,8 +5,18 @@ scheduler state), links `checkpoint_best` (and `epoch{N}_end`) to one of them. A
 complete once config.json is there and model.safetensors has the same size and mtime at two
 looks a few seconds apart (a file being written grows; its header alone may already parse).
 Each complete one is inspected (remote/checkpoints/report.py), compared with the drafter the run
-started from and checked against the target's config.json, and given a verdict. The list lives
-in the job's directory (checkpoints.json), so a restarted daemon inspects nothing twice.
+started from and checked against the target's config.json, and given a verdict.
+
+The entries live in the job's directory as an append-only journal (checkpoints.jsonl): one line
+per entry that changed (inspected, best moved, a measurement moved on), the last line of a name
+wins. An announcement writes one entry's line, never the whole list, so a run with 10,000
+checkpoints costs a kilobyte or so per announcement; the journal is compacted when it is opened
+holding more than twice the lines it needs. A restarted daemon inspects nothing twice.
+
+Nothing is followed out of the save directory: a checkpoint directory that is a link, or that
+holds a link to a place outside the save directory, is never read (one that points outside is
+reported in the run's notices). Inspection takes at most INSPECT_BUDGET_S per look; the rest
+waits for the next look.
 """
 
 import json
@@ -14,25 +24,104 @@ import os
 import time
 
 from ..checkpoints import report as checkpoint_report
-from ..core.records import read_json, write_json
+from ..core.records import read_json
 
-FILE_NAME = "checkpoints.json"
+FILE_NAME = "checkpoints.jsonl"
+LEGACY_FILE_NAME = "checkpoints.json"  # the whole list, rewritten at each change (before the journal)
 STABLE_S = 2.0  # a weights file unchanged this long, with config.json beside it, is complete
+INSPECT_BUDGET_S = 0.25
+MAX_LINKS_SHOWN = 10  # links out of the save directory named in the run's notices
 WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json")
 LINKS = ("checkpoint_best",)
 
 
-def candidates(save_dir):
-    """[(name, path)] of directories under save_dir that hold a checkpoint (or will), by name;
-    links (checkpoint_best, epoch0_end) are left out: they name a directory listed already."""
+class Journal:
+    """checkpoints.jsonl: `load()` the entries (first-seen order), `append(entry)` one line."""
+
+    def __init__(self, job_dir):
+        self.path = os.path.join(job_dir, FILE_NAME)
+        self.legacy_path = os.path.join(job_dir, LEGACY_FILE_NAME)
+
+    def load(self, compact=False):
+        by_name, lines = {}, 0
+        try:
+            with open(self.path, "rb") as f:
+                for raw in f:
+                    lines += 1
+                    try:
+                        entry = json.loads(raw)
+                    except ValueError:
+                        continue  # a line cut by a kill mid-write: the entry's previous line stands
+                    if isinstance(entry, dict) and isinstance(entry.get("name"), str):
+                        by_name[entry["name"]] = entry  # a name keeps its first place: the order they completed in
+        except FileNotFoundError:
+            legacy = read_json(self.legacy_path)
+            entries = legacy.get("entries", []) if isinstance(legacy, dict) else []
+            if entries:
+                self._rewrite(entries)
+            return entries
+        entries = list(by_name.values())
+        if compact and lines > 2 * len(entries) + 16:
+            self._rewrite(entries)
+        return entries
+
+    def append(self, entry):
+        """One entry's line at the end (O_APPEND: a line is never interleaved or rewritten)."""
+        line = (json.dumps(entry, separators=(",", ":")) + "\n").encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+
+    def _rewrite(self, entries):
+        temporary = self.path + ".tmp"
+        with open(temporary, "w") as f:
+            for entry in entries:
+                f.write(json.dumps(entry, separators=(",", ":")) + "\n")
+        os.replace(temporary, self.path)
+
+
+def inside(save_real, path):
+    """Whether `path` resolves to a place inside the save directory (given as its realpath)."""
+    real = os.path.realpath(path)
+    return real == save_real or real.startswith(save_real.rstrip(os.sep) + os.sep)
+
+
+def links_out(save_real, path):
+    """[name -> where] of the links in a checkpoint directory that lead out of the save directory."""
+    found = []
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return found
+    for name in names:
+        item = os.path.join(path, name)
+        if os.path.islink(item) and not inside(save_real, item):
+            found.append("%s -> %s" % (name, os.path.realpath(item)))
+    return found
+
+
+def candidates(save_dir, known=(), links=None):
+    """[(name, path)] of directories under save_dir that hold a checkpoint (or will), by name,
+    leaving out the names in `known`; links are left out (checkpoint_best, epoch0_end name a
+    directory listed already), and those that lead out of the save directory are added to
+    `links` (a list) as `name -> where`."""
     try:
         names = os.listdir(save_dir)
     except OSError:
         return []
     found = []
+    save_real = os.path.realpath(save_dir)
     for name in names:
+        if name in known:
+            continue
         path = os.path.join(save_dir, name)
-        if os.path.islink(path) or not os.path.isdir(path):
+        if os.path.islink(path):
+            if links is not None and not inside(save_real, path):
+                links.append("%s -> %s" % (name, os.path.realpath(path)))
+            continue
+        if not os.path.isdir(path):
             continue
         if any(os.path.exists(os.path.join(path, w)) for w in WEIGHT_NAMES) or os.path.exists(os.path.join(path, "config.json")):
             found.append((name, path))
@@ -71,17 +160,20 @@ def _load_target_config(target):
 
 
 class Watcher:
-    """One run's checkpoints: `look()` returns the entries that became complete at this look."""
+    """One run's checkpoints: `look()` returns the entries that became complete at this look;
+    `save(entry)` journals one entry's change. `links` collects the links out of the save
+    directory met so far (each once), for the run's notices."""
 
-    def __init__(self, job_dir, save_dir, start_from=None, target=None):
-        self.path = os.path.join(job_dir, FILE_NAME)
+    def __init__(self, job_dir, save_dir, start_from=None, target=None, compact=True):
+        self.journal = Journal(job_dir)
         self.save_dir = save_dir
         self.start_from = start_from
         self.target = target
-        saved = read_json(self.path)
-        self.entries = saved.get("entries", []) if isinstance(saved, dict) else []
+        self.entries = self.journal.load(compact=compact)
+        self._known = set(entry["name"] for entry in self.entries)
         self._seen = {}  # path -> (mark, first seen at)
         self._start_report = None
+        self.links = []
 
     def _start(self):
         if self._start_report is None and self.start_from:
@@ -91,16 +183,21 @@ class Watcher:
                 self._start_report = {"error": str(exc)}
         return self._start_report
 
+    def save(self, entry):
+        self.journal.append(entry)
+
     def look(self, now=None):
         now = time.time() if now is None else now
-        done = {entry["path"]: entry for entry in self.entries}
+        began = time.monotonic()
         new = []
         best = best_name(self.save_dir)
         for entry in self.entries:
-            entry["best"] = entry["name"] == best
-        for name, path in candidates(self.save_dir):
-            if path in done:
-                continue
+            if bool(entry.get("best")) != (entry["name"] == best):
+                entry["best"] = entry["name"] == best
+                self.save(entry)
+        links = []
+        save_real = os.path.realpath(self.save_dir)
+        for name, path in candidates(self.save_dir, self._known, links):
             mark = weights_mark(path)
             if mark is None or not os.path.exists(os.path.join(path, "config.json")):
                 continue
@@ -108,21 +205,33 @@ class Watcher:
             if previous is None or previous[0] != mark:
                 self._seen[path] = (mark, now)
                 continue
-            if now - previous[1] < STABLE_S:
-                continue
-            entry = self.inspect(name, path, now)
+            if now - previous[1] < STABLE_S or time.monotonic() - began > INSPECT_BUDGET_S:
+                continue  # not complete yet, or this look's time is spent: the next look goes on
+            outside = links_out(save_real, path)
+            entry = self.inspect(name, path, now) if not outside else self.refuse(name, path, now, outside)
             entry["best"] = name == best
+            self._seen.pop(path, None)
+            self._known.add(name)
             self.entries.append(entry)
+            self.save(entry)
             new.append(entry)
-        if new or any(e.get("best") for e in self.entries):
-            self.save()
+        for link in links:
+            if link not in self.links and len(self.links) < MAX_LINKS_SHOWN:
+                self.links.append(link)
         return new
 
-    def inspect(self, name, path, now):
+    def refuse(self, name, path, now, outside):
+        entry = self.inspect(name, path, now, read=False)
+        entry.update(verdict="unreadable", reasons=["not read: it links out of the save directory (%s)" % ", ".join(outside[:3])])
+        return entry
+
+    def inspect(self, name, path, now, read=True):
         entry = {"name": name, "path": path, "epoch": int(name) if name.isdigit() else None, "complete_at": now,
                  "bytes": (weights_mark(path) or (0, 0))[0], "format": None, "problems": [], "verdict": None, "reasons": [],
                  "against_start": None, "against_target": None, "step": None, "validation": None,
                  "predicted_accept_length": None, "measured_accept_length": None, "measure_job": None}
+        if not read:
+            return entry
         try:
             report = checkpoint_report.inspect(path)
         except Exception as exc:
@@ -153,8 +262,6 @@ class Watcher:
         entry["verdict"], entry["reasons"] = verdict, reasons
         return entry
 
-    def save(self):
-        write_json(self.path, {"save_dir": self.save_dir, "entries": self.entries})
 
 
 def judge(entry, break_even):

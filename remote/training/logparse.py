@@ -12,6 +12,13 @@ Three forms are read, line by line (feed() one line at a time, take records as t
 - generic: a JSON object per line, or a line of `key=value` pairs, for anyone's script.
 A line that is none of these is left alone (no record comes of it).
 
+A hostile log cannot stall or crash the reader: every pattern's quantifiers are bounded (a match
+attempt costs a constant, so a line costs time linear in its length, whatever its shape), a
+JSON line nested deeper than MAX_DEPTH is refused by a linear pre-scan before json.loads could
+recurse, numbers longer than a float's worth of digits are not converted (int('9' * 60000) is
+quadratic on the Pythons that have no digit limit), a record keeps at most MAX_KEYS values, and
+a rich record whose lines add up to more than MAX_RECORD_CHARS is dropped.
+
 A record: {"kind": "step" | "validation", "source", "step", "epoch", "epochs_total", "loss",
 "loss_k": [...], "full_acc": [...], "cond_acc": [...], "acc": [...], "lr", "step_ms",
 "tokens_per_s", "time" (from rich's column, else None), "values": {every key read}}.
@@ -23,12 +30,39 @@ import re
 import time as time_module
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+MAX_DEPTH = 64  # JSON nesting refused beyond this (a metrics line is two or three deep)
+MAX_KEYS = 1000  # values kept per record (speculators prints ~30)
+MAX_RECORD_CHARS = 1 << 20  # a rich record longer than this (over all its lines) is dropped
+MAX_NUMBER_CHARS = 64
+MAX_JSON_CHARS = 256 << 10  # json.loads is one call holding the GIL: a longer JSON line is not a metrics line
 # rich: optional "[time]" column, the level padded to 8, the message, the source on the right.
-_RICH_FIRST = re.compile(r"^(?P<lead>(?:\[(?P<time>[^\]]{1,40})\])?\s*)(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?P<gap>\s+)(?P<rest>.*)$")
-_RICH_SOURCE = re.compile(r"\s+(?P<source>[\w.\-]+\.py:\d+)\s*$")
-NUMBER = r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?|nan|inf|NaN|Inf)"
-_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<key>[A-Za-z_][\w./\-]*)=(?P<value>%s)(?=$|[\s,;|)\]}])" % NUMBER)
-_SPECFORGE = re.compile(r"(?P<phase>Train|Eval) Epoch \[(?P<epoch>\d+)/(?P<total>\d+)\], position (?P<position>\d+),\s+(?P<what>Acc|pLoss): (?P<value>%s)" % NUMBER)
+# Bounded quantifiers, and no two adjacent ones that can trade characters: a failed attempt at
+# one position costs a constant, so a scan over any line is linear in its length.
+_RICH_FIRST = re.compile(r"^(?P<lead>(?:\[(?P<time>[^\]]{1,40})\])?[ \t]{0,64})(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)(?P<gap>\s+)(?P<rest>.*)$")
+_RICH_SOURCE = re.compile(r"[\w.\-]{1,200}\.py:\d{1,9}")
+NUMBER = r"[-+]?(?:\d{1,40}(?:\.\d{0,40})?(?:[eE][-+]?\d{1,4})?|\.\d{1,40}(?:[eE][-+]?\d{1,4})?|nan|inf|NaN|Inf)"
+_PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<key>[A-Za-z_][\w./\-]{0,200})=(?P<value>%s)(?=$|[\s,;|)\]}])" % NUMBER)
+_SPECFORGE = re.compile(r"(?P<phase>Train|Eval) Epoch \[(?P<epoch>\d{1,9})/(?P<total>\d{1,9})\], position (?P<position>\d{1,4}),[ \t]{1,16}(?P<what>Acc|pLoss): (?P<value>%s)" % NUMBER)
+_JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
+PIECE_CHARS = 32768  # a long line is scanned this much at a time, so other threads get the GIL between
+MATCH_CHARS = 512  # no pattern here matches more than this (bounded quantifiers)
+
+
+def finditer_pieces(pattern, text, pos=0):
+    """pattern.finditer over text, in pieces of PIECE_CHARS: the regex engine holds the GIL for
+    the whole of one call, and a megabyte-long line without a match is one call of tens of ms
+    (a ping waits that long). Pieces overlap by MATCH_CHARS and a match counts in the piece it
+    starts in, so every match is whole and found once; lookbehinds see before a piece's start."""
+    length, last_end = len(text), pos
+    while pos < length:
+        piece_end = pos + PIECE_CHARS
+        for match in pattern.finditer(text, pos, min(length, piece_end + MATCH_CHARS)):
+            if match.start() >= piece_end:
+                break
+            if match.start() >= last_end:  # not inside the previous piece's last match
+                last_end = max(match.end(), match.start() + 1)
+                yield match
+        pos = piece_end
 _STEP_KEYS = ("global_step", "step", "iter", "iteration")
 _LOSS_KEYS = ("loss", "train/loss", "train_loss")
 _INDEXED = re.compile(r"^(?:train/|val/|eval/)?(?P<name>loss|full_acc|cond_acc|acc|ploss)_(?P<index>\d+)(?:_epoch)?$")
@@ -42,8 +76,57 @@ def number(text):
 
 
 def pairs(text):
-    """{key: float} of every `key=number` in the text, in order."""
-    return {m.group("key"): float(m.group("value")) for m in _PAIR.finditer(text)}
+    """{key: float} of every `key=number` in the text, in order (the first MAX_KEYS keys)."""
+    found = {}
+    if "=" not in text:
+        return found
+    for count, m in enumerate(finditer_pieces(_PAIR, text), 1):
+        found[m.group("key")] = float(m.group("value"))
+        if count >= MAX_KEYS:
+            break
+    return found
+
+
+def source_column(rest):
+    """(start of the blank before rich's source column, start of the source) in a record's first
+    line, or None: the last word when it looks like `trainer.py:587`. Found by splitting at the
+    last blank rather than by a search, which costs quadratic time on a line of blanks."""
+    stripped = rest.rstrip()
+    cut = max(stripped.rfind(" "), stripped.rfind("\t"))
+    if cut < 0 or not _RICH_SOURCE.fullmatch(stripped, cut + 1):
+        return None
+    return len(stripped[:cut].rstrip()), cut + 1
+
+
+def json_depth_ok(text, limit=MAX_DEPTH):
+    """Whether JSON text nests no deeper than `limit`: one linear pass over its brackets, quotes
+    and backslashes (brackets inside strings do not count), stopping once too deep."""
+    if text.count("[") + text.count("{") <= limit:
+        return True
+    depth, in_string, escaped_at = 0, False, -1
+    for match in _JSON_SPECIAL.finditer(text):
+        char, at = match.group(), match.start()
+        if in_string:
+            if at == escaped_at:
+                continue  # the character a backslash escapes
+            if char == "\\":
+                escaped_at = at + 1
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            if depth > limit:
+                return False
+        elif char in "]}":
+            depth -= 1
+    return True
+
+
+def _bounded_number(text):
+    """json's parse_int/parse_float: a float, or None for a number too long to be a metric."""
+    return float(text) if len(text) <= MAX_NUMBER_CHARS else None
 
 
 def _positions(values, name, prefix):
@@ -126,20 +209,21 @@ class Assembler:
 
     # -- rich
 
-    def _start_rich(self, match, line):
+    def _start_rich(self, match, at):
         rest = match.group("rest")
         column = len(match.group("lead")) + len(match.group("level")) + len(match.group("gap"))
-        source = _RICH_SOURCE.search(rest)
+        source = source_column(rest)
         # The message column's width: up to the gap before the source column. A part that
         # fills it was folded mid-token (a token longer than the column) and joins without a space.
         width = None
-        if source and source.group("source"):
-            width = source.start("source") - 1
-            rest = rest[: source.start()]
+        if source:
+            width = source[1] - 1
+            rest = rest[: source[0]]
         time_text = match.group("time")
         if time_text:
             self._last_time_text = time_text
-        self._rich = {"column": column, "parts": [rest.rstrip()], "time": self._last_time_text, "width": width}
+        self._rich = {"column": column, "parts": [rest.rstrip()], "time": self._last_time_text, "width": width,
+                      "chars": len(rest), "at": at}
 
     def _continues_rich(self, line):
         rich = self._rich
@@ -154,7 +238,7 @@ class Assembler:
 
     def _end_rich(self):
         rich, self._rich = self._rich, None
-        if rich is None:
+        if rich is None or rich["chars"] > MAX_RECORD_CHARS:
             return
         text, width = "", rich["width"]
         previous = None
@@ -170,6 +254,7 @@ class Assembler:
             record = record_from_values(values, "speculators" if any("/" in k for k in values) else "generic",
                                         time=self._resolve_time(rich["time"]))
             if record is not None:
+                record["offset"] = rich["at"]
                 self._out.append(record)
 
     def _resolve_time(self, text):
@@ -194,12 +279,12 @@ class Assembler:
 
     # -- SpecForge
 
-    def _specforge_line(self, match):
+    def _specforge_line(self, match, at):
         key = (match.group("phase"), int(match.group("epoch")))
         if self._specforge is not None and self._specforge["key"] != key:
             self._end_specforge()
         if self._specforge is None:
-            self._specforge = {"key": key, "total": int(match.group("total")), "acc": {}, "ploss": {}}
+            self._specforge = {"key": key, "total": int(match.group("total")), "acc": {}, "ploss": {}, "at": at}
         target = self._specforge["acc" if match.group("what") == "Acc" else "ploss"]
         target[int(match.group("position"))] = float(match.group("value"))
 
@@ -219,32 +304,37 @@ class Assembler:
             "kind": "step" if phase == "Train" else "validation", "source": "specforge", "step": None,
             "epoch": epoch - 1, "epochs_total": pending["total"], "loss": sum(loss_k) if loss_k else None,
             "loss_k": loss_k, "full_acc": [], "cond_acc": [], "acc": [acc[i] for i in sorted(acc)], "lr": None,
-            "step_ms": None, "tokens_per_s": None, "time": None, "values": values, "epoch_summary": True,
+            "step_ms": None, "tokens_per_s": None, "time": None, "values": values, "epoch_summary": True, "offset": pending["at"],
         })
 
     # -- lines
 
-    def feed(self, line):
-        """One line of the log (without its newline)."""
+    def feed(self, line, at=None):
+        """One line of the log (without its newline); `at`: where it starts in the log, which a
+        record gets as its `offset` when this is its first line."""
         line = line.rstrip("\n")
         if self._continues_rich(line):
             # The source column is printed on a record's first line only.
-            self._rich["parts"].append(line[self._rich["column"]:].rstrip())
+            part = line[self._rich["column"]:].rstrip()
+            self._rich["chars"] += len(part)
+            if self._rich["chars"] <= MAX_RECORD_CHARS:
+                self._rich["parts"].append(part)
             return
         self._end_rich()
         rich = _RICH_FIRST.match(line)
         if rich:
             if self._specforge is not None:
                 self._end_specforge()
-            self._start_rich(rich, line)
+            self._start_rich(rich, at)
             return
-        specforge = _SPECFORGE.search(line)
+        specforge = next(finditer_pieces(_SPECFORGE, line), None) if "Epoch [" in line else None
         if specforge:
-            self._specforge_line(specforge)
+            self._specforge_line(specforge, at)
             return
         self._end_specforge()
         record = generic_record(line)
         if record is not None:
+            record["offset"] = at
             self._out.append(record)
 
     def flush(self):
@@ -255,6 +345,11 @@ class Assembler:
         """Whether a record is still open (more of its lines may follow)."""
         return self._rich is not None or self._specforge is not None
 
+    def open_at(self):
+        """Where the oldest record still open starts in the log (None: none is open)."""
+        starts = [part["at"] for part in (self._rich, self._specforge) if part is not None and part["at"] is not None]
+        return min(starts) if starts else None
+
     def take(self):
         out, self._out = self._out, []
         return out
@@ -264,9 +359,11 @@ def generic_record(line):
     """A record from a JSON object line or a line of key=value pairs; None for any other line."""
     stripped = line.strip()
     if stripped.startswith("{") and stripped.endswith("}"):
+        if len(stripped) > MAX_JSON_CHARS or not json_depth_ok(stripped):
+            return None
         try:
-            value = json.loads(stripped)
-        except ValueError:
+            value = json.loads(stripped, parse_int=_bounded_number, parse_float=_bounded_number)
+        except (ValueError, RecursionError):
             return None
         if not isinstance(value, dict):
             return None
@@ -281,14 +378,16 @@ def generic_record(line):
 
 def _flatten(value, prefix, out):
     for key, item in value.items():
+        if len(out) >= MAX_KEYS:
+            return
         name = prefix + str(key)
         if isinstance(item, dict):
             _flatten(item, name + "/", out)
         elif isinstance(item, bool):
             continue
-        elif isinstance(item, (int, float)):
-            out[name] = float(item)
-        elif isinstance(item, str) and number(item) is not None and item.strip().lower() in ("nan", "inf", "-inf"):
+        elif isinstance(item, float):
+            out[name] = item
+        elif isinstance(item, str) and len(item) < 16 and item.strip().lower() in ("nan", "inf", "-inf"):
             out[name] = float(item)
 
 

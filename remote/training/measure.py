@@ -11,10 +11,13 @@ newest says most about where the run is going). The state lives in the checkpoin
 restarted daemon picks the benchmark up where it was.
 """
 
+import os
 import time
 
 from ..core import wire
+from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, RemoteError
+from ..serving import bench, engines
 
 OPTIONS = {"target": str, "gpus": str, "k": int, "engine": str, "python": str, "port": int, "requests": int,
            "max_tokens": int, "env": dict, "engine_args": list}
@@ -78,10 +81,8 @@ def advance(daemon, entries):
 
 def _start(daemon, entry):
     measure = entry["measure"]
-    params = dict((k, v) for k, v in measure["options"].items() if v is not None)
-    params["drafter"] = entry["path"]
     try:
-        job = wire.dispatch(daemon, None, "serving.bench", params)
+        job = bench.submit(daemon, bench_spec(daemon, measure["options"], entry["path"]))
     except RemoteError as exc:  # DrafterMismatch, a missing target: the reason is the user's to read
         measure.update(state="failed", error="%s: %s" % (exc.type, exc.message), ended_at=time.time())
         return
@@ -90,6 +91,25 @@ def _start(daemon, entry):
         return
     measure.update(state="running", job=job["id"], started_at=time.time())
     entry["measure_job"] = job["id"]
+
+
+def bench_spec(daemon, options, drafter):
+    """The benchmark's spec from a run's measure options, checked as serving.bench checks its
+    params (a drafter the target cannot load: RemoteError DrafterMismatch)."""
+    spec = {"engine": options.get("engine") or "vllm", "target": options["target"], "drafter": drafter, "k": options.get("k") or 3,
+            "port": options.get("port") or engines.DEFAULT_PORT, "gpus": options.get("gpus"), "env": dict(options.get("env") or {}),
+            "engine_args": list(options.get("engine_args") or []), "prompts": None,
+            "requests": options.get("requests") or DEFAULTS["requests"], "max_tokens": options.get("max_tokens") or DEFAULTS["max_tokens"]}
+    if spec["engine"] not in engines.ENGINES:
+        raise BadRequest("engine must be one of %s, not %r" % (", ".join(engines.ENGINES), spec["engine"]))
+    if spec["k"] < 1 or spec["requests"] < 1 or spec["max_tokens"] < 1 or not 0 < spec["port"] < 65536:
+        raise BadRequest("k, requests and max_tokens must be at least 1, port 1..65535")
+    if not all(isinstance(a, str) for a in spec["engine_args"]) or not all(isinstance(v, str) for v in spec["env"].values()):
+        raise BadRequest("engine_args and env values must be strings")
+    engines.check_drafter(spec["target"], drafter)
+    python = options.get("python") or daemon.hello["capabilities"]["python"]["executable"]
+    spec["python"] = resolve_executable(python, os.path.expanduser("~"), login_path())
+    return spec
 
 
 def _check(daemon, entry):

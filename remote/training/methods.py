@@ -10,7 +10,7 @@ from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json
 from ..core.streams import TopicSource
 from ..core.wire import method
-from . import checkpoints, curves, measure
+from . import checkpoints, curves, measure, stepstore
 from .sampler import STATE_FILE, TrainingSampler, progress_of
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -71,14 +71,11 @@ def _job(call):
 
 
 def _history(call):
-    history = getattr(call.daemon, "history", None)
-    if history is None:
-        raise RemoteError("NotFound", "this agent keeps no history store")
-    return history.store
+    return call.history()  # NoHistory, the one error for a daemon without a store (remote/core/wire.py)
 
 
 def checkpoint_list(job_dir, meta):
-    saved = checkpoints.Watcher(job_dir, meta.get("save_dir")).entries if meta.get("save_dir") else []
+    saved = checkpoints.Journal(job_dir).load() if meta.get("save_dir") else []
     listed = []
     break_even = meta.get("break_even") or measure.break_even_of(saved)
     for entry in saved:
@@ -96,30 +93,30 @@ def checkpoint_list(job_dir, meta):
 
 @method("training.curves")
 def training_curves(call):
-    """A run's curves, from the history store. Params: `id` (a training job), `points` (at most
-    this many steps, default 2000: a longer run comes in buckets, each a mean), `start`/`end`
-    (a window; default the whole run). Reply: `{id, steps: [{time, step, epoch, loss, lr,
-    step_ms, tokens_per_s, full_acc: [...], cond_acc: [...], loss_k: [...],
-    predicted_accept_length}], validation: [{time, epoch, step, loss, full_acc, cond_acc,
-    predicted_accept_length}], latest, predicted_accept_length (the latest validation's, else
-    the latest step's), steps_per_s, eta_s, progress, break_even (the run's, else the one its
-    last checkpoint measurement found), break_even_source (run|measured|null), alerts: [text],
-    checkpoints: [as training.checkpoints], resolution_s}`. `plateau_s` (default 1800): the loss
+    """A run's curves, indexed by step. Params: `id` (a training job), `points` (default 2000):
+    a run with no more steps than that comes whole, every step its own entry; a longer one in
+    buckets of consecutive steps, each the mean of its steps, with `count`, `step_min`/`step_max`
+    (`step` is the last), `loss_min`/`loss_max`, `predicted_accept_length_min`/`_max` and the
+    per-position figures of its last step. `start`/`end`: only the records read within that
+    window (default the whole run). Reply: `{id, process_state, exit_code, steps: [{time,
+    step, epoch, loss, lr, step_ms, tokens_per_s, full_acc: [...], cond_acc: [...], loss_k:
+    [...], predicted_accept_length, count, step_min, step_max, loss_min, loss_max,
+    predicted_accept_length_min, predicted_accept_length_max}], validation: [{time, epoch,
+    step, loss, full_acc, cond_acc, predicted_accept_length}], latest, predicted_accept_length
+    (the latest validation's, else the latest step's), steps_per_s, eta_s, progress,
+    break_even (the run's, else the one its last checkpoint measurement found),
+    break_even_source (run|measured|null), alerts: [text], notices: [text] (log lines cut,
+    checkpoint links refused), error (following the run failed: why, else null), checkpoints:
+    [as training.checkpoints], bucket_steps (1: whole)}`. `plateau_s` (default 1800): the loss
     not falling for this long raises an alert."""
     job = _job(call)
-    store = _history(call)
     points = max(10, min(call.param("points", int, 2000), MAX_POINTS))
-    start = call.param("start", float) or (job.get("started_at") or job["submitted_at"]) - 1.0
-    end = call.param("end", float) or (job.get("ended_at") or time.time()) + 5.0
-    resolution = max((end - start) / points, 0.001)
-    if resolution > 0.001:
-        # Records read in a burst (a backlog after a restart) are 1 ms apart: a run with no more
-        # steps than `points` comes whole, each step its own point, whatever its span.
-        every, _ = store.query("training", "step", {"job": job["id"]}, start, end, 0.001)
-        if every and len(every[0]["points"]) <= points:
-            resolution = 0.001
-    steps, validation, resolution = curves.read_curves(store, job["id"], start, end, resolution)
+    start, end = call.param("start", float), call.param("end", float)
     job_dir = call.daemon.jobs.job_dir(job["id"])
+    if stepstore.exists(job_dir):
+        steps, validation, width, nan_step = stepstore.read(job_dir, points, start, end)
+    else:
+        steps, validation, width, nan_step = _from_history(call, job, points, start, end)
     state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
     latest = state.get("latest") or (steps[-1] if steps else None)
     last_validation = state.get("validation") or (validation[-1] if validation else None)
@@ -136,20 +133,33 @@ def training_curves(call):
         measured = [c["measure"]["result"]["break_even_accept_length"] for c in listed
                     if ((c.get("measure") or {}).get("result") or {}).get("break_even_accept_length")]
         break_even, source = (measured[-1], "measured") if measured else (None, None)
+    service = call.daemon.services.get("training")
     return {
-        "id": job["id"], "steps": steps, "validation": validation, "latest": latest, "predicted_accept_length": predicted,
-        "steps_per_s": rate, "eta_s": eta, "progress": progress, "break_even": break_even, "break_even_source": source,
-        "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0)),
-        "checkpoints": listed, "resolution_s": resolution,
+        "id": job["id"], "process_state": job["process_state"], "exit_code": job.get("exit_code"), "steps": steps,
+        "validation": validation, "latest": latest, "predicted_accept_length": predicted, "steps_per_s": rate, "eta_s": eta,
+        "progress": progress, "break_even": break_even, "break_even_source": source,
+        "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0), nan_step),
+        "notices": list((state.get("notices") or {}).values()), "error": service.errors.get(job["id"]) if service else None,
+        "checkpoints": listed, "bucket_steps": width,
     }
 
 
-def alerts(job, steps, plateau_s):
-    """What a user must know about a run: a NaN loss, a loss that stopped falling, a bad end."""
+def _from_history(call, job, points, start, end):
+    """A run recorded before runs had a step store: its curves from the history store, by time."""
+    store = _history(call)
+    start = start or (job.get("started_at") or job["submitted_at"]) - 1.0
+    end = end or (job.get("ended_at") or time.time()) + 5.0
+    steps, validation, _ = curves.read_curves(store, job["id"], start, end, max((end - start) / points, 0.001))
+    nan_step = next((entry.get("step") for entry in steps if entry.get("loss") == "nan"), None)
+    return steps, validation, None, nan_step
+
+
+def alerts(job, steps, plateau_s, nan_step=None):
+    """What a user must know about a run: a NaN loss (at step `nan_step`, which the step store
+    finds even inside a bucket), a loss that stopped falling, a bad end."""
     found = []
-    if any(entry.get("loss") == "nan" for entry in steps):
-        first = next(entry for entry in steps if entry.get("loss") == "nan")
-        found.append("the loss became NaN at step %s" % first.get("step"))
+    if nan_step is not None:
+        found.append("the loss became NaN at step %s" % nan_step)
     finite = [(e["time"], e["loss"]) for e in steps if isinstance(e.get("loss"), float)]
     if finite and finite[-1][0] - finite[0][0] > plateau_s:
         cut = finite[-1][0] - plateau_s
@@ -167,15 +177,16 @@ def alerts(job, steps, plateau_s):
 
 @method("training.checkpoints")
 def training_checkpoints(call):
-    """The checkpoints a run wrote, each inspected once complete. Params: `id`. Reply: a list of
-    `{path, name, step, epoch, format, verdict (ok, broken, incompatible, above break-even,
+    """The checkpoints a run wrote, each inspected once complete. Params: `id`. Reply:
+    `{checkpoints: [...]}`, each `{path, name, step, epoch, format, verdict (ok, broken, incompatible, above break-even,
     below break-even), reasons, best, bytes, validation, predicted_accept_length,
     measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
     reasons}, complete_at, measure: {state (queued, running, done, failed, skipped), job (the
     benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,
-    cycle_ms, break_even_accept_length, verdict, k}, options} or null}`."""
+    cycle_ms, break_even_accept_length, verdict, k}, options} or null}`. A checkpoint directory
+    that links out of the save directory is not read (its verdict: unreadable, and why)."""
     job = _job(call)
-    return checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])
+    return {"checkpoints": checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])}
 
 
 @method("training.measure")
@@ -209,7 +220,9 @@ def training_follow(call):
     from now). Frames: first `{snapshot: {job id: progress}, records: []}`, then `{records:
     [...]}`: a step or validation record (`{job, kind: step|validation, time, step, epoch,
     loss, full_acc, cond_acc, loss_k, lr, step_ms, tokens_per_s, predicted_accept_length}`) or
-    `{job, kind: checkpoint, checkpoint}`. Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
+    `{job, kind: checkpoint, checkpoint}`, or `{job, kind: notice, text, time}` (said once: log lines
+    cut, a checkpoint link refused). A burst shows its newest 256 records per read (all of them
+    are in training.curves). Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
     service = call.daemon.services.get("training")
     if service is None:
         raise RemoteError("NotFound", "this agent's daemon runs no training sampler")

@@ -1,9 +1,7 @@
 """Training from the command line: train (a training or data-generation job), curves (its curves,
 the accept length they predict, ETA, checkpoints) and checkpoints (the list with verdicts)."""
 
-import sys
-
-from .common import connect, emit, env_option
+from .common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
 
 
 def add_commands(commands):
@@ -68,8 +66,7 @@ def cmd_train(args):
         if value is not None:
             params[key] = value
     if not params["argv"]:
-        sys.stderr.write("specdeck train: give the command after --\n")
-        return 2
+        raise CommandError("train: give the command after -- (e.g. specdeck train HOST -- speculators train ...)")
     client = connect(args, args.host)
     try:
         job = client.call("training.start", params)
@@ -109,11 +106,29 @@ def cmd_curves(args):
                                                                                       _length(entry.get("predicted_accept_length"))))
         for alert in reply.get("alerts", []):
             lines.append("alert: " + alert)
+        for notice in reply.get("notices") or []:
+            lines.append("notice: " + notice)
+        if reply.get("error"):
+            lines.append("error: following the run failed: " + reply["error"])
         lines += [_checkpoint_line(c) for c in reply.get("checkpoints", [])]
         return "\n".join(lines)
 
     emit(args, reply, text)
+    failure = run_failure(reply)
+    if failure:
+        report_error("RunFailed", failure, args.json)
+        return EXIT_FAILED
     return 0
+
+
+def run_failure(reply):
+    """One line when the run failed (the curves are printed all the same), else None."""
+    state = reply.get("process_state")
+    if state not in ("failed", "lost"):
+        return None
+    if state == "lost":
+        return "run %s was lost (its supervisor died without recording an exit)" % reply["id"]
+    return "run %s failed (exit code %s)" % (reply["id"], reply.get("exit_code"))
 
 
 def _checkpoint_line(entry):
@@ -136,8 +151,8 @@ def cmd_checkpoints(args):
             queued = client.call("training.measure", params)
             emit(args, queued, lambda: "checkpoint %s of %s queued for measurement" % (queued["checkpoint"], queued["id"]))
             return 0
-        entries = client.call("training.checkpoints", {"id": args.job})
+        entries = client.call("training.checkpoints", {"id": args.job})["checkpoints"]
     finally:
         client.close()
-    emit(args, entries, lambda: "\n".join(_checkpoint_line(e) for e in entries) or "no checkpoint yet")
+    emit(args, {"checkpoints": entries}, lambda: "\n".join(_checkpoint_line(e) for e in entries) or "no checkpoint yet")
     return 0

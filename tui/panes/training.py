@@ -5,8 +5,8 @@ epoch progress, step rate, ETA, tokens/s; the checkpoint list with validation me
 and measured accept length and verdict; the run's alerts (a NaN loss, a loss that stopped
 falling, a non-zero exit).
 
-It loads a run's curves from the host's history store (`training.curves`, bucketed for a long
-run) and follows `training.follow` for the records after them, so a console that connects after
+It loads a run's curves from the host (`training.curves`: every step, or buckets of steps with
+their loss min and max for a long run) and follows `training.follow` for the records after them, so a console that connects after
 a night sees the night. Drawing is at most twice a second: a run logging 10 steps a second must
 not redraw the charts ten times.
 """
@@ -119,8 +119,10 @@ class TrainingPane(Pane):
         self._loading.discard(job_id)
         kept = self.curves.get(job_id)
         for key in ("steps", "validation") if kept else ():  # live records newer than the reply's last
-            last = reply[key][-1]["time"] if reply[key] else 0.0
-            reply[key] += [entry for entry in kept[key] if entry["time"] > last]
+            last = _order(reply[key][-1]) if reply[key] else (0.0, -1)
+            reply[key] += [entry for entry in kept[key] if _order(entry) > last]
+        if kept:
+            reply["notices"] = list(dict.fromkeys((reply.get("notices") or []) + (kept.get("notices") or [])))
         reply["loaded_steps"] = len(reply["steps"])
         self.curves[job_id] = reply
         self._check_alerts(job_id, announce=job_id in self.alerted)
@@ -163,8 +165,13 @@ class TrainingPane(Pane):
                 listed.append(entry)
             self._load(record["job"])  # the host judges it against break-even: ask for the list as judged
             return
+        if record["kind"] == "notice":
+            notices = curves.setdefault("notices", [])
+            if record.get("text") and record["text"] not in notices:
+                notices.append(record["text"])
+            return
         kept = curves["steps"] if record["kind"] == "step" else curves["validation"]
-        if kept and kept[-1]["time"] >= record["time"]:
+        if kept and _order(kept[-1]) >= _order(record):
             return
         kept.append(record)
         if record["kind"] == "step":
@@ -213,8 +220,11 @@ class TrainingPane(Pane):
         curves = self.curves.get(job_id) or {}
         progress = self.progress.get(job_id) or {}
         self.query_one("#training-summary", Static).update(self._summary(job, curves, progress))
-        alerts = self._alerts(job_id)
-        self.query_one("#training-alerts", Static).update(Text("\n".join("alert: " + a for a in alerts)))
+        alerts = ["alert: " + a for a in self._alerts(job_id)]
+        alerts += ["notice: " + n for n in (curves.get("notices") or progress.get("notices") or [])]
+        if progress.get("error"):
+            alerts.append("error: following the run failed: " + progress["error"])
+        self.query_one("#training-alerts", Static).update(Text("\n".join(alerts)))
         self.query_one("#training-alerts", Static).display = bool(alerts)
         self._draw_charts(curves)
         self._fill_checkpoints(curves.get("checkpoints") or [])
@@ -359,3 +369,8 @@ def parse_measure(answer):
             raise ValueError("no measure option %r (there are gpus, k, port, requests, max_tokens, engine)" % key)
     return options
 
+
+def _order(entry):
+    """Where a record stands in its run: records of one read can share a time, never a step."""
+    step = entry.get("step")
+    return entry["time"], step if step is not None else -1

@@ -22,7 +22,13 @@ def metric_series(steps, metric):
                     series.setdefault("pos %d" % position, []).append([entry["step"], value])
         return series
     key = {"loss": "loss", "step ms": "step_ms", "tokens/s": "tokens_per_s"}[metric]
-    return {metric: [[e["step"], e[key]] for e in steps if e.get("step") is not None and isinstance(e.get(key), (int, float))]}
+    series = {metric: [[e["step"], e[key]] for e in steps if e.get("step") is not None and isinstance(e.get(key), (int, float))]}
+    if metric == "loss" and any((e.get("count") or 1) > 1 for e in steps):
+        # Buckets of steps (a long run): the spikes a mean hides, as the bucket's min and max.
+        for bound in ("min", "max"):
+            series["loss " + bound] = [[e["step"], e["loss_" + bound]] for e in steps
+                                       if e.get("step") is not None and isinstance(e.get("loss_" + bound), (int, float))]
+    return series
 
 
 def accept_series(steps, validation, checkpoints):

@@ -1,0 +1,108 @@
+"""A job's log read in whole lines from a byte offset, each line at most LINE_CAP bytes.
+
+Lines end at \\n, \\r\\n or a lone \\r (progress bars redraw with \\r). A line longer than the cap
+is cut: none of it is parsed, reading goes on after its end while the job still writes it,
+and the reader counts it for the run's one notice. At most READ_BYTES are read per call, so a
+backlog is caught up over several calls and memory stays bounded whatever the log holds.
+Separators are found with bytes.find; no pattern looks for a line's end, which costs quadratic
+time on a long line without one (and holds the GIL throughout).
+"""
+
+LINE_CAP = 1 << 20
+READ_BYTES = 2 * LINE_CAP + 65536  # more than a cap's worth: a line's end or its cut is always in reach
+
+
+def _separators(data, at_end):
+    """(where each line's text ends, where its separator ends) in data, in order. bytes.find is
+    a memchr: a megabyte without a separator costs well under a millisecond. A carriage return
+    that ends the data waits for the next read unless the log has ended (a line feed may follow
+    it: the two are one separator)."""
+    length = len(data)
+    newline, carriage = data.find(b"\n"), data.find(b"\r")
+    while newline >= 0 or carriage >= 0:
+        if carriage >= 0 and (newline < 0 or carriage < newline):
+            if carriage + 1 < length and data[carriage + 1] == 10:  # \r\n
+                yield carriage, carriage + 2
+                newline = data.find(b"\n", carriage + 2)
+            elif carriage + 1 == length and not at_end:
+                return
+            else:
+                yield carriage, carriage + 1
+            carriage = data.find(b"\r", carriage + 1)
+        else:
+            yield newline, newline + 1
+            newline = data.find(b"\n", newline + 1)
+
+
+class Line:
+    """One line: where it starts and ends in the log (its separator included), and its text
+    (None for a line that was cut)."""
+
+    __slots__ = ("start", "end", "text")
+
+    def __init__(self, start, end, text):
+        self.start, self.end, self.text = start, end, text
+
+
+class LogReader:
+    """Where a log was read to (`offset`, always a line's start unless `skipping` the rest of a
+    cut line), and how many lines were cut (`cut_lines`, the first at `first_cut_at`)."""
+
+    def __init__(self, offset=0, cut_lines=0, first_cut_at=None):
+        self.offset = offset
+        self.skipping = False
+        self.cut_lines = cut_lines
+        self.first_cut_at = first_cut_at
+
+    def read(self, path, size, ended):
+        """[Line] of what was written past `offset` (at most READ_BYTES of it). `ended`: the job
+        has ended, so a last line without a separator is complete."""
+        if size <= self.offset:
+            return []
+        with open(path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read(min(READ_BYTES, size - self.offset))
+        at_end = ended and self.offset + len(data) >= size
+        lines = []
+        start = 0
+        separators = _separators(data, at_end)
+        if self.skipping:
+            first = next(separators, None)
+            if first is None:
+                self.offset += len(data)
+                self.skipping = not at_end
+                return []
+            start = first[1]
+            self.skipping = False
+        for text_end, end in separators:
+            self._line(lines, data, start, text_end, end)
+            start = end
+        rest = len(data) - start
+        if rest > LINE_CAP:
+            self._cut(lines, start, len(data))
+            self.skipping = not at_end
+            start = len(data)
+        elif rest and at_end:
+            self._line(lines, data, start, len(data), len(data))
+            start = len(data)
+        self.offset += start
+        return lines
+
+    def _line(self, lines, data, start, text_end, end):
+        if text_end - start > LINE_CAP:
+            self._cut(lines, start, end)
+        else:
+            lines.append(Line(self.offset + start, self.offset + end, data[start:text_end].decode("utf-8", "replace")))
+
+    def _cut(self, lines, start, end):
+        self.cut_lines += 1
+        if self.first_cut_at is None:
+            self.first_cut_at = self.offset + start
+        lines.append(Line(self.offset + start, self.offset + end, None))
+
+    def notice(self):
+        """The run's one notice about cut lines, or None."""
+        if not self.cut_lines:
+            return None
+        return "%d line(s) of the log longer than %d MiB were cut, not read (the first at byte %d)" % (
+            self.cut_lines, LINE_CAP >> 20, self.first_cut_at)
