@@ -134,7 +134,8 @@ def test_compare_checks_a_drafter_against_a_target_model(tmp_path):
     out = run_cli("compare", "--json", small, drafter)
     assert out.returncode == 1
     result = json.loads(out.stdout)
-    assert result["verdict"] == "incompatible" and result["target"] == "A"
+    assert result["verdict"]["status"] == "incompatible" and result["target"] == "A"
+    assert result["verdict"]["message"] == result["reasons"][0]
     failed = {c["check"] for c in result["checks"] if not c["ok"]}
     assert failed == {"hidden_size", "embedding", "vocab_size", "aux_layer_ids"}
     assert result["reasons"][0].startswith("B's drafter cannot serve the target A: fc.weight fuses 3 x 64")

@@ -175,7 +175,7 @@ def test_inspect_and_compare_a_checkpoint_on_the_host(laptop, host_python, host_
     # The same drafter here and on the host, in two layouts: compatible, by role.
     here = write_drafter(tmp_path / "speculators", layout="speculators")
     result = json.loads(cli(laptop, host_python, "compare", "gpuhost:%s" % on_host, here, "--json").stdout)
-    assert result["verdict"] == "compatible", result["reasons"]
+    assert result["verdict"]["status"] == "compatible", result["reasons"]
     assert {row["status"] for row in result["rows"]} == {"same"}
     missing = cli(laptop, host_python, "inspect", "gpuhost:/no/such/checkpoint")
     assert missing.returncode == 2 and "/no/such/checkpoint" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1

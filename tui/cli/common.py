@@ -36,7 +36,7 @@ FAILED_TYPES = frozenset((
 # A next step the CLI adds to a refusal of this type (the agent's line is shared with the console,
 # which has a form field where the CLI has a flag).
 NEXT_STEPS = {
-    "NetworkUnreachable": ("--endpoint", "name a hub mirror with --endpoint URL"),
+    "NetworkUnreachable": ("--endpoint", "a hub mirror the host can reach goes in --endpoint URL"),
 }
 
 

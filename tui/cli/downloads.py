@@ -110,7 +110,7 @@ def wait_for_download(args, client, job):
     progress = job.get("progress") or {}
     error = progress.get("error") or job.get("error")
     if error and error.startswith("NetworkUnreachable:") and "--endpoint" not in error:
-        error += "; name a hub mirror with --endpoint URL"
+        error += "; a hub mirror the host can reach goes in --endpoint URL"
     verdict = job_verdict(job, error)
     if args.json:
         print(json.dumps({"id": job["id"], "state": job["state"], "exit_code": job["exit_code"], "verdict": verdict, "error": error}))

@@ -131,6 +131,24 @@ class Pane(Widget):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self._streams = []
+        self._status_before_failure = None  # the status line a failed connection replaced
+
+    def on_mount(self):
+        # A failed connection is said in every pane too, not only in the header: a pane waiting
+        # for its first data would otherwise still read as if it were coming.
+        header = getattr(self.app, "header", None)
+        if header is not None and hasattr(header, "detail"):
+            self.watch(header, "detail", self._connection_changed)
+
+    def _connection_changed(self, detail):
+        if self.app.header.state == "failed":
+            if self._status_before_failure is None:
+                statuses = self.query(".pane-status")
+                self._status_before_failure = str(statuses.first().render()) if statuses else ""
+            self.set_status("not connected: %s (r tries again)" % ((detail or {}).get("error") or "the connection failed"), error=True)
+        elif self._status_before_failure is not None:
+            text, self._status_before_failure = self._status_before_failure, None
+            self.set_status(text)
 
     @classmethod
     def pane_id(cls):

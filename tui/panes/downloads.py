@@ -1,9 +1,10 @@
 """The Downloads pane: the host's download jobs, per-file and total progress, then the verdict.
 
-It shows the download jobs of the app's job events (no polling). Each download job
-carries its parameters (the agent keeps them as the job's meta), so that
-`r` can start the same download again and `v` and `t` know the repo and directory, whoever
-started it.
+It shows the download jobs of the app's job events (no polling), each row saying whether it
+downloads or verifies. Each download job carries its parameters (the agent keeps them as the
+job's meta), so that `r` can start the same download again (on a verification that found files
+wrong: download those again, which verifies them) and `v` and `t` know the repo and directory,
+whoever started it. `x` asks before it cancels.
 """
 
 from rich.text import Text
@@ -13,28 +14,22 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
+from ..display import STATE_STYLES, console_next_step, format_bytes, format_decimal_bytes, format_duration, format_rate, job_runtime
+from ..download_jobs import (RUNNING_STATES, bytes_total, has_ended, job_action, job_local_dir, job_progress, job_repo,
+                             params_from_meta, percent, repair_params)
 from ..messages import AgentError, OpenCheckpoint
-from ..screens.download_form import DownloadForm
-from ..display import console_next_step, format_bytes, format_duration, format_rate, job_runtime
-from ..display import STATE_STYLES
+from ..screens.confirm import ConfirmScreen
+from ..screens.download_form import DownloadForm, console_hint
 from ..widgets.file_progress import FileProgress
 from .base import Pane
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
 VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
-RUNNING_STATES = ("queued", "resolving", "downloading", "verifying")
-COLUMNS = (("id", "id"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
+COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
            ("size", "size"), ("repo", "repo"))
-HINT = "n new  x cancel  r retry  v verify again  t open in Tensors"
-
-
-def percent(done, total):
-    return "%5.1f%%" % (100.0 * done / total) if total else "    -"
-
-
-def job_progress(job):
-    return job.get("progress") or {}
+STATE_COLUMN = 2
+HINT = "n new  x cancel  r retry/repair  v verify again  t open in Tensors"
 
 
 def job_message(job):
@@ -42,46 +37,6 @@ def job_message(job):
     progress = job_progress(job)
     verdict = progress.get("verdict") or {}
     return console_next_step(verdict.get("message") or progress.get("error") or job.get("error") or job["state"])
-
-
-def bytes_total(job):
-    """The download's size, or None while the file list is not resolved yet (it reads 0 then)."""
-    progress = job_progress(job)
-    if not progress.get("bytes_total") and (job["state"] in ("queued", "resolving") or not progress.get("files")):
-        return None
-    return progress.get("bytes_total")
-
-
-def job_repo(job):
-    return job_progress(job).get("repo") or job.get("name") or ""
-
-
-def job_local_dir(job, params=None):
-    """Where the files go: known from the parameters, or from the job's own progress report."""
-    return (params or {}).get("local_dir") or job_progress(job).get("local_dir")
-
-
-def job_action(job):
-    """`verify` for a job `download.verify` started, else `download`: the host records it in the
-    job's meta; jobs recorded before it did are told by their name (`verify REPO in DIR`)."""
-    meta = job.get("meta") or {}
-    action = meta.get("action") if isinstance(meta, dict) else None
-    if action in ("download", "verify"):
-        return action
-    return "verify" if (job.get("name") or "").startswith("verify ") else "download"
-
-
-def has_ended(job):
-    """By its state, not its process: a verdict is final while the process is still exiting."""
-    return job["state"] not in RUNNING_STATES + ("running", "starting", "stopping")
-
-
-def params_from_meta(job):
-    """A download's parameters, if the agent recorded them with the job."""
-    meta = job.get("meta") or {}
-    if isinstance(meta, dict) and meta.get("repo") and meta.get("local_dir"):
-        return {key: meta.get(key) for key in ("repo", "repo_type", "revision", "files", "include", "exclude", "local_dir", "endpoint", "python")}
-    return None
 
 
 class DownloadsPane(Pane):
@@ -103,7 +58,7 @@ class DownloadsPane(Pane):
     BINDINGS = [
         Binding("n", "new", "new download"),
         Binding("x", "cancel", "cancel"),
-        Binding("r", "retry", "retry"),
+        Binding("r", "retry", "retry/repair", tooltip="start it again; a verification that found files wrong: download those again"),
         Binding("v", "verify", "verify again"),
         Binding("t", "open_tensors", "open in Tensors"),
     ]
@@ -209,15 +164,16 @@ class DownloadsPane(Pane):
         running = job["state"] in RUNNING_STATES
         cells = (
             job["id"],
+            job_action(job),
             job["state"],
             percent(done, total),
             format_rate(progress.get("rate_bytes_per_s")) if running else "-",
             format_duration(eta) if running and eta is not None else "-",
-            format_bytes(total),
+            format_decimal_bytes(total),  # one unit in a column, decimal as the hub shows sizes
             job_repo(job),
         )
         # Text, not str: a str cell would be read as markup.
-        return tuple(Text(cell, style=STATE_STYLES.get(cell, "") if index == 1 else "") for index, cell in enumerate(cells))
+        return tuple(Text(cell, style=STATE_STYLES.get(cell, "") if index == STATE_COLUMN else "") for index, cell in enumerate(cells))
 
     # -- the selected job
 
@@ -245,6 +201,7 @@ class DownloadsPane(Pane):
         params = params_from_meta(job)
         text = Text()
         text.append("%s  " % job["id"], style="bold")
+        text.append("%s  " % job_action(job), style="dim")
         text.append(job_repo(job), style="bold")
         if job_local_dir(job, params):
             text.append("  ->  ", style="dim")
@@ -289,7 +246,7 @@ class DownloadsPane(Pane):
             return text
         error = progress.get("error") or job.get("error")
         if error:
-            return Text("error: " + console_next_step(error), style="red")
+            return Text("error: " + console_hint(error.partition(":")[0], console_next_step(error)), style="red")
         return Text("")
 
     def _rebuild_files(self, job_id, files):
@@ -339,6 +296,12 @@ class DownloadsPane(Pane):
         if job["process_state"] not in ("running", "starting"):
             self._set_status("%s has already ended (%s)" % (job["id"], job["state"]), error=True)
             return
+        what = job_action(job)
+        kept = "; the bytes on disk are kept for r" if what == "download" else ""
+        question = "Cancel %s, the %s of %s?%s" % (job["id"], what, job_repo(job), kept)
+        self.app.push_screen(ConfirmScreen(question, yes_label="Cancel %s" % what), lambda yes: yes and self._stop(job))
+
+    def _stop(self, job):
         self._set_status("stopping %s ..." % job["id"])
         self.stopped_here.add(job["id"])
         self.request("jobs.stop", {"id": job["id"]}, done=lambda stopped: self._set_status("%s stopped" % stopped["id"]),
@@ -355,7 +318,11 @@ class DownloadsPane(Pane):
         params = job and self._params_or_say(job, "retry")
         if not params:
             return
-        if job_action(job) == "verify":  # a retry of a verify verifies: it must not download
+        repair = repair_params(job) if job_action(job) == "verify" else None
+        if repair is not None:  # the verification found files wrong: download those again, which verifies them
+            self._set_status("repairing %s: downloading %s again ..." % (params["local_dir"], ", ".join(repair["files"])))
+            self._call_start("download.start", repair, "repair")
+        elif job_action(job) == "verify":  # nothing wrong to fetch: a retry of a verify verifies
             self._set_status("verifying %s against %s again ..." % (params["local_dir"], params["repo"]))
             self._call_start("download.verify", params, "verification")
         else:

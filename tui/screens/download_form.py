@@ -7,9 +7,13 @@ dismisses with `{"job": job, "params": params}`.
 
 The host python field starts with the interpreter remembered for the host (tui/config.py);
 "remember" beside it writes the one typed there for the host once the host accepted the
-download. The hub token of the console's environment goes with the request (never into the
-params the form hands back).
+download. The endpoint field starts with the one last used for the host (remembered whenever the
+host accepts a download; on this machine, else the console's own HF_ENDPOINT, which a job
+started through the daemon would not see). The hub token of the console's environment goes with
+the request (never into the params the form hands back).
 """
+
+import os
 
 from rich.text import Text
 from textual import on, work
@@ -35,6 +39,29 @@ FIELDS = (
     ("endpoint", "endpoint", "a hub mirror URL (empty: the host's HF_ENDPOINT, else the hub)"),
     ("python", "host python", "interpreter with huggingface_hub, e.g. ~/venv/bin/python (empty: the agent's)"),
 )
+
+
+# The console's next step for a refusal of this type (the CLI names a flag where the form has a field).
+FORM_STEPS = {"NetworkUnreachable": "put a hub mirror's URL in the endpoint field%s"}
+
+
+def console_hint(error_type, message, in_form=False):
+    """The agent's line with the console's next step for its type, if it has one."""
+    step = FORM_STEPS.get(error_type)
+    if not step or "endpoint field" in message:
+        return message
+    return "%s; %s" % (message.rstrip("."), step % (" above" if in_form else " of the form n opens"))
+
+
+def default_endpoint(host):
+    """The endpoint the form starts with: the one last used for the host, else on this machine
+    the console's HF_ENDPOINT, else none (the host's own HF_ENDPOINT, else the hub)."""
+    remembered = config.remembered(host, "hub_endpoint")
+    if remembered:
+        return remembered
+    if config.host_key(host) == config.LOCAL:
+        return (os.environ.get("HF_ENDPOINT") or "").strip()
+    return ""
 
 
 def form_params(values):
@@ -98,6 +125,8 @@ class DownloadForm(ModalScreen):
         host = self._host()
         if not self.initial.get("python"):
             self.initial["python"] = config.remembered(host, "ml_python") or ""
+        if not self.initial.get("endpoint"):
+            self.initial["endpoint"] = default_endpoint(host)
         with Vertical():
             yield Label("Download from the hub onto the host", id="form-title")
             for key, label, placeholder in FIELDS:
@@ -161,16 +190,21 @@ class DownloadForm(ModalScreen):
         try:
             job = client.call("download.start", dict(params, token=config.hub_token()), timeout=START_TIMEOUT_S)
         except RemoteError as exc:
-            self.post_message(self.Refused(exc.type, config.name_host(display.console_next_step(exc.message, in_download_form=True), host)))
+            message = config.name_host(display.console_next_step(exc.message, in_download_form=True), host)
+            self.post_message(self.Refused(exc.type, console_hint(exc.type, message, in_form=True)))
             return
         except ConnectError as exc:
             self.post_message(self.Refused("NotConnected", str(exc)))
             return
-        if remember:
+        remembered = {"ml_python": params["python"]} if remember else {}
+        if params["endpoint"] != config.remembered(host, "hub_endpoint"):
+            remembered["hub_endpoint"] = params["endpoint"]  # the endpoint used last, per host (None forgets it)
+        if remembered:
             try:
-                config.remember(host, {"ml_python": params["python"]})
+                config.remember(host, remembered)
             except (OSError, config.ConfigError) as exc:
-                self.app.call_from_thread(self.app.notify, "could not remember the interpreter: %s" % exc, severity="warning", markup=False)
+                self.app.call_from_thread(self.app.notify, "could not remember %s: %s" % (" and ".join(remembered), exc),
+                                          severity="warning", markup=False)
         self.post_message(self.Started(job, params))
 
     def on_worker_state_changed(self, event):
