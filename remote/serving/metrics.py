@@ -55,22 +55,25 @@ MAX_LABEL_SETS = 64  # per metric: more (a server inventing labels) are left out
 WANTED = tuple(VLLM_COUNTERS) + (VLLM_PER_POSITION,) + tuple(VLLM_GAUGES) + tuple(SGLANG_GAUGES)
 
 
+_WANTED_LINE = re.compile(r"^(?:# (?:TYPE|HELP) )?(%s)(?:_total|_created)?(?=[{ ]).*$" % "|".join(re.escape(name) for name in WANTED), re.M)
+
+
 def _wanted_lines(text):
-    """The lines of the metrics this module reads (and their # TYPE/HELP lines), so what the
-    parser sees is bounded by what we read, not by what a server exports; and whether any
-    vLLM metric was seen at all."""
-    kept, vllm_seen = [], False
-    for line in text.splitlines():
-        words = line[2:].split(" ", 2) if line.startswith("# ") else None
-        name = (words[1] if words and len(words) > 1 and words[0] in ("TYPE", "HELP") else
-                line.split("{", 1)[0].split(" ", 1)[0] if not line.startswith("#") else "")
-        if not name:
-            continue
-        vllm_seen = vllm_seen or name.startswith("vllm:")
-        base = name[: -len("_total")] if name.endswith("_total") else name[: -len("_created")] if name.endswith("_created") else name
-        if base in WANTED:
-            kept.append(line)
-    return "\n".join(kept) + "\n", vllm_seen
+    """The lines of the metrics this module reads (and their # TYPE/HELP lines), at most
+    2 x MAX_LABEL_SETS samples a metric (a `_total` and a `_created` each), so what the parser
+    sees is bounded by what we read, not by what a server exports (the scan is the regex
+    engine's); whether any vLLM metric was seen; and how many sample lines were left out."""
+    kept, counts, dropped = [], {}, 0
+    for match in _WANTED_LINE.finditer(text):
+        line = match.group(0)
+        if not line.startswith("#"):
+            name = match.group(1)
+            counts[name] = counts.get(name, 0) + 1
+            if counts[name] > 2 * MAX_LABEL_SETS:
+                dropped += 1
+                continue
+        kept.append(line)
+    return "\n".join(kept) + "\n", text.startswith("vllm:") or "\nvllm:" in text, dropped
 
 
 def _checked(metric, sample):
@@ -95,10 +98,10 @@ def parse(text, time_s):
     summed (counters, request counts) or averaged (rates and averages). A NaN, infinite or
     negative counter raises BadSample; positions from MAX_POSITIONS on, label sets beyond
     MAX_LABEL_SETS per metric and non-finite gauges are left out with a note."""
-    wanted, vllm_seen = _wanted_lines(text)
+    wanted, vllm_seen, lines_dropped = _wanted_lines(text)
     counters, per_position, gauges, gauge_counts = {}, {}, {}, {}
     engine = "vllm" if vllm_seen else None
-    dropped = {"positions": 0, "label_sets": 0, "gauges": 0}
+    dropped = {"positions": 0, "label_sets": lines_dropped, "gauges": 0}
     for family in _parser()(wanted):
         name = family.name
         if name.endswith("_total"):  # older parsers keep the suffix on the family name
