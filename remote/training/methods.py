@@ -5,16 +5,16 @@ import os
 import re
 import time
 
-from ..core import streams
-from ..core.protocol import BadRequest, NotFound, RemoteError
+from ..core import feed_wire
+from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
-from ..core.streams import TopicSource
 from ..core.wire import method
 from . import checkpoints, curves, measure, stepstore
-from .sampler import STATE_FILE, TrainingSampler, progress_of
+from .run import STATE_FILE
+from .sampler import TrainingFeed
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
-SERVICES = (TrainingSampler,)
+SERVICES = (TrainingFeed,)
 MAX_POINTS = 5000
 
 
@@ -59,7 +59,9 @@ def training_start(call):
     job = call.daemon.jobs.submit(argv, cwd=call.param("cwd", str), env=call.param("env", dict, {}), interpreter=call.param("python", str),
                                   name=call.param("name", str), kind=kind, meta=meta)
     call.daemon.services.wake("job-events")
-    call.daemon.services.wake("training")
+    feed = call.daemon.services.get(TrainingFeed.name)
+    if feed is not None:
+        feed.refresh()
     return job
 
 
@@ -68,10 +70,6 @@ def _job(call):
     if job["kind"] not in ("training", "datagen"):
         raise BadRequest("job %s is a %s job, not training" % (job["id"], job["kind"]))
     return job
-
-
-def _history(call):
-    return call.history()  # NoHistory, the one error for a daemon without a store (remote/core/wire.py)
 
 
 def checkpoint_list(job_dir, meta):
@@ -133,20 +131,20 @@ def training_curves(call):
         measured = [c["measure"]["result"]["break_even_accept_length"] for c in listed
                     if ((c.get("measure") or {}).get("result") or {}).get("break_even_accept_length")]
         break_even, source = (measured[-1], "measured") if measured else (None, None)
-    service = call.daemon.services.get("training")
+    feed = call.daemon.services.get(TrainingFeed.name)
     return {
         "id": job["id"], "process_state": job["process_state"], "exit_code": job.get("exit_code"), "steps": steps,
         "validation": validation, "latest": latest, "predicted_accept_length": predicted, "steps_per_s": rate, "eta_s": eta,
         "progress": progress, "break_even": break_even, "break_even_source": source,
         "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0), nan_step),
-        "notices": list((state.get("notices") or {}).values()), "error": service.errors.get(job["id"]) if service else None,
+        "notices": list((state.get("notices") or {}).values()), "error": feed.run_error(job["id"]) if feed else None,
         "checkpoints": listed, "bucket_steps": width,
     }
 
 
 def _from_history(call, job, points, start, end):
     """A run recorded before runs had a step store: its curves from the history store, by time."""
-    store = _history(call)
+    store = call.history()
     start = start or (job.get("started_at") or job["submitted_at"]) - 1.0
     end = end or (job.get("ended_at") or time.time()) + 5.0
     steps, validation, _ = curves.read_curves(store, job["id"], start, end, max((end - start) / points, 0.001))
@@ -209,22 +207,18 @@ def training_measure(call):
         raise BadRequest("checkpoint %s cannot be served (%s): nothing to measure" % (entry["name"], entry["verdict"]))
     if (entry.get("measure") or {}).get("state") in ("queued", "running"):
         raise BadRequest("checkpoint %s is already %s for measurement" % (entry["name"], entry["measure"]["state"]))
-    call.service("training").request_measure(job["id"], entry["name"], options)
-    call.daemon.services.wake("training")
+    call.service(TrainingFeed.name).request_measure(job["id"], entry["name"], options)
     return {"id": job["id"], "checkpoint": entry["name"], "state": "queued"}
 
 
 @method("training.follow")
 def training_follow(call):
     """Stream every run's records as they are read. Params: `stream`, `after` (a seq; absent:
-    from now). Frames: first `{snapshot: {job id: progress}, records: []}`, then `{records:
+    from now). Frames: first `{snapshot: {job id: progress with age_s, stale}, records: []}`, then `{records:
     [...]}`: a step or validation record (`{job, kind: step|validation, time, step, epoch,
     loss, full_acc, cond_acc, loss_k, lr, step_ms, tokens_per_s, predicted_accept_length}`) or
     `{job, kind: checkpoint, checkpoint}`, or `{job, kind: notice, text, time}` (said once: log lines
-    cut, a checkpoint link refused). A burst shows its newest 256 records per read (all of them
+    cut, a checkpoint link refused), or `{job, kind: stale, stale: true, age_s, error}` (reading
+    the run fails or hangs: its figures are that old). A burst shows its newest 256 records per read (all of them
     are in training.curves). Reply: `{stream, seq, snapshot}` (as a stream's opening reply)."""
-    service = call.daemon.services.get("training")
-    if service is None:
-        raise RemoteError("NotFound", "this agent's daemon runs no training sampler")
-    source = TopicSource(call.daemon.topics["training"], snapshot=lambda: {run.id: progress_of(run) for run in list(service.runs.values())})
-    return streams.follow(call, source)
+    return feed_wire.follow(call, call.service(TrainingFeed.name))

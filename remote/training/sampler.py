@@ -1,174 +1,191 @@
-"""The training sampler: a daemon service that follows every training and data-generation job's
-log, writes each record to the run's step store (stepstore.py, where `training.curves` reads
-them by step), publishes records to the `training` topic, samples the run's figures into the
-history store, watches the run's save directory for checkpoints (checkpoints.py) and writes
-the job's progress (step of total, ETA, predicted accept length; samples done of total for
-data generation) to its progress.json, which job events carry.
+"""The training feed (remote/core/feeds.py): every training and data-generation job is a source
+of its own, read on its own worker thread (run.py does the reading), so a run whose log is
+hostile, whose reading fails or hangs delays no other run and never stops the service.
 
-A record is stamped with when it was read: the records of one read are spread evenly over the
-stretch since the previous read (they were written within it), so no time is ever in the
-future and a burst keeps its order. The history store gets the newest step and validation of
-each read (a sample of the run over time; a burst of a million records must not flood its
-buffer, which other samplers share); the step store gets every record.
-
-Where it got to in each log (the byte offset of the first line of a record not yet complete)
-is kept in the job's directory (training-state.json), written after the step store committed
-the records before it: a daemon killed between the two reads those records again, which the
-step store already holds (keyed by their offset in the log) and keeps as they were; records a
-previous daemon published are not published again.
-
-One run's trouble stays that run's: a failure while following it is shown as its error (in
-its progress and in training.curves) and tried again with its own backoff, and the other runs
-go on.
+A read takes the next stretch of the run's log (records to the step store, the `training` topic
+and the progress.json that job events carry), looks at its save directory for checkpoints
+(checkpoints.py) and moves its checkpoint measurements on (measure.py). Each read spends at most
+`max_bytes` of log and about `deadline_s`; a backlog is caught up over several reads. A read
+returns the run's progress, so a run's figure is as old as its last good read: one whose reads
+fail shows its error (its progress.json and training.curves say it, a stale marker on the
+topic) and is tried again with its own backoff, its state read again from its job directory.
+A run that ended, whose log was read to its end and whose measurements are done, is no longer a
+source.
 """
 
-import logging
-import math
 import os
 import threading
 import time
 
-from ..core.records import read_json, write_json
-from ..core.services import BACKOFF_S, Service
-from ..core.streams import Topic
-from . import checkpoints, curves, logparse, measure, stepstore
-from .datagen import Samples
-from .logreader import LogReader
-
-log = logging.getLogger("specdeck.training")
+from ..core.feeds import Feed, FeedSource
+from ..core.records import read_json
+from . import checkpoints, measure
+from .logreader import READ_BYTES
+from .run import STATE_FILE, Run, progress_of
 
 KINDS = ("training", "datagen")
-STATE_FILE = "training-state.json"
 JOBS_EVERY_S = 2.0
-PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
+LIVE = ("running", "starting")
 
 
-class Run:
-    """One followed job: where its log was read to, its parser, its step store, its checkpoints."""
+class RunSource(FeedSource):
+    """One run, read every half second."""
 
-    def __init__(self, job, job_dir):
-        self.id = job["id"]
-        self.kind = job["kind"]
-        self.job = job
-        self.meta = job.get("meta") or {}
-        self.job_dir = job_dir
-        state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
-        offset = int(state.get("offset", 0))
-        self.reader = LogReader(offset, int(state.get("cut_lines", 0)), state.get("first_cut_at"))
-        self.reader.skipping = bool(state.get("skipping"))
-        self.saved_offset = self.pending_offset = offset
-        self.published_to = int(state.get("published_to", 0))  # records starting before it were published
-        self.last_time = float(state.get("last_time", 0.0))
-        self.latest = state.get("latest")
-        self.validation = state.get("validation")
-        self.samples = Samples(state.get("samples") or {})
-        self.epoch_starts = state.get("epoch_starts") or {}  # epoch -> its first step
-        self.notices = dict(state.get("notices") or {})  # what -> its text (the cut lines' count grows)
-        self.assembler = logparse.Assembler()
-        self.recent = []  # (time, step) of the last records, for the rate
-        self.writer = stepstore.StepWriter(job_dir) if self.kind == "training" else None
-        save_dir = self.meta.get("save_dir")
-        self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
-        self.ended = False
-        self.error = None
-        self.failures = 0
-        self.next_try_at = 0.0
+    interval_s = 0.5
+    deadline_s = 2.0
+    max_bytes = 4 * READ_BYTES
+    max_series = 256  # per-position series: three per drafted position, two more per validated one
 
-    def save(self):
-        """How far the log was read (a record still open is read again from its start)."""
-        self.saved_offset = self.pending_offset
-        write_json(os.path.join(self.job_dir, STATE_FILE), {
-            "offset": self.pending_offset, "skipping": self.reader.skipping and self.pending_offset == self.reader.offset,
-            "cut_lines": self.reader.cut_lines, "first_cut_at": self.reader.first_cut_at, "published_to": self.published_to,
-            "last_time": self.last_time, "latest": self.latest, "validation": self.validation, "samples": self.samples.state(),
-            "epoch_starts": self.epoch_starts, "notices": self.notices})
+    def __init__(self, key, feed):
+        super().__init__(key)
+        self.feed = feed
+        self.run = None
+        self._points = []
+
+    def open(self):
+        daemon = self.feed.daemon
+        job = self.feed.jobs[self.key]
+        self.run = Run(job, daemon.jobs.job_dir(self.key), daemon.jobs.log_path(self.key), self.feed.topic.publish)
 
     def close(self):
-        if self.writer is not None:
-            self.writer.close()
-            self.writer = None
+        if self.run is not None:
+            self.run.close()
+            self.run = None
 
+    def read(self, budget):
+        run = self.run
+        try:
+            self._read(run, budget)
+        except Exception as exc:  # shown as the run's error in its progress; the feed retries it
+            run.error = "%s: %s" % (type(exc).__name__, exc)
+            try:
+                run.write_progress()
+            except OSError:
+                pass  # the job's directory may be what fails
+            raise
+        if run.error is not None:
+            run.error = None
+            run.write_progress()
+        return dict(progress_of(run), job=run.id)
 
-class TrainingSampler(Service):
-    name = "training"
-    interval_s = 0.5
-
-    def __init__(self, daemon):
-        self.daemon = daemon
-        self.topic = daemon.topics.setdefault("training", Topic("training"))
-        self.runs = {}
-        self.errors = {}  # job id -> its last error, while it fails
-        self._jobs_at = 0.0
-        self._finished = set()  # ended jobs whose log was read to the end: not looked at again
-        self.records = 0
-        self._requests = []  # (job id, checkpoint name, options) asked for by training.measure
-        self._lock = threading.Lock()
-
-    def request_measure(self, job_id, name, options):
-        """Queue a measurement of one checkpoint (from training.measure; runs on the next step)."""
-        with self._lock:
-            self._requests.append((job_id, name, options))
-            self._finished.discard(job_id)
-
-    def detail(self):
-        return {"runs": len(self.runs), "records": self.records, "failing": len(self.errors)}
-
-    def stop(self):
-        for run in self.runs.values():
-            run.close()
-        self.runs = {}
-
-    def step(self):
-        now = time.time()
-        with self._lock:
-            requests, self._requests = self._requests, []
-        if now - self._jobs_at >= JOBS_EVERY_S or not self.runs or requests:
-            self._jobs_at = now
-            self._refresh_runs(set(request[0] for request in requests))
-        for job_id, name, options in requests:
-            run = self.runs.get(job_id)
-            entry = next((e for e in run.watcher.entries if e["name"] == name), None) if run and run.watcher else None
+    def _read(self, run, budget):
+        job = self.feed.jobs.get(self.key) or run.job
+        run.job, run.ended = job, job["process_state"] not in LIVE
+        for name, options in self.feed.take_requests(self.key):
+            entry = next((e for e in run.watcher.entries if e["name"] == name), None) if run.watcher else None
             if entry is not None:
                 measure.queue(entry, options, by_hand=True)
                 run.watcher.save(entry)
-                self._announce(run, entry)
-        for run in list(self.runs.values()):
-            if time.time() < run.next_try_at:
-                continue
-            try:
-                self.step_run(run)
-            except Exception as exc:  # this run's trouble: shown as its error, the other runs go on
-                self._failed(run, exc)
-            else:
-                if run.error is not None:
-                    run.error, run.failures = None, 0
-                    self.errors.pop(run.id, None)
-                    self._progress(run)
+                self._announce(entry)
+        # The log: a stretch at a time while this read's budget lasts (a backlog goes on at the next).
+        read_bytes = 0
+        while True:
+            got = run.read_log()
+            read_bytes += got
+            if not got or run.caught_up() or budget.remaining_s() < self.deadline_s / 2 or read_bytes + READ_BYTES > self.max_bytes:
+                break
+        self._points = run.take_history_points(time.time())
+        if run.watcher is not None:
+            for entry in run.watcher.look():
+                run.checkpoint_done(entry)
+                if run.meta.get("measure") and measure.servable(entry):
+                    measure.queue(entry, run.meta["measure"])
+                run.watcher.save(entry)
+                self._announce(entry)
+            if run.update_notices():
+                run.write_progress()
+            if measure.pending(run.watcher.entries):
+                before = {e["name"]: dict(e.get("measure") or {}) for e in run.watcher.entries}
+                if measure.advance(self.feed.daemon, run.watcher.entries):
+                    for entry in run.watcher.entries:
+                        if (entry.get("measure") or {}) != before.get(entry["name"]):
+                            run.watcher.save(entry)
+                            self._announce(entry)
+                return  # followed while a benchmark is queued or runs, even after the run ended
+        if run.ended and run.caught_up():
+            run.write_progress()
+            self.feed.finished(self.key)
 
-    def _refresh_runs(self, asked):
+    def history_points(self, record):
+        points, self._points = self._points, []
+        return points
+
+    def wire_record(self, record):
+        return None  # the run's records went on the topic as they were read
+
+    def stale_marker(self, latest, age_s, error, key_field):
+        return {"job": self.key, "kind": "stale", "stale": True, "age_s": age_s, "error": error, "time": time.time()}
+
+    def _announce(self, entry):
+        """A checkpoint inspected, or its measurement moved on: the `training` topic says so."""
+        self.feed.topic.publish({"job": self.key, "kind": "checkpoint", "time": time.time(),
+                                 "checkpoint": dict(entry, measure=measure.public(entry.get("measure")))})
+
+
+class TrainingFeed(Feed):
+    """Training and data-generation runs, one source each (keyed by job id)."""
+
+    name = "training"
+    key_field = "job"
+    interval_s = 0.5
+
+    def __init__(self, daemon):
+        super().__init__(daemon)
+        self.jobs = {}  # id -> the job, as last listed (sources read their run's from here)
+        self._jobs_at = 0.0
+        self._wanted = {}
+        self._finished = set()  # ended jobs whose log was read to the end: no source
+        self._requests = {}  # job id -> [(checkpoint name, options)] asked for by training.measure
+        self._requests_lock = threading.Lock()
+
+    def request_measure(self, job_id, name, options):
+        """Queue a measurement of one checkpoint (from training.measure; its run's next read takes it)."""
+        with self._requests_lock:
+            self._requests.setdefault(job_id, []).append((name, options))
+            self._finished.discard(job_id)
+        self._jobs_at = 0.0
+        self.daemon.services.wake(self.name)
+        self.wake(job_id)
+
+    def take_requests(self, job_id):
+        with self._requests_lock:
+            return self._requests.pop(job_id, [])
+
+    def refresh(self):
+        """List the jobs again at the next discovery (a run was just started), and now."""
+        self._jobs_at = 0.0
+        self.daemon.services.wake(self.name)
+
+    def finished(self, job_id):
+        self._finished.add(job_id)
+        self._jobs_at = 0.0  # the next discovery lets its source go
+
+    def discover(self):
+        """{job id: kind} of the runs to read: running ones, and ended ones with something left
+        (log not read to its end, a measurement queued or running)."""
+        now = time.time()
+        if now - self._jobs_at < JOBS_EVERY_S and not (set(self._wanted) & self._finished):
+            return self._wanted
+        self._jobs_at = now
         jobs = {}
         for kind in KINDS:
             for job in self.daemon.jobs.list(kind=kind):
                 jobs[job["id"]] = job
-        for job_id in set(self.runs) - set(jobs):
-            self.runs.pop(job_id).close()
-            self.errors.pop(job_id, None)
+        self.jobs = jobs
+        with self._requests_lock:
+            asked = set(self._requests)
+        wanted = {}
         for job_id, job in jobs.items():
-            run = self.runs.get(job_id)
-            live = job["process_state"] in ("running", "starting")
-            if run is None and job_id not in self._finished and (live or job_id in asked or not self._is_finished(job)):
-                try:
-                    run = self.runs[job_id] = Run(job, self.daemon.jobs.job_dir(job_id))
-                except Exception as exc:
-                    self.errors[job_id] = "%s: %s" % (type(exc).__name__, exc)
-                    log.warning("training run %s cannot be followed: %s", job_id, self.errors[job_id])
-                    continue
-            if run is not None:
-                run.ended = not live
-                run.job = job
+            if job_id in self._finished and job_id not in asked:
+                continue
+            if job["process_state"] in LIVE or job_id in asked or job_id in self._wanted or not self._is_finished(job):
+                wanted[job_id] = job["kind"]
+        self._wanted = wanted
+        return wanted
 
     def _is_finished(self, job):
-        """An ended job whose log was read to its end, no benchmark of its checkpoints pending."""
+        """An ended job whose log was read to its end, no benchmark of its checkpoints pending
+        (looked at once per job: a finished job stays finished until a measurement is asked for)."""
         job_dir = self.daemon.jobs.job_dir(job["id"])
         state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
         if state.get("offset", -1) < job.get("log_bytes", 0):
@@ -178,196 +195,13 @@ class TrainingSampler(Service):
         self._finished.add(job["id"])
         return True
 
-    def _failed(self, run, exc):
-        run.failures += 1
-        run.error = "%s: %s" % (type(exc).__name__, exc)
-        self.errors[run.id] = run.error
-        wait_s = BACKOFF_S[min(run.failures, len(BACKOFF_S)) - 1]
-        run.next_try_at = time.time() + wait_s
-        log.warning("training run %s failed (%d in a row), next try in %.0f s: %s", run.id, run.failures, wait_s, run.error,
-                    exc_info=run.failures == 1)
-        try:
-            self._progress(run)
-        except OSError:
-            pass  # the job's directory may be what fails
+    def make_source(self, key, spec):
+        return RunSource(key, self)
 
-    def step_run(self, run):
-        """One look at one run: its log, its checkpoints, its benchmark; ends it once all is read."""
-        self._follow(run)
-        if run.watcher is not None and measure.pending(run.watcher.entries):
-            before = {e["name"]: dict(e.get("measure") or {}) for e in run.watcher.entries}
-            if measure.advance(self.daemon, run.watcher.entries):
-                for entry in run.watcher.entries:
-                    if (entry.get("measure") or {}) != before.get(entry["name"]):
-                        run.watcher.save(entry)
-                        self._announce(run, entry)
-            return  # kept while a benchmark is queued or runs, even after the run ended
-        if run.ended and run.reader.offset >= _size(self.daemon.jobs.log_path(run.id)) and not run.reader.skipping:
-            self._progress(run)
-            run.close()
-            del self.runs[run.id]
-            self._finished.add(run.id)
+    def detail_extra(self):
+        return {"runs": len(self._wanted), "finished": len(self._finished)}
 
-    def _follow(self, run):
-        path = self.daemon.jobs.log_path(run.id)
-        size = _size(path)
-        before = (run.reader.offset, run.reader.skipping)
-        lines = run.reader.read(path, size, run.ended)
-        samples_seen = False
-        for line in lines:
-            # A cut line is read as an empty one: it ends a record that was open, and is nothing itself.
-            run.assembler.feed(line.text if line.text is not None else "", line.start)
-            if run.kind == "datagen" and line.text is not None:
-                samples_seen = run.samples.read_line(line.text) or samples_seen
-        caught_up = run.reader.offset >= size and not run.reader.skipping
-        if run.ended and caught_up:
-            run.assembler.flush()
-        opened = run.assembler.open_at()
-        run.pending_offset = opened if opened is not None else run.reader.offset
-        self._publish(run, run.assembler.take())
-        if samples_seen:
-            self._samples(run)
-        self._notices(run)
-        if run.watcher is not None:
-            for entry in run.watcher.look():
-                self._checkpoint(run, entry)
-        if (run.reader.offset, run.reader.skipping) != before or run.pending_offset != run.saved_offset:
-            run.save()
-
-    def _publish(self, run, records):
-        if not records:
-            return
-        # Written since the last read, read now: spread over that stretch, never past now.
-        now = time.time()
-        since = run.last_time or (run.job or {}).get("started_at") or now - 0.5
-        since = min(since, now)
-        stamped = [(record.get("offset"), record, since + (now - since) * (index + 1) / len(records))
-                   for index, record in enumerate(records)]
-        run.last_time = now
-        if run.writer is not None:
-            run.writer.add([item for item in stamped if item[0] is not None])
-        newest = {}
-        fresh = []
-        for offset, record, when in stamped:
-            public = curves.public_record(record, when)
-            public["job"] = run.id
-            if record["kind"] == "step":
-                if public["epoch"] is not None and public["step"] is not None:
-                    run.epoch_starts.setdefault(str(public["epoch"]), public["step"])
-                run.latest = public
-                run.recent.append((when, record.get("step")))
-            else:
-                if public["step"] is None and run.latest:
-                    public["step"] = run.latest.get("step")
-                run.validation = public
-            newest[record["kind"]] = (record, when)
-            if offset is None or offset >= run.published_to:
-                fresh.append(public)
-        run.recent = run.recent[-50:]
-        store = getattr(self.daemon, "history", None)
-        if store is not None:
-            for record, when in newest.values():
-                store.add_many(curves.history_points(run.id, record, when))
-        for public in fresh[-PUBLISH_MAX:]:
-            self.topic.publish(public)
-        self.records += len(records)
-        offsets = [item[0] for item in stamped if item[0] is not None]
-        if offsets:
-            run.published_to = max(run.published_to, max(offsets) + 1)
-        self._progress(run)
-
-    def _samples(self, run):
-        store = getattr(self.daemon, "history", None)
-        samples = run.samples
-        now = time.time()
-        if store is not None and samples.done is not None and now - samples.recorded_at >= 1.0:
-            samples.recorded_at = now
-            labels = {"job": run.id}
-            store.add("training", "samples_done", labels, float(samples.done), now)
-            if samples.total is not None:
-                store.add("training", "samples_total", labels, float(samples.total), now)
-            if samples.rate:
-                store.add("training", "samples_per_s", labels, samples.rate, now)
-        self._progress(run)
-
-    def _notices(self, run):
-        """The run's notices (lines cut, links out of the save directory), each said once on the topic."""
-        found = {}
-        if run.reader.notice():
-            found["cut lines"] = run.reader.notice()
-        for link in run.watcher.links if run.watcher else []:
-            found["link " + link] = "checkpoint directory %s leads out of the save directory: not read" % link
-        changed = False
-        for key, text in found.items():
-            if run.notices.get(key) == text:
-                continue
-            if key not in run.notices:
-                self.topic.publish({"job": run.id, "kind": "notice", "text": text, "time": time.time()})
-            run.notices[key] = text
-            changed = True
-        if changed:
-            self._progress(run)
-
-    def _progress(self, run):
-        write_json(os.path.join(run.job_dir, "progress.json"), progress_of(run))
-
-    def _checkpoint(self, run, entry):
-        if run.validation and run.validation.get("epoch") == entry.get("epoch"):
-            entry["validation"] = run.validation
-            entry["predicted_accept_length"] = run.validation.get("predicted_accept_length")
-        elif run.latest:
-            entry["predicted_accept_length"] = run.latest.get("predicted_accept_length")
-        entry["step"] = (run.latest or {}).get("step")
-        if run.meta.get("measure") and measure.servable(entry):
-            measure.queue(entry, run.meta["measure"])
-        run.watcher.save(entry)
-        self._announce(run, entry)
-
-    def _announce(self, run, entry):
-        """A checkpoint inspected, or its measurement moved on: the `training` topic says so."""
-        self.topic.publish({"job": run.id, "kind": "checkpoint", "checkpoint": dict(entry, measure=measure.public(entry.get("measure"))),
-                            "time": time.time()})
-
-
-def _size(path):
-    try:
-        return os.path.getsize(path)
-    except OSError:
-        return 0
-
-
-def rate_of(run):
-    recent = [(t, s) for t, s in run.recent if s is not None]
-    if len(recent) < 2 or recent[-1][0] <= recent[0][0] or recent[-1][1] <= recent[0][1]:
-        return None
-    return (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0])
-
-
-def progress_of(run):
-    """The job's progress.json: {state, step, steps_total, epoch, epochs_total, steps_per_s, eta_s,
-    predicted_accept_length, loss} for training; {state, done, total, rate, eta_s} for data
-    generation; both with `notices` (lines cut, links refused) and `error` (following it failed)."""
-    common = {"notices": list(run.notices.values()), "error": run.error, "updated_at": time.time()}
-    if run.kind == "datagen":
-        samples = run.samples
-        return dict(common, state="generating", done=samples.done, total=samples.total, rate=samples.rate, eta_s=samples.eta_s())
-    latest = run.latest or {}
-    rate = rate_of(run)
-    steps_total = run.meta.get("steps_total")
-    epochs_total = run.meta.get("epochs_total")
-    eta = None
-    if rate and latest.get("step") is not None:
-        total = steps_total
-        starts = run.epoch_starts
-        if total is None and epochs_total and "0" in starts and "1" in starts:
-            total = (starts["1"] - starts["0"]) * epochs_total  # steps per epoch, once one epoch ended
-        if total:
-            eta = max(0.0, (total - 1 - latest["step"]) / rate)
-    return dict(common, state="training", step=latest.get("step"), steps_total=steps_total, epoch=latest.get("epoch"),
-                epochs_total=epochs_total, steps_per_s=rate, eta_s=eta, loss=latest.get("loss"),
-                predicted_accept_length=latest.get("predicted_accept_length"),
-                validation_predicted_accept_length=(run.validation or {}).get("predicted_accept_length"))
-
-
-def is_nan(value):
-    return value == "nan" or (isinstance(value, float) and math.isnan(value))
+    def run_error(self, job_id):
+        """Why reading this run fails now (None: it does not, or it is not read)."""
+        status = self.source_status(job_id)
+        return status["error"] if status else None

@@ -165,6 +165,9 @@ class TrainingPane(Pane):
                 listed.append(entry)
             self._load(record["job"])  # the host judges it against break-even: ask for the list as judged
             return
+        if record["kind"] == "stale":  # reading the run fails or hangs on the host
+            self.progress[record["job"]] = dict(self.progress.get(record["job"]) or {}, error=record.get("error"))
+            return
         if record["kind"] == "notice":
             notices = curves.setdefault("notices", [])
             if record.get("text") and record["text"] not in notices:

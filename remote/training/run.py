@@ -1,0 +1,223 @@
+"""One followed training or data-generation run: where its log was read to, its parser, its step
+store, its checkpoints and its progress; `read_log()` reads the next stretch of its log.
+
+A record is stamped with when it was read: the records of one read are spread evenly over the
+stretch since the previous read (they were written within it), so no time is ever in the
+future and a burst keeps its order. Every record goes to the run's step store (stepstore.py,
+where `training.curves` reads them by step); the topic gets the newest PUBLISH_MAX of a read
+and the history store the newest step and validation (a sample of the run over time: a burst
+of a million records must not flood its buffer, which the other feeds share).
+
+Where it got to in the log (the byte offset of the first line of a record not yet complete)
+is kept in the job's directory (training-state.json), written after the step store committed
+the records before it: a daemon killed between the two reads those records again, which the
+step store already holds (keyed by their offset in the log) and keeps as they were; records a
+previous daemon published are not published again.
+"""
+
+import os
+import time
+
+from ..core.records import read_json, write_json
+from . import checkpoints, curves, logparse, stepstore
+from .datagen import Samples
+from .logreader import LogReader
+
+STATE_FILE = "training-state.json"
+PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
+
+
+class Run:
+    """One run's reading state (see the module docstring). `publish(record)` puts a record on the
+    training topic."""
+
+    def __init__(self, job, job_dir, log_path, publish):
+        self.id = job["id"]
+        self.kind = job["kind"]
+        self.job = job
+        self.meta = job.get("meta") or {}
+        self.job_dir = job_dir
+        self.log_path = log_path
+        self.publish = publish
+        state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
+        offset = int(state.get("offset", 0))
+        self.reader = LogReader(offset, int(state.get("cut_lines", 0)), state.get("first_cut_at"))
+        self.reader.skipping = bool(state.get("skipping"))
+        self.saved_offset = self.pending_offset = offset
+        self.published_to = int(state.get("published_to", 0))  # records starting before it were published
+        self.last_time = float(state.get("last_time", 0.0))
+        self.latest = state.get("latest")
+        self.validation = state.get("validation")
+        self.samples = Samples(state.get("samples") or {})
+        self.epoch_starts = state.get("epoch_starts") or {}  # epoch -> its first step
+        self.notices = dict(state.get("notices") or {})  # what -> its text (the cut lines' count grows)
+        self.assembler = logparse.Assembler()
+        self.recent = []  # (time, step) of the last records, for the rate
+        self.newest = {}  # kind -> the newest record of the last read (the history store's sample)
+        self.writer = stepstore.StepWriter(job_dir) if self.kind == "training" else None
+        save_dir = self.meta.get("save_dir")
+        self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
+        self.ended = False
+        self.error = None
+
+    def log_size(self):
+        try:
+            return os.path.getsize(self.log_path)
+        except OSError:
+            return 0
+
+    def caught_up(self, size=None):
+        return self.reader.offset >= (self.log_size() if size is None else size) and not self.reader.skipping
+
+    def read_log(self):
+        """Read the next stretch of the log (at most the reader's READ_BYTES): its records to the
+        step store, the topic and the progress. Returns the bytes read."""
+        size = self.log_size()
+        before = (self.reader.offset, self.reader.skipping)
+        lines = self.reader.read(self.log_path, size, self.ended)
+        samples_seen = False
+        for line in lines:
+            # A cut line is read as an empty one: it ends a record that was open, and is nothing itself.
+            self.assembler.feed(line.text if line.text is not None else "", line.start)
+            if self.kind == "datagen" and line.text is not None:
+                samples_seen = self.samples.read_line(line.text) or samples_seen
+        if self.ended and self.caught_up(size):
+            self.assembler.flush()
+        opened = self.assembler.open_at()
+        self.pending_offset = opened if opened is not None else self.reader.offset
+        records = self.assembler.take()
+        self._publish(records)
+        changed = self.update_notices()
+        if records or samples_seen or changed:
+            self.write_progress()
+        if (self.reader.offset, self.reader.skipping) != before or self.pending_offset != self.saved_offset:
+            self.save()
+        return self.reader.offset - before[0]
+
+    def _publish(self, records):
+        if not records:
+            return
+        # Written since the last read, read now: spread over that stretch, never past now.
+        now = time.time()
+        since = min(self.last_time or self.job.get("started_at") or now - 0.5, now)
+        stamped = [(record.get("offset"), record, since + (now - since) * (index + 1) / len(records))
+                   for index, record in enumerate(records)]
+        self.last_time = now
+        if self.writer is not None:
+            self.writer.add([item for item in stamped if item[0] is not None])
+        fresh = []
+        for offset, record, when in stamped:
+            public = curves.public_record(record, when)
+            public["job"] = self.id
+            if record["kind"] == "step":
+                if public["epoch"] is not None and public["step"] is not None:
+                    self.epoch_starts.setdefault(str(public["epoch"]), public["step"])
+                self.latest = public
+                self.recent.append((when, record.get("step")))
+            else:
+                if public["step"] is None and self.latest:
+                    public["step"] = self.latest.get("step")
+                self.validation = public
+            self.newest[record["kind"]] = record
+            if offset is None or offset >= self.published_to:
+                fresh.append(public)
+        self.recent = self.recent[-50:]
+        for public in fresh[-PUBLISH_MAX:]:
+            self.publish(public)
+        offsets = [item[0] for item in stamped if item[0] is not None]
+        if offsets:
+            self.published_to = max(self.published_to, max(offsets) + 1)
+
+    def take_history_points(self, now):
+        """[(name, labels, value)] for the history store: the newest step and validation read since
+        the last call, the samples of a data generation at most once a second."""
+        points = []
+        for record in self.newest.values():
+            points.extend((name, labels, value) for _, name, labels, value, _ in curves.history_points(self.id, record, now))
+        self.newest = {}
+        samples = self.samples
+        if samples.done is not None and now - samples.recorded_at >= 1.0:
+            samples.recorded_at = now
+            labels = {"job": self.id}
+            points.append(("samples_done", labels, float(samples.done)))
+            if samples.total is not None:
+                points.append(("samples_total", labels, float(samples.total)))
+            if samples.rate:
+                points.append(("samples_per_s", labels, samples.rate))
+        return points
+
+    def update_notices(self):
+        """The run's notices (lines cut, links out of the save directory), each said once on the topic."""
+        found = {}
+        if self.reader.notice():
+            found["cut lines"] = self.reader.notice()
+        for link in self.watcher.links if self.watcher else []:
+            found["link " + link] = "checkpoint directory %s leads out of the save directory: not read" % link
+        changed = False
+        for key, text in found.items():
+            if self.notices.get(key) == text:
+                continue
+            if key not in self.notices:
+                self.publish({"job": self.id, "kind": "notice", "text": text, "time": time.time()})
+            self.notices[key] = text
+            changed = True
+        return changed
+
+    def checkpoint_done(self, entry):
+        """A checkpoint just inspected: what the run knew when it came (validation, prediction, step)."""
+        if self.validation and self.validation.get("epoch") == entry.get("epoch"):
+            entry["validation"] = self.validation
+            entry["predicted_accept_length"] = self.validation.get("predicted_accept_length")
+        elif self.latest:
+            entry["predicted_accept_length"] = self.latest.get("predicted_accept_length")
+        entry["step"] = (self.latest or {}).get("step")
+
+    def write_progress(self):
+        write_json(os.path.join(self.job_dir, "progress.json"), progress_of(self))
+
+    def save(self):
+        """How far the log was read (a record still open is read again from its start)."""
+        self.saved_offset = self.pending_offset
+        write_json(os.path.join(self.job_dir, STATE_FILE), {
+            "offset": self.pending_offset, "skipping": self.reader.skipping and self.pending_offset == self.reader.offset,
+            "cut_lines": self.reader.cut_lines, "first_cut_at": self.reader.first_cut_at, "published_to": self.published_to,
+            "last_time": self.last_time, "latest": self.latest, "validation": self.validation, "samples": self.samples.state(),
+            "epoch_starts": self.epoch_starts, "notices": self.notices})
+
+    def close(self):
+        if self.writer is not None:
+            self.writer.close()
+            self.writer = None
+
+
+def rate_of(run):
+    recent = [(t, s) for t, s in run.recent if s is not None]
+    if len(recent) < 2 or recent[-1][0] <= recent[0][0] or recent[-1][1] <= recent[0][1]:
+        return None
+    return (recent[-1][1] - recent[0][1]) / (recent[-1][0] - recent[0][0])
+
+
+def progress_of(run):
+    """The job's progress.json: {state, step, steps_total, epoch, epochs_total, steps_per_s, eta_s,
+    predicted_accept_length, loss} for training; {state, done, total, rate, eta_s} for data
+    generation; both with `notices` (lines cut, links refused) and `error` (reading it failed)."""
+    common = {"notices": list(run.notices.values()), "error": run.error, "updated_at": time.time()}
+    if run.kind == "datagen":
+        samples = run.samples
+        return dict(common, state="generating", done=samples.done, total=samples.total, rate=samples.rate, eta_s=samples.eta_s())
+    latest = run.latest or {}
+    rate = rate_of(run)
+    steps_total = run.meta.get("steps_total")
+    epochs_total = run.meta.get("epochs_total")
+    eta = None
+    if rate and latest.get("step") is not None:
+        total = steps_total
+        starts = run.epoch_starts
+        if total is None and epochs_total and "0" in starts and "1" in starts:
+            total = (starts["1"] - starts["0"]) * epochs_total  # steps per epoch, once one epoch ended
+        if total:
+            eta = max(0.0, (total - 1 - latest["step"]) / rate)
+    return dict(common, state="training", step=latest.get("step"), steps_total=steps_total, epoch=latest.get("epoch"),
+                epochs_total=epochs_total, steps_per_s=rate, eta_s=eta, loss=latest.get("loss"),
+                predicted_accept_length=latest.get("predicted_accept_length"),
+                validation_predicted_accept_length=(run.validation or {}).get("predicted_accept_length"))
