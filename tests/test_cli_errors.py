@@ -1,0 +1,133 @@
+"""What the CLI says when something goes wrong, as a new user meets it: the real `specdeck` in a
+subprocess against the local agent. One line on stderr (or one JSON error object with --json),
+and the exit code by what went wrong: 1 when the thing asked for failed, 2 for usage, connection
+or I/O."""
+
+import json
+
+import pytest
+
+from tests.checkpoint_fixtures import write_drafter
+from tests.conftest import daemon_pid, run_cli
+from tests.sshd_fixtures import wait_for
+
+
+def one_line(result):
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    return lines[0]
+
+
+def json_error(result):
+    """The --json error object on stderr, which has exactly a type and a message."""
+    error = json.loads(one_line(result))["error"]
+    assert sorted(error) == ["message", "type"]
+    return error
+
+
+def test_a_mistyped_command_is_named_with_the_command_it_resembles(tmp_path):
+    result = run_cli("downlaod", "local", "org/repo", "--local-dir", tmp_path / "x")
+    assert result.returncode == 2
+    assert one_line(result) == "specdeck: unknown command 'downlaod', did you mean 'download'?"
+    alone = run_cli("jbos", "--json")
+    assert alone.returncode == 2 and json_error(alone) == {"type": "UsageError", "message": "unknown command 'jbos', did you mean 'jobs'?"}
+    # Nothing like a command, with words after it: not a host either (the console takes one HOST).
+    other = run_cli("frobnicate", "local")
+    assert other.returncode == 2 and "unknown command 'frobnicate'" in one_line(other) and "specdeck -h" in one_line(other)
+
+
+def test_a_host_name_that_does_not_resolve_says_how_to_name_one_in_ssh_config(tmp_path):
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    result = run_cli("jobs", "gpu-box.invalid", home=home)
+    assert result.returncode == 2
+    line = one_line(result)
+    assert "cannot resolve host 'gpu-box.invalid'" in line and "did not resolve" in line
+    assert "Host gpu-box.invalid" in line and "HostName" in line and "~/.ssh/config" in line
+    assert "press r" not in line
+    # An alias whose HostName does not resolve: the line says where that name came from.
+    (home / ".ssh" / "config").write_text("Host gpubox\n    HostName gpu-box.invalid\n")
+    aliased = run_cli("jobs", "gpubox", "--json", home=home)
+    error = json_error(aliased)
+    assert aliased.returncode == 2 and error["type"] == "ConnectError"
+    assert "gpu-box.invalid" in error["message"] and "HostName ~/.ssh/config gives for gpubox" in error["message"]
+
+
+@pytest.mark.parametrize(
+    "argv, code, error_type, words",
+    [
+        (("logs", "local", "j999"), 1, "NotFound", "j999"),
+        (("verify", "local:/no/such/dir", "--repo", "org/repo"), 1, "NotFound", "/no/such/dir"),
+        (("inspect", "local:/no/such/checkpoint"), 2, "IOError", "/no/such/checkpoint"),
+        (("run", "local", "--", "no-such-command-anywhere"), 2, "BadRequest", "no-such-command-anywhere"),
+    ],
+)
+def test_a_hosts_refusal_keeps_its_type_and_exits_by_what_it_means(agent_home, argv, code, error_type, words):
+    human = run_cli(*argv)
+    assert human.returncode == code, human.stderr
+    assert one_line(human).startswith("specdeck: ") and words in one_line(human)
+    assert human.stdout == ""
+    split = argv.index("--") if "--" in argv else len(argv)  # after --, words are the job's own
+    as_json = run_cli(*argv[:split], "--json", *argv[split:])
+    assert as_json.returncode == code
+    error = json_error(as_json)
+    assert error["type"] == error_type and words in error["message"]
+
+
+def test_a_refusal_that_a_command_put_in_its_own_words_keeps_the_hosts_type(agent_home):
+    # `spec` names the job in its own line; the type and the exit code stay the host's NotFound.
+    result = run_cli("spec", "local", "j999", "--json")
+    assert result.returncode == 1
+    assert json_error(result)["type"] == "NotFound"
+
+
+def test_logs_follow_of_a_failed_job_says_how_it_ended(agent_home):
+    job_id = run_cli("run", "local", "--", "sh", "-c", "echo working; exit 3", check=0).stdout.strip()
+    result = run_cli("logs", "local", job_id, "--follow")
+    assert result.returncode == 1
+    assert result.stdout == "working\n"
+    assert one_line(result) == "specdeck: %s exited 3" % job_id
+    as_json = run_cli("logs", "local", job_id, "--follow", "--json")
+    assert as_json.returncode == 1 and json_error(as_json) == {"type": "JobFailed", "message": "%s exited 3" % job_id}
+    done = run_cli("run", "local", "--", "sh", "-c", "echo fine", check=0).stdout.strip()
+    ok = run_cli("logs", "local", done, "--follow")
+    assert ok.returncode == 0 and ok.stdout == "fine\n" and ok.stderr == ""
+
+
+def test_compare_against_a_folder_that_is_not_a_checkpoint_is_one_line(tmp_path):
+    drafter = write_drafter(tmp_path / "drafter")
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README.md").write_text("not weights\n")
+    for a, b in ((drafter, folder), (folder, drafter)):
+        result = run_cli("compare", a, b)
+        assert result.returncode == 1
+        assert result.stdout == ""
+        line = one_line(result)
+        assert "not a checkpoint" in line and str(folder) in line
+    as_json = run_cli("compare", drafter, folder, "--json")
+    assert as_json.returncode == 1 and json_error(as_json)["type"] == "NotACheckpoint"
+
+
+def test_compare_gives_its_verdict_as_status_and_message(tmp_path):
+    specforge = write_drafter(tmp_path / "a", layout="specforge")
+    speculators = write_drafter(tmp_path / "b", layout="speculators")
+    result = run_cli("compare", specforge, speculators, "--json", check=0)
+    report = json.loads(result.stdout)
+    assert sorted(report["verdict"]) == ["message", "status"]
+    assert report["verdict"]["status"] == "compatible" and report["verdict"]["message"] == report["reasons"][0]
+    assert report["a"]["path"] == str(specforge) and report["b"]["format"] == "speculators"
+    assert report["rows_total"] == len(report["rows"])
+
+
+def test_daemon_stop_says_whether_one_was_running(agent_home):
+    run_cli("jobs", "local", check=0)  # connecting starts the daemon
+    pid = daemon_pid(agent_home)
+    assert pid
+    stopped = run_cli("daemon", "stop", "local", check=0)
+    assert stopped.stdout.startswith("stopped the daemon on local (pid %d, up " % pid)
+    wait_for(lambda: daemon_pid(agent_home) is None, 30, message="the daemon to go")
+    again = run_cli("daemon", "stop", "local", "--json", check=0)
+    answer = json.loads(again.stdout)
+    assert answer["was_running"] is False and answer["host"] == "local"
+    wait_for(lambda: daemon_pid(agent_home) is None, 30, message="the daemon this connection started to go")
