@@ -1,38 +1,132 @@
-"""The split between the two sides holds: the host side needs nothing beyond the standard
-library, and never imports the console's libraries; a daemon does not outlive its home."""
+"""The split between the two sides holds: the host side (every module of remote/, subpackages
+included) needs nothing beyond the standard library when it loads, and imports the libraries
+its zipapp carries (pynvml, prometheus_client's parser) only lazily; a daemon does not outlive
+its home."""
 
+import ast
 import json
 import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT, daemon_pid, python39
 from tests.sshd_fixtures import wait_for
+from tui.bootstrap import CARRIED
 from tui.connection import open_client
 
-# Every module of the host side: what ships in the agent's zipapp.
-HOST_CORE = ["remote"] + sorted("remote." + p.stem for p in (REPO_ROOT / "remote").glob("*.py") if p.stem not in ("__init__", "__main__"))
-FORBIDDEN = ["textual", "paramiko", "rich", "huggingface_hub", "safetensors", "numpy", "torch", "tui", "httpx", "requests"]
+# Libraries of the host's own that a download step imports, lazily, under the interpreter the
+# user named for downloads (never in the daemon): where each may be imported.
+HOST_LIBRARIES = {"huggingface_hub": "remote/downloads/", "certifi": "remote/downloads/"}
+
+
+def carried_modules():
+    """What rides in the agent's zipapp beside remote/ (tui/bootstrap.py's CARRIED), as module names."""
+    names = set()
+    for package, files in CARRIED.items():
+        names |= {package} if not files else {"%s.%s" % (package, f[:-3]) for f in files}
+    return names
+
+
+def host_modules(root):
+    """Every module of root/remote, packages and subpackages included: what ships in the zipapp."""
+    names = []
+    for path in sorted((Path(root) / "remote").rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        names.append(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+    return names
+
+
+def static_import_problems(root):
+    """Every import statement of root/remote that names something beyond the standard library and
+    remote itself, unless it is a carried module or a host library where one is allowed, imported
+    inside a function (lazily)."""
+    stdlib, carried, problems = set(sys.stdlib_module_names), carried_modules(), []
+
+    def imported(node):
+        """(the name an import statement shows, the module names it may load), or None."""
+        if isinstance(node, ast.Import):
+            return [(alias.name, [alias.name]) for alias in node.names]
+        if isinstance(node, ast.ImportFrom) and node.level == 0:  # `from x import y`: y may be a module
+            return [(node.module, [node.module] + ["%s.%s" % (node.module, alias.name) for alias in node.names])]
+        return []
+
+    def visit(node, path, in_function):
+        for child in ast.iter_child_nodes(node):
+            for name, modules in imported(child):
+                top = name.split(".")[0]
+                if top in stdlib or top == "remote":
+                    continue
+                carried_or_host = any(m in carried for m in modules) or str(path).startswith(HOST_LIBRARIES.get(top, "\0"))
+                if not carried_or_host:
+                    problems.append("%s:%d imports %s, which is not the standard library" % (path, child.lineno, name))
+                elif not in_function:
+                    problems.append("%s:%d imports %s when the module loads, not lazily" % (path, child.lineno, name))
+            visit(child, path, in_function or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)))
+
+    for path in sorted((Path(root) / "remote").rglob("*.py")):
+        relative = path.relative_to(root)
+        visit(ast.parse(path.read_text(encoding="utf-8"), str(relative)), relative, False)
+    return problems
+
+
+# Imports each module in turn and says which top-level modules each one added.
+IMPORT_EACH = """
+import importlib, json, sys
+added = {}
+for name in json.loads(sys.argv[1]):
+    before = set(sys.modules)
+    try:
+        importlib.import_module(name)
+    except BaseException as exc:  # a module that cannot load here is named too
+        added[name] = "%s: %s" % (type(exc).__name__, exc)
+        continue
+    added[name] = sorted(set(m.split(".")[0] for m in sys.modules if m not in before))
+print(json.dumps(added))
+"""
+
+
+def loaded_import_problems(root):
+    """Importing every module of root/remote (isolated: this interpreter's standard library and
+    site only) loads nothing beyond the standard library: what a module imports when it loads."""
+    # Only what importing the host side adds counts: site hooks of this interpreter load a few
+    # modules of their own before any code runs.
+    code = "import sys; sys.path.insert(0, %r)\n" % str(root) + IMPORT_EACH
+    out = subprocess.run([sys.executable, "-I", "-c", code, json.dumps(host_modules(root))], capture_output=True, text=True,
+                         check=True, cwd=str(root))
+    stdlib, problems = set(sys.stdlib_module_names) | {"remote", "__main__"}, []
+    for name, added in json.loads(out.stdout).items():
+        if isinstance(added, str):
+            problems.append("importing %s fails: %s" % (name, added))
+        elif set(added) - stdlib:
+            problems.append("importing %s loads %s" % (name, ", ".join(sorted(set(added) - stdlib))))
+    return problems
 
 
 def test_host_side_imports_only_the_standard_library():
-    # Only what importing the host side adds counts: site hooks of this interpreter load a few
-    # modules of their own before any code runs.
-    code = (
-        "import importlib, json, sys\n"
-        "before = set(sys.modules)\n"
-        "for name in %r: importlib.import_module(name)\n"
-        "print(json.dumps(sorted(set(m.split('.')[0] for m in sys.modules if m not in before))))\n" % HOST_CORE
-    )
-    out = subprocess.run([sys.executable, "-I", "-c", "import sys; sys.path.insert(0, %r)\n" % str(REPO_ROOT) + code],
-                         capture_output=True, text=True, check=True)
-    loaded = set(json.loads(out.stdout))
-    assert not loaded & set(FORBIDDEN), loaded & set(FORBIDDEN)
-    stdlib = set(sys.stdlib_module_names) | {"remote", "__main__"}
-    assert loaded <= stdlib, loaded - stdlib
+    modules = host_modules(REPO_ROOT)
+    assert {"remote.core.daemon", "remote.telemetry.nvml", "remote.downloads.download", "remote.__main__"} <= set(modules)
+    assert len(modules) > 90  # every package's modules, not only the top level's
+    assert static_import_problems(REPO_ROOT) == []
+    assert loaded_import_problems(REPO_ROOT) == []
+
+
+def test_the_guard_names_a_planted_import(tmp_path):
+    shutil.copytree(REPO_ROOT / "remote", tmp_path / "remote", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "remote" / "serving" / "planted.py").write_text('"""Planted by the test."""\n\nimport requests\n')
+    (tmp_path / "remote" / "telemetry" / "eager.py").write_text('"""Planted by the test."""\n\nimport pynvml\n')
+    assert static_import_problems(tmp_path) == [
+        "remote/serving/planted.py:3 imports requests, which is not the standard library",
+        "remote/telemetry/eager.py:3 imports pynvml when the module loads, not lazily",
+    ]
+    # Loaded for real, each planted module is named (requests loads, or fails where it is not installed).
+    planted, eager = loaded_import_problems(tmp_path)
+    assert (planted.startswith("importing remote.serving.planted loads ") and "requests" in planted
+            or planted == "importing remote.serving.planted fails: ModuleNotFoundError: No module named 'requests'"), planted
+    assert eager == "importing remote.telemetry.eager loads pynvml"
 
 
 def test_daemon_stops_when_its_home_is_removed(tmp_path, monkeypatch):
