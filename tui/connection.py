@@ -14,6 +14,8 @@ import subprocess
 import sys
 from typing import Callable
 
+from remote.core.paths import package_argv
+
 from .client import AgentClient, ConnectError
 from .ssh_transport import (  # noqa: F401 (the errors and HostKey are part of this module's face)
     CONNECT_TIMEOUT_S,
@@ -89,16 +91,13 @@ class LocalLink:
     """The agent as a subprocess of this machine: the embedded default, no SSH."""
 
     def __init__(self, python=None):
-        package_parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        env = dict(os.environ)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
         try:
+            # Isolated, the package found where it is: never a remote/ of the current directory.
             self.process = subprocess.Popen(
-                [python or sys.executable, "-m", "remote", "relay"],
+                package_argv(python or sys.executable) + ["relay"],
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=env,
             )
         except OSError as exc:
             raise ConnectError("cannot start the local agent with %s: %s" % (python or sys.executable, exc.strerror or exc))

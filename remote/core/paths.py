@@ -141,7 +141,27 @@ def socket_path():
     raise UnsafeDirectory("could not settle on a private directory for the daemon's socket (see %s)" % note)
 
 
-def agent_argv():
+# Run with -c rather than -m: `python -m remote` puts the current directory first on sys.path,
+# so a remote/ folder there (planted in a shared or world-writable directory) would run in the
+# agent's place, as the relay, the daemon and every job's supervisor. -I also leaves out the
+# PYTHON* variables and the user's site; the package's own parent directory goes first instead.
+_BOOTSTRAP = ("import sys; sys.path[:] = [%r] + [p for p in sys.path if p != '']; "
+              "from remote.__main__ import main; sys.exit(main(sys.argv[1:]))")
+
+
+def package_parent():
+    """The directory that holds this `remote` package."""
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def package_argv(python, user_site=False):
+    """The argv prefix that runs this package's agent under `python`, never code from the current
+    directory. Isolated (-I) unless `user_site`: a job step that imports the user's own libraries
+    (huggingface_hub installed with --user) keeps the user's site and PYTHONPATH, like the zipapp."""
+    return [python] + ([] if user_site else ["-I"]) + ["-c", _BOOTSTRAP % package_parent()]
+
+
+def agent_argv(user_site=False):
     """The argv prefix that runs this very agent again (zipapp or package)."""
     main = sys.modules.get("__main__")
     archive = getattr(getattr(main, "__loader__", None), "archive", None)
@@ -150,13 +170,9 @@ def agent_argv():
     zip_path = os.path.abspath(sys.argv[0]) if sys.argv and sys.argv[0].endswith(".pyz") else None
     if zip_path and os.path.isfile(zip_path):
         return [sys.executable, zip_path]
-    return [sys.executable, "-m", "remote"]
+    return package_argv(sys.executable, user_site)
 
 
 def agent_env():
-    """Environment for agent subprocesses: the package must stay importable when run with -m."""
-    env = dict(os.environ)
-    if agent_argv()[1:2] == ["-m"]:
-        package_parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (package_parent, env.get("PYTHONPATH")) if p)
-    return env
+    """Environment for agent subprocesses (the argv of agent_argv finds the package by itself)."""
+    return dict(os.environ)
