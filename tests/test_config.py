@@ -1,5 +1,6 @@
 """What the console remembers per host (tui/config.py, `specdeck config`, the download form's
-"remember" box): written where XDG says, read back by TOML readers, used as the default."""
+"remember" box): written where XDG says, read back by TOML readers, used as the default; a
+file the user got wrong is one line naming the file and the key, from every command."""
 
 import json
 import os
@@ -65,6 +66,54 @@ def test_the_config_command_shows_sets_and_names_a_broken_file(tmp_path):
     broken = run_cli("config", "me@gpu01", home=home, env=env)
     assert broken.returncode == 2
     assert "config.toml" in broken.stderr and len(broken.stderr.strip().splitlines()) == 1
+
+
+# A config file the user got wrong, and the one line every command says about it.
+BAD_CONFIGS = [
+    (b'hosts = "abc"\n', "hosts: expected a table of hosts, got a string"),
+    (b"hosts = 5\n", "hosts: expected a table of hosts, got a number"),
+    (b"[hosts]\ngpu01 = 3\n", "hosts.gpu01: expected a table, got a number"),
+    (b"[hosts.gpu01]\nml_python = 5\n", "hosts.gpu01.ml_python: expected a string, got a number"),
+    (b'[hosts."me@gpu01"]\nagent_python = ["/usr/bin/python3"]\n', 'hosts."me@gpu01".agent_python: expected a string, got a list'),
+    (b"[hosts.gpu01]\ndownload_dir = true\n", "hosts.gpu01.download_dir: expected a string, got a boolean"),
+    (b"[hosts.gpu01]\ncheckpoint_dir = 2024-01-01\n", "hosts.gpu01.checkpoint_dir: expected a string, got a date or time"),
+    (b'[hosts.gpu01]\nalerts = "on"\n', "hosts.gpu01.alerts: expected a table, got a string"),
+    (b'[hosts.gpu01]\nml_python = "/usr/bin/py\\u0000thon"\n', "hosts.gpu01.ml_python: contains a NUL byte"),
+    (b'[hosts.gpu01]\nml_python = "/usr/bin/py\x00thon"\n', "not valid TOML: Illegal character '\\x00' (at line 2, column 25)"),
+    (b'[hosts.gpu01]\nml_python = "/opt/\xff/python"\n', "not UTF-8 text (byte 0xff on line 2)"),
+    (b"x = " + b"[" * 5000 + b"]" * 5000 + b"\n", "values nested too deeply"),
+    (b"x = " + b"{a = " * 20 + b"1" + b"}" * 20 + b"\n", "x.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a: nested more than 16 levels deep"),
+    (b"[hosts.gpu01]\n" + b"a." * 40000 + b"b = 1\n", "a key of more than 16 dotted parts on line 2"),
+    (b"# a note\n" * (200 << 10), "larger than 1024 KiB, too large for a config file"),
+    (b"[hosts\nbroken\n", "not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 7)"),
+]
+
+
+@pytest.mark.parametrize("content, line", BAD_CONFIGS, ids=[line.split(":")[0][:40] for _, line in BAD_CONFIGS])
+def test_a_bad_config_file_is_one_line_naming_the_file_and_the_key(tmp_path, content, line):
+    home = tmp_path / "home"
+    (home / ".config" / "specdeck").mkdir(parents=True)
+    (home / ".config" / "specdeck" / "config.toml").write_bytes(content)
+    result = run_cli("jobs", "local", home=home, env={"XDG_CONFIG_HOME": ""})
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == "specdeck: ~/.config/specdeck/config.toml: %s\n" % line
+
+
+def test_every_command_and_the_console_say_the_config_file_is_bad(tmp_path):
+    xdg = tmp_path / "xdg"
+    (xdg / "specdeck").mkdir(parents=True)
+    (xdg / "specdeck" / "config.toml").write_text("[hosts.gpu01]\nml_python = 5\n")
+    line = "~/xdg/specdeck/config.toml: hosts.gpu01.ml_python: expected a string, got a number"  # HOME is tmp_path
+    for args in (["gpu01"], [], ["config", "gpu01"], ["download", "local", "team/tiny"], ["breakeven", "--cycle-ms", "20", "--baseline-tps", "50"]):
+        result = run_cli(*args, home=tmp_path, env={"XDG_CONFIG_HOME": str(xdg)})
+        assert (result.returncode, result.stderr) == (2, "specdeck: %s\n" % line), args
+    as_json = run_cli("jobs", "local", "--json", home=tmp_path, env={"XDG_CONFIG_HOME": str(xdg)})
+    assert as_json.returncode == 2 and json.loads(as_json.stderr) == {"error": {"type": "ConfigError", "message": line}}
+    # Help still helps, and a fixed file is read again.
+    assert run_cli("--help", home=tmp_path, env={"XDG_CONFIG_HOME": str(xdg)}).returncode == 0
+    (xdg / "specdeck" / "config.toml").write_text('[hosts.gpu01]\nml_python = "/srv/venv/bin/python"\n')
+    shown = json.loads(run_cli("config", "gpu01", "--json", home=tmp_path, env={"XDG_CONFIG_HOME": str(xdg)}, check=0).stdout)
+    assert shown["settings"] == {"ml_python": "/srv/venv/bin/python"}
 
 
 class FormHost(App):

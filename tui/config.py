@@ -6,11 +6,16 @@ honoured), so that an interpreter is typed once:
     ml_python = "/home/me/venv/bin/python"      # has huggingface_hub, torch, ...: runs downloads
     download_dir = "/data/models"
     checkpoint_dir = "/data/checkpoints"
+    hub_endpoint = "https://hub.example.org"    # a hub mirror for this host's downloads
 
     [hosts."me@gpu01".alerts]                   # kept as written, for later
 
 A host is named as the user types it (`me@gpu01`, an ~/.ssh/config alias, `local`). Also the
 hub token the user has now, from this process's environment.
+
+The file is the user's to edit, so reading it never fails with a traceback: anything wrong in
+it (not TOML, not UTF-8, a value of the wrong type, a NUL byte, nesting or size no config file
+has) is a ConfigError of one line naming the file and the key.
 """
 
 import os
@@ -24,17 +29,35 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - older Pythons get tomli from the package's dependencies
     import tomli as tomllib
 
-HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir")
+HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint")  # strings
+HOST_TABLES = ("alerts",)
 LOCAL = "local"
+MAX_BYTES = 1 << 20
+MAX_DEPTH = 16  # tables and lists within each other; ours go 3 deep
+# The TOML reader's memory grows with the square of a dotted key's length (10,000 parts take
+# 400 MB): a key of more parts than this is refused before the reader sees it.
+MAX_KEY_PARTS = 16
+_KEY_PART = r"""(?:[A-Za-z0-9_-]+|"(?:[^"\\\n]|\\.)*"|'[^'\n]*')"""
+# (Starting only where a word starts keeps the search linear on a long word.)
+LONG_DOTTED_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:%s[ \t]*\.[ \t]*){%d,}" % (_KEY_PART, MAX_KEY_PARTS))
 
 
 class ConfigError(Exception):
-    """The config file exists but cannot be read as TOML: one line naming the file."""
+    """The config file exists but cannot be used: one line naming the file (and the key)."""
 
 
 def config_path():
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
     return os.path.join(base, "specdeck", "config.toml")
+
+
+def shown_path(path):
+    """The path as the user knows it: ~/... under the home directory."""
+    home = os.path.expanduser("~")
+    absolute = os.path.abspath(path)
+    if home not in ("", "/") and absolute.startswith(home.rstrip("/") + "/"):
+        return "~" + absolute[len(home.rstrip("/")):]
+    return absolute
 
 
 def host_key(host):
@@ -43,14 +66,105 @@ def host_key(host):
 
 
 def load(path=None):
+    """The file's tables ({} when there is no file), checked; ConfigError when it cannot be used."""
     path = path or config_path()
     try:
         with open(path, "rb") as f:
-            return tomllib.load(f)
+            raw = f.read(MAX_BYTES + 1)
     except FileNotFoundError:
         return {}
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError("cannot read %s: %s" % (path, exc))
+    except OSError as exc:
+        raise ConfigError("%s: cannot read it: %s" % (shown_path(path), exc.strerror or exc))
+    data = parse(raw, shown_path(path))
+    check(data, shown_path(path))
+    return data
+
+
+def problem(path=None):
+    """The one line saying what is wrong with the config file, or None when it is usable (or absent)."""
+    try:
+        load(path)
+    except ConfigError as exc:
+        return str(exc)
+    return None
+
+
+def parse(raw, shown):
+    """TOML bytes to tables; ConfigError (one line) for what the reader refuses or cannot bear."""
+    if len(raw) > MAX_BYTES:
+        raise ConfigError("%s: larger than %d KiB, too large for a config file" % (shown, MAX_BYTES >> 10))
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise ConfigError("%s: not UTF-8 text (byte 0x%02x on line %d)" % (shown, raw[exc.start], line))
+    deep = LONG_DOTTED_KEY.search(text)
+    if deep:
+        line = text.count("\n", 0, deep.start()) + 1
+        raise ConfigError("%s: a key of more than %d dotted parts on line %d" % (shown, MAX_KEY_PARTS, line))
+    try:
+        return tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError("%s: not valid TOML: %s" % (shown, _one_line(exc)))
+    except RecursionError:
+        raise ConfigError("%s: values nested too deeply" % shown)
+    except ValueError as exc:  # what the reader lets through from int() (a 5,000-digit number)
+        raise ConfigError("%s: not valid TOML: %s" % (shown, _one_line(exc)))
+
+
+def _one_line(exc):
+    return " ".join(str(exc).split())
+
+
+def _kind(value):
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, (int, float)):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, dict):
+        return "a table"
+    return "a date or time"
+
+
+def _dotted(keys):
+    return ".".join(_key(k) if isinstance(k, str) else "[%d]" % k for k in keys).replace(".[", "[")
+
+
+def check(data, shown):
+    """ConfigError for the first value of the wrong type, string with a NUL byte or nesting deeper
+    than MAX_DEPTH; keys we do not know are kept as written."""
+
+    def wrong(keys, what):
+        raise ConfigError("%s: %s: %s" % (shown, _dotted(keys), what))
+
+    hosts = data.get("hosts", {})
+    if not isinstance(hosts, dict):
+        wrong(["hosts"], "expected a table of hosts, got %s" % _kind(hosts))
+    for host, table in hosts.items():
+        if not isinstance(table, dict):
+            wrong(["hosts", host], "expected a table, got %s" % _kind(table))
+        for key in HOST_KEYS:
+            if key in table and not isinstance(table[key], str):
+                wrong(["hosts", host, key], "expected a string, got %s" % _kind(table[key]))
+        for key in HOST_TABLES:
+            if key in table and not isinstance(table[key], dict):
+                wrong(["hosts", host, key], "expected a table, got %s" % _kind(table[key]))
+    # Everything, known or not: no NUL (it cannot be in a path or an argument), bounded nesting.
+    pending = [([], data)]
+    while pending:
+        keys, value = pending.pop()
+        if len(keys) > MAX_DEPTH:
+            wrong(keys, "nested more than %d levels deep" % MAX_DEPTH)
+        if isinstance(value, str) and "\0" in value:
+            wrong(keys, "contains a NUL byte")
+        elif isinstance(value, dict):
+            pending += [(keys + [k], v) for k, v in value.items()]
+        elif isinstance(value, list):
+            pending += [(keys + [i], v) for i, v in enumerate(value)]
 
 
 def host_settings(host, path=None):
@@ -60,8 +174,7 @@ def host_settings(host, path=None):
         hosts = load(path).get("hosts") or {}
     except ConfigError:
         return {}
-    settings = hosts.get(host_key(host))
-    return settings if isinstance(settings, dict) else {}
+    return hosts.get(host_key(host)) or {}
 
 
 def remembered(host, key, path=None):

@@ -137,6 +137,12 @@ def open_console(argv):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
+    from .. import config as settings
+
+    broken = settings.problem() if argv[:1] not in (["-h"], ["--help"], ["--version"]) else None
+    if broken:  # every command and the console: the config file's one line, never a traceback
+        report_error("ConfigError", broken, "--json" in argv)
+        return EXIT_USAGE
     parser = build_parser()
     if not argv or argv[0] not in parser.command_names:
         if argv and argv[0] in ("-h", "--help", "--version"):
