@@ -93,15 +93,16 @@ def test_download_then_verified_over_ssh(laptop, hub, host_user, host_python, ho
 
 
 @pytest.mark.parametrize(
-    "repo, extra, kind, words",
+    "repo, extra, kind, words, code",
     [
-        ("org/missing", [], "RepoNotFound", "org/missing"),
-        ("org/drafter", ["no-such-file.bin"], "FileNotFound", "no-such-file.bin"),
-        ("org/drafter", ["--revision", "v9"], "RevisionNotFound", "v9"),
-        ("org/gated", [], "AuthRequired", "org/gated"),
+        # Not there: what was asked for failed (1); not allowed: a usage problem (2).
+        ("org/missing", [], "RepoNotFound", "org/missing", 1),
+        ("org/drafter", ["no-such-file.bin"], "FileNotFound", "no-such-file.bin", 1),
+        ("org/drafter", ["--revision", "v9"], "RevisionNotFound", "v9", 1),
+        ("org/gated", [], "AuthRequired", "org/gated", 2),
     ],
 )
-def test_download_refused_before_starting_with_one_line(repo, extra, kind, words, laptop, hub, host_user, host_python, host_ml_python, tmp_path):
+def test_download_refused_before_starting_with_one_line(repo, extra, kind, words, code, laptop, hub, host_user, host_python, host_ml_python, tmp_path):
     files = drafter_files(tmp_path)
     hub.add_repo("org/drafter", files)
     hub.add_repo("org/gated", files, gated=True)
@@ -112,12 +113,38 @@ def test_download_refused_before_starting_with_one_line(repo, extra, kind, words
         "download", "gpuhost", repo, *extra, "--local-dir", target, "--python", host_python,
         "--host-python", host_ml_python, "--endpoint", hub.url, home=laptop,
     )
-    assert result.returncode == 2
+    assert result.returncode == code
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and words in lines[0], result.stderr
+    as_json = run_cli(
+        "download", "gpuhost", repo, *extra, "--local-dir", target, "--python", host_python,
+        "--host-python", host_ml_python, "--endpoint", hub.url, "--json", home=laptop,
+    )
+    assert as_json.returncode == code and json.loads(as_json.stderr)["error"]["type"] == kind
     assert not target.exists()
     assert run_cli("jobs", "gpuhost", "--json", "--python", host_python, home=laptop, check=0).stdout == jobs_before
     assert job_dirs(host_user) == dirs_before  # the directory reserved for the job is gone too
+
+
+def test_the_hosts_login_hf_endpoint_is_the_hub_when_none_is_named(laptop, hub, host_user, host_python, host_ml_python, tmp_path):
+    # The host's own mirror, set in its login profile: a download that names none goes there.
+    files = drafter_files(tmp_path)
+    hub.add_repo("org/drafter", files)
+    profile = host_user.home / ".profile"
+    before = profile.read_bytes() if profile.exists() else None
+    host_user.run(["sh", "-c", "echo 'export HF_ENDPOINT=%s' >> ~/.profile" % hub.url])
+    try:
+        target = host_dir(host_user, "login-endpoint-%d" % time.time_ns())
+        result = run_cli("download", "gpuhost", "org/drafter", "--local-dir", target, "--wait", "--json", "--python", host_python,
+                         "--host-python", host_ml_python, home=laptop, env={"HF_ENDPOINT": "", "XDG_CONFIG_HOME": str(laptop / ".config")})
+        assert result.returncode == 0, result.stderr + result.stdout
+        assert json.loads(result.stdout.strip().splitlines()[-1])["verdict"]["status"] == "verified"
+        assert hub.bytes_served("org/drafter", "model.safetensors") == len(files["model.safetensors"])
+    finally:
+        if before is None:
+            profile.unlink()
+        else:
+            profile.write_bytes(before)
 
 
 def test_the_shells_token_reaches_the_hub_and_nowhere_else(laptop, hub, host_user, host_python, host_ml_python):
