@@ -8,11 +8,15 @@ on every GPU, and GPU-to-GPU copies where there are two (utilisation, power, clo
 NVLink); the same job holding its memory but idle (a stalled training: what the gpu_idle
 alert is for); after the job exited with code 1.
 Every frame keeps what NVML answered and the sample our sampler made from it, so a test can
-check that a replay gives the same sample. Needs torch with CUDA for the load.
+check that a replay gives the same sample. Memory is what the sampler asks for, the v2 call
+(used without the driver's reserved memory, as nvidia-smi shows it); the v1 call is recorded
+beside it in every frame, so the recording shows the difference (printed as `v1 ...MiB`).
+Needs torch with CUDA for the load, and nvidia-ml-py.
 """
 
 import argparse
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -43,6 +47,14 @@ time.sleep(stall_s)
 print("phase exit", flush=True)
 sys.exit(1)
 """
+
+
+def v1_memory_used(recording, handle):
+    """NVML's v1 memory call (driver-reserved memory counted as used), recorded beside the v2 one."""
+    try:
+        return recording.nvmlDeviceGetMemoryInfo(handle).used
+    except recording.NVMLError:
+        return 0
 
 
 def main():
@@ -88,22 +100,28 @@ def main():
         if phase == "after" and time.monotonic() >= phase_end:
             break
         recording.begin_frame(phase)
-        sampler.step()
+        sampler.sample_once(time.time(), time.monotonic())
         recording.frames[-1]["sample"] = sampler.latest_sample()
+        v1_used = [v1_memory_used(recording, gpu.handle) for gpu in (sampler._nvml.gpus if sampler._nvml else ())]
         recording.end_frame()
         sample = sampler.latest_sample()
-        print("%-8s %s | %s" % (phase, " ".join("gpu%d %s%% %sW %sMiB" % (g["index"], g["utilization_percent"], g["power_w"], (g["memory_used_bytes"] or 0) >> 20)
-                                               for g in sample["gpus"]),
+        print("%-8s %s | %s" % (phase, " ".join("gpu%d %s%% %sW %sMiB (v1 %sMiB)" % (g["index"], g["utilization_percent"], g["power_w"],
+                                                                                  (g["memory_used_bytes"] or 0) >> 20, v1 >> 20)
+                                               for g, v1 in zip(sample["gpus"], v1_used)),
                                " ".join("%s:%s" % (p["pid"], p.get("job_id") or ("other ns" if p.get("other_namespace") else "-")) for p in sample["processes"])), flush=True)
         next_at += 1.0
         time.sleep(max(0.0, next_at - time.monotonic()))
     sampler.stop()
     log_text = daemon.jobs.tail(job["id"], 0)["text"] if job else ""
     recording.save(args.out, recorded_at=time.time(), driver_version=sampler._nvml_state.get("driver_version"),
+                   memory_calls="v2 (what the sampler reads) with v1 beside it" if hasattr(pynvml, "nvmlMemory_v2") else "v1",
                    load_job=job and job["id"], load_exit=daemon.jobs.describe(job["id"])["exit_code"] if job else None,
                    phases={"idle_s": args.idle_s, "load_s": args.load_s, "stall_s": args.stall_s, "after_s": args.after_s},
-                   command="python3 benchmarks/record_nvml.py %s" % os.path.basename(args.out), job_log_tail=log_text[-2000:])
+                   command="python3 benchmarks/record_nvml.py %s %s" % (os.path.basename(args.out), " ".join(
+                       "--%s %g" % (name.replace("_", "-"), getattr(args, name)) for name in ("idle_s", "load_s", "stall_s", "after_s"))),
+                   job_log_tail=log_text[-2000:])
     print("wrote %s: %d frames, %d bytes" % (args.out, len(recording.frames), os.path.getsize(args.out)))
+    shutil.rmtree(os.environ["SPECDECK_HOME"], ignore_errors=True)  # the load job's record and log
 
 
 if __name__ == "__main__":

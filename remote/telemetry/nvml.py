@@ -245,7 +245,7 @@ class GpuReader:
         nvml = self.nvml
         slow = self.slow(now_monotonic)
         utilization = self.query("nvmlDeviceGetUtilizationRates")
-        memory = self.query("nvmlDeviceGetMemoryInfo")
+        memory = self.memory()
         power_mw = self.query("nvmlDeviceGetPowerUsage")
         reasons = self.query("nvmlDeviceGetCurrentClocksEventReasons")
         if reasons is None:
@@ -270,6 +270,17 @@ class GpuReader:
         if self.lost:
             gpu["lost"] = True
         return gpu
+
+    def memory(self):
+        """Memory as nvidia-smi and nvitop show it: NVML's v2 call, whose `used` leaves out what the
+        driver reserves (615 MiB on an H200, counted as used by the v1 call); v1 where the driver
+        or nvidia-ml-py lacks v2 (the answer is then not supported, and not asked for again)."""
+        version = getattr(self.nvml, "nvmlMemory_v2", None)
+        if version is not None:
+            memory = self.query("nvmlDeviceGetMemoryInfo", version)
+            if memory is not None:
+                return memory
+        return self.query("nvmlDeviceGetMemoryInfo")
 
     def processes(self):
         """[(pid, GPU memory bytes or None, kind)] of the compute and graphics processes."""

@@ -54,7 +54,7 @@ class RecordingNvml:
             except self._real.NVMLError as exc:
                 self._calls.setdefault(key, []).append({"e": exc.value})
                 raise
-            if name == "nvmlDeviceGetHandleByIndex":
+            if name == "nvmlDeviceGetHandleByIndex" and isinstance(result, ctypes._Pointer):
                 self._handles[ctypes.cast(result, ctypes.c_void_p).value] = args[0]
             self._calls.setdefault(key, []).append({"v": to_json(result, self._handles)})
             return result
@@ -94,6 +94,8 @@ def to_json(value, handles):
         return value if math.isfinite(value) else None
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
+    if isinstance(value, ReplayHandle):  # recording a replay (the tests do)
+        return {"__handle__": value.index}
     if isinstance(value, ctypes._Pointer):
         index = handles.get(ctypes.cast(value, ctypes.c_void_p).value)
         return {"__handle__": index} if index is not None else {"__pointer__": type(value).__name__}
@@ -160,7 +162,12 @@ class ReplayNvml:
 
     Frames advance with the clock (one per `frame_s`, cycling), or stay where `frame` is set.
     `gpu_count` repeats the recorded GPUs up to that many; `pid_map` replaces recorded process
-    ids (a test maps the recorded training process onto a real local job)."""
+    ids (a test maps the recorded training process onto a real local job).
+
+    Memory: a recording holds the v2 memory call (used without the driver's reserved memory,
+    as nvidia-smi shows it) when its recorder asked for it. One made before has only the v1
+    call: its replay has no `nvmlMemory_v2`, like an nvidia-ml-py without it, so the query
+    layer reads v1 as it did on the GPU; nothing is derived from the v1 figures."""
 
     def __init__(self, document, gpu_count=None, frame_s=1.0, pid_map=None, phases=None):
         import pynvml
@@ -173,6 +180,9 @@ class ReplayNvml:
         if phases:
             frames = [frame for frame in frames if frame.get("phase") in phases]
         self._frames = frames
+        v2_suffix = ",%s)" % getattr(pynvml, "nvmlMemory_v2", None)  # the call key of nvmlDeviceGetMemoryInfo(gpuN, v2)
+        self.has_memory_v2 = any(key.startswith("nvmlDeviceGetMemoryInfo(") and key.endswith(v2_suffix)
+                                 for calls in [self._static] + [frame["calls"] for frame in frames] for key in calls)
         self.recorded_gpus = self._first("nvmlDeviceGetCount()") or 0
         self.gpu_count = gpu_count or self.recorded_gpus
         self.frame_s = frame_s
@@ -189,6 +199,8 @@ class ReplayNvml:
         return cls(load(path), gpu_count=int(count) if count else None)
 
     def __getattr__(self, name):
+        if name == "nvmlMemory_v2" and not self.has_memory_v2:
+            raise AttributeError(name)
         value = getattr(self._real, name)
         if name.startswith("nvml") and callable(value) and not isinstance(value, type):
             return lambda *args: self._answer(name, args)
