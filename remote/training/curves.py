@@ -35,9 +35,9 @@ def full_acc(record):
     return chain
 
 
-def predicted_accept_length(record):
+def predicted_accept_length(record, chain=None):
     """1 + sum_k full_acc_k, or None when the record has no accuracies (or one is not a number)."""
-    chain = full_acc(record)
+    chain = full_acc(record) if chain is None else chain
     if not chain or any(not math.isfinite(v) for v in chain):
         return None
     return 1.0 + sum(chain)
@@ -80,12 +80,13 @@ def history_points(job_id, record, time_s):
 
 def public_record(record, time_s):
     """A record as the wire shows it (curves, follow): the parse plus its prediction."""
+    chain = full_acc(record)
     return {
         "kind": record["kind"], "time": time_s, "step": record.get("step"), "epoch": record.get("epoch"),
-        "loss": _finite_or_text(record.get("loss")), "loss_k": record.get("loss_k") or [], "full_acc": full_acc(record),
+        "loss": _finite_or_text(record.get("loss")), "loss_k": record.get("loss_k") or [], "full_acc": chain,
         "cond_acc": record.get("cond_acc") or record.get("acc") or [], "lr": record.get("lr"),
         "step_ms": record.get("step_ms"), "tokens_per_s": record.get("tokens_per_s"),
-        "predicted_accept_length": predicted_accept_length(record), "source": record.get("source"),
+        "predicted_accept_length": predicted_accept_length(record, chain), "source": record.get("source"),
     }
 
 

@@ -48,12 +48,18 @@ PIECE_CHARS = 32768  # a long line is scanned this much at a time, so other thre
 MATCH_CHARS = 512  # no pattern here matches more than this (bounded quantifiers)
 
 
-def finditer_pieces(pattern, text, pos=0):
+def finditer_pieces(pattern, text):
     """pattern.finditer over text, in pieces of PIECE_CHARS: the regex engine holds the GIL for
     the whole of one call, and a megabyte-long line without a match is one call of tens of ms
     (a ping waits that long). Pieces overlap by MATCH_CHARS and a match counts in the piece it
     starts in, so every match is whole and found once; lookbehinds see before a piece's start."""
-    length, last_end = len(text), pos
+    if len(text) <= PIECE_CHARS:
+        return pattern.finditer(text)  # the common case: one call, no generator
+    return _pieces(pattern, text)
+
+
+def _pieces(pattern, text):
+    pos, last_end, length = 0, 0, len(text)
     while pos < length:
         piece_end = pos + PIECE_CHARS
         for match in pattern.finditer(text, pos, min(length, piece_end + MATCH_CHARS)):
@@ -63,6 +69,8 @@ def finditer_pieces(pattern, text, pos=0):
                 last_end = max(match.end(), match.start() + 1)
                 yield match
         pos = piece_end
+
+
 _STEP_KEYS = ("global_step", "step", "iter", "iteration")
 _LOSS_KEYS = ("loss", "train/loss", "train_loss")
 _INDEXED = re.compile(r"^(?:train/|val/|eval/)?(?P<name>loss|full_acc|cond_acc|acc|ploss)_(?P<index>\d+)(?:_epoch)?$")
@@ -129,15 +137,17 @@ def _bounded_number(text):
     return float(text) if len(text) <= MAX_NUMBER_CHARS else None
 
 
-def _positions(values, name, prefix):
+def _all_positions(values, prefix):
+    """{name: [value per position]} of the indexed keys (`train/full_acc_0`, ...) under prefix,
+    in one pass over the keys."""
     found = {}
     for key, value in values.items():
-        if not key.startswith(prefix):
+        if "_" not in key or not key.startswith(prefix):
             continue
         m = _INDEXED.match(key)
-        if m and m.group("name") == name:
-            found[int(m.group("index"))] = value
-    return [found[i] for i in sorted(found)] if found else []
+        if m:
+            found.setdefault(m.group("name"), {})[int(m.group("index"))] = value
+    return {name: [by_index[i] for i in sorted(by_index)] for name, by_index in found.items()}
 
 
 def _first(values, keys):
@@ -166,23 +176,15 @@ def _integer(value):
 def record_from_values(values, source, time=None):
     """A record from flat {key: float}, or None when the keys say nothing about training."""
     validation = any(k.startswith(("val/", "eval/")) for k in values)
-    train_keys = [k for k in values if not k.startswith(("val/", "eval/"))]
-    if validation and not any(k.startswith(("train/", "profile/")) for k in train_keys):
+    if validation and not any(k.startswith(("train/", "profile/")) for k in values):
         prefix = "val/" if any(k.startswith("val/") for k in values) else "eval/"
-        record = {
-            "kind": "validation", "loss": _first(values, (prefix + "loss_epoch", prefix + "loss")),
-            "loss_k": _positions(values, "loss", prefix) or _positions(values, "ploss", prefix),
-            "full_acc": _positions(values, "full_acc", prefix), "cond_acc": _positions(values, "cond_acc", prefix),
-            "acc": _positions(values, "acc", prefix),
-        }
+        kind, loss = "validation", _first(values, (prefix + "loss_epoch", prefix + "loss"))
     else:
         prefix = "train/" if any(k.startswith("train/") for k in values) else ""
-        record = {
-            "kind": "step", "loss": _first(values, _LOSS_KEYS),
-            "loss_k": _positions(values, "loss", prefix) or _positions(values, "ploss", prefix),
-            "full_acc": _positions(values, "full_acc", prefix), "cond_acc": _positions(values, "cond_acc", prefix),
-            "acc": _positions(values, "acc", prefix),
-        }
+        kind, loss = "step", _first(values, _LOSS_KEYS)
+    positions = _all_positions(values, prefix)
+    record = {"kind": kind, "loss": loss, "loss_k": positions.get("loss") or positions.get("ploss") or [],
+              "full_acc": positions.get("full_acc", []), "cond_acc": positions.get("cond_acc", []), "acc": positions.get("acc", [])}
     record.update(source=source, step=_integer(_first(values, _STEP_KEYS)), epoch=_integer(values.get("epoch")),
                   epochs_total=None, lr=_lr(values), step_ms=values.get("profile/step_ms"),
                   tokens_per_s=values.get("profile/tokens_per_s"), time=time, values=values)

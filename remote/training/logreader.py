@@ -2,14 +2,16 @@
 
 Lines end at \\n, \\r\\n or a lone \\r (progress bars redraw with \\r). A line longer than the cap
 is cut: none of it is parsed, reading goes on after its end while the job still writes it,
-and the reader counts it for the run's one notice. At most READ_BYTES are read per call, so a
-backlog is caught up over several calls and memory stays bounded whatever the log holds.
+and the reader counts it for the run's one notice. A call reads STRETCH_BYTES (READ_BYTES when
+that holds no line's end), so a backlog is caught up over several calls and memory stays
+bounded whatever the log holds.
 Separators are found with bytes.find; no pattern looks for a line's end, which costs quadratic
 time on a long line without one (and holds the GIL throughout).
 """
 
 LINE_CAP = 1 << 20
-READ_BYTES = 2 * LINE_CAP + 65536  # more than a cap's worth: a line's end or its cut is always in reach
+STRETCH_BYTES = 256 << 10  # read at a time: ~10,000 records, parsed well within a read's deadline
+READ_BYTES = 2 * LINE_CAP + 65536  # read when a stretch holds no line's end: a line's end or its cut is in reach
 
 
 def _separators(data, at_end):
@@ -55,13 +57,17 @@ class LogReader:
         self.first_cut_at = first_cut_at
 
     def read(self, path, size, ended):
-        """[Line] of what was written past `offset` (at most READ_BYTES of it). `ended`: the job
+        """[Line] of what was written past `offset` (a stretch of it). `ended`: the job
         has ended, so a last line without a separator is complete."""
         if size <= self.offset:
             return []
+        available = size - self.offset
         with open(path, "rb") as f:
             f.seek(self.offset)
-            data = f.read(min(READ_BYTES, size - self.offset))
+            data = f.read(min(STRETCH_BYTES, available))
+            if len(data) < available and data.find(b"\n") < 0 and data.find(b"\r") < 0:
+                f.seek(self.offset)  # no line's end in a stretch: read as far as a cut needs
+                data = f.read(min(READ_BYTES, available))
         at_end = ended and self.offset + len(data) >= size
         lines = []
         start = 0

@@ -70,7 +70,7 @@ class Run:
         return self.reader.offset >= (self.log_size() if size is None else size) and not self.reader.skipping
 
     def read_log(self):
-        """Read the next stretch of the log (at most the reader's READ_BYTES): its records to the
+        """Read the next stretch of the log (logreader.py): its records to the
         step store, the topic and the progress. Returns the bytes read."""
         size = self.log_size()
         before = (self.reader.offset, self.reader.skipping)
@@ -100,13 +100,10 @@ class Run:
         # Written since the last read, read now: spread over that stretch, never past now.
         now = time.time()
         since = min(self.last_time or self.job.get("started_at") or now - 0.5, now)
-        stamped = [(record.get("offset"), record, since + (now - since) * (index + 1) / len(records))
-                   for index, record in enumerate(records)]
-        self.last_time = now
-        if self.writer is not None:
-            self.writer.add([item for item in stamped if item[0] is not None])
+        stamped = []
         fresh = []
-        for offset, record, when in stamped:
+        for index, record in enumerate(records):
+            when = since + (now - since) * (index + 1) / len(records)
             public = curves.public_record(record, when)
             public["job"] = self.id
             if record["kind"] == "step":
@@ -119,14 +116,19 @@ class Run:
                     public["step"] = self.latest.get("step")
                 self.validation = public
             self.newest[record["kind"]] = record
+            offset = record.get("offset")
+            if offset is not None:
+                stamped.append((offset, public, when))
             if offset is None or offset >= self.published_to:
                 fresh.append(public)
+        self.last_time = now
+        if self.writer is not None:
+            self.writer.add(stamped)
         self.recent = self.recent[-50:]
         for public in fresh[-PUBLISH_MAX:]:
             self.publish(public)
-        offsets = [item[0] for item in stamped if item[0] is not None]
-        if offsets:
-            self.published_to = max(self.published_to, max(offsets) + 1)
+        if stamped:
+            self.published_to = max(self.published_to, stamped[-1][0] + 1)
 
     def take_history_points(self, now):
         """[(name, labels, value)] for the history store: the newest step and validation read since

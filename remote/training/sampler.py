@@ -20,7 +20,7 @@ import time
 from ..core.feeds import Feed, FeedSource
 from ..core.records import read_json
 from . import checkpoints, measure
-from .logreader import READ_BYTES
+from .logreader import READ_BYTES, STRETCH_BYTES
 from .run import STATE_FILE, Run, progress_of
 
 KINDS = ("training", "datagen")
@@ -33,7 +33,7 @@ class RunSource(FeedSource):
 
     interval_s = 0.5
     deadline_s = 2.0
-    max_bytes = 4 * READ_BYTES
+    max_bytes = 2 * READ_BYTES  # of log per read
     max_series = 256  # per-position series: three per drafted position, two more per validated one
 
     def __init__(self, key, feed):
@@ -82,7 +82,7 @@ class RunSource(FeedSource):
         while True:
             got = run.read_log()
             read_bytes += got
-            if not got or run.caught_up() or budget.remaining_s() < self.deadline_s / 2 or read_bytes + READ_BYTES > self.max_bytes:
+            if not got or run.caught_up() or budget.remaining_s() < self.deadline_s / 2 or read_bytes + STRETCH_BYTES > self.max_bytes:
                 break
         self._points = run.take_history_points(time.time())
         if run.watcher is not None:

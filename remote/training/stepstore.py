@@ -19,8 +19,6 @@ import math
 import os
 import sqlite3
 
-from . import curves
-
 FILE_NAME = "curves.sqlite"
 STEP, VALIDATION = 0, 1
 MAX_VALIDATION = 5000  # validation rows read back (the newest)
@@ -57,15 +55,16 @@ class StepWriter:
         self.conn.executescript(SCHEMA)
 
     def add(self, stamped):
-        """Write [(offset, record, time)] in one transaction; rows already there are kept."""
+        """Write [(offset, public record, time)] (curves.public_record's form) in one transaction;
+        rows already there are kept."""
         rows = []
-        for offset, record, time_s in stamped:
-            loss = record.get("loss")
-            rows.append((offset, STEP if record["kind"] == "step" else VALIDATION, record.get("step"), record.get("epoch"),
-                         time_s, _finite(loss), int(loss is not None and not math.isfinite(loss)), _finite(record.get("lr")),
-                         _finite(record.get("step_ms")), _finite(record.get("tokens_per_s")),
-                         _finite(curves.predicted_accept_length(record)), _array(curves.full_acc(record)),
-                         _array(record.get("cond_acc") or record.get("acc") or []), _array(record.get("loss_k") or [])))
+        for offset, public, time_s in stamped:
+            loss = public.get("loss")
+            rows.append((offset, STEP if public["kind"] == "step" else VALIDATION, public.get("step"), public.get("epoch"),
+                         time_s, _finite(loss), int(isinstance(loss, str)), _finite(public.get("lr")),
+                         _finite(public.get("step_ms")), _finite(public.get("tokens_per_s")),
+                         _finite(public.get("predicted_accept_length")), _array(public.get("full_acc")),
+                         _array(public.get("cond_acc")), _array(public.get("loss_k"))))
         if not rows:
             return
         self.conn.execute("BEGIN")
@@ -87,9 +86,10 @@ def exists(job_dir):
 def read(job_dir, points, start=None, end=None):
     """(steps, validation, bucket_steps, first NaN step or None) over the records stamped in
     [start, end] (None: no bound)."""
-    conn = sqlite3.connect(path_of(job_dir))  # callers ask exists() first: connect would create it
+    conn = sqlite3.connect(path_of(job_dir), isolation_level=None)  # callers ask exists() first: connect would create it
     conn.row_factory = sqlite3.Row
     try:
+        conn.execute("BEGIN")  # one snapshot for every query: the sampler writes meanwhile
         window = (" AND time >= :start" if start is not None else "") + (" AND time <= :end" if end is not None else "")
         args = {"start": start, "end": end}
         count, low, high = conn.execute("SELECT COUNT(*), MIN(step), MAX(step) FROM records WHERE kind = 0 AND step IS NOT NULL"
