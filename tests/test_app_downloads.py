@@ -1,19 +1,31 @@
 """The Downloads pane against the real local agent and the fake hub over real HTTP:
-start a download from the form, watch it reach its verdict, open it in the Tensors pane."""
+start a download from the form, watch it reach its verdict, open it in the Tensors pane;
+tell downloads from verifications, repair, cancel after asking, remember the endpoint."""
 
 import json
 import os
 
 import numpy as np
+import pytest
 from safetensors.numpy import save_file
 from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent, TabPane
 
+from tests.hub_fixtures import blob
 from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import build_drafter, wait_until
+from tui import config
 from tui.pane_host import PaneHost
 from tui.panes.downloads import DownloadsPane, FileProgress
 from tui.panes.tensors import TensorsPane
+from tui.screens.confirm import ConfirmScreen
 from tui.screens.download_form import DownloadForm
+
+
+@pytest.fixture(autouse=True)
+def private_config(tmp_path, monkeypatch):
+    """The form remembers what it was given (tui/config.py): in a config of the test's own."""
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.delenv("HF_ENDPOINT", raising=False)
 
 
 class DownloadsHost(PaneHost):
@@ -113,7 +125,7 @@ async def test_refused_download_shows_the_agents_line_under_the_form(client, hub
         await wait_until(pilot, lambda: "not found" in str(error.render()), timeout=60)
         assert isinstance(app.screen, DownloadForm)  # still there, to fix and submit again
         assert "team/no-such-repo" in str(error.render())
-        assert client.call("jobs.list") == []
+        assert client.call("jobs.list")["jobs"] == []
 
 
 async def test_retry_and_verify_for_downloads_started_here_or_elsewhere(client, hub, tmp_path):
@@ -191,7 +203,16 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         table.focus()
         await pilot.press("r")
         assert "%s is still running" % job_id in text_of(pane.query_one("#downloads-status", Static))
+        # x asks first; no leaves it running.
         await pilot.press("x")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        assert "Cancel %s, the download of team/slow?" % job_id in str(app.screen.query_one(".dialog-text").render())
+        await pilot.press("n")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        assert client.call("jobs.get", {"id": job_id})["process_state"] == "running"
+        await pilot.press("x")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot.press("y")
         await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout=30)
         stopped_at = pane.jobs[job_id]["progress"]["bytes_done"]
         assert 0 < stopped_at < pane.jobs[job_id]["progress"]["bytes_total"]
@@ -205,3 +226,102 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout=60)
         assert pane.selected_id == again and table.cursor_row == table.get_row_index(again)
         assert hub.range_starts("team/slow", "model.safetensors")[-1] > 0
+
+
+async def test_rows_say_whether_they_download_or_verify_with_sizes_in_one_unit(client, hub, tmp_path):
+    hub.add_repo("team/weights", {"config.json": b"{}", "data.bin": blob(1_500_000, 3)})
+    spec = {"repo": "team/weights", "local_dir": str(tmp_path / "weights"), "endpoint": hub.url}
+    fetched = client.call("download.start", spec, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": fetched["id"]})["state"] == "verified", 60)
+    checked = client.call("download.verify", spec, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": checked["id"]})["state"] == "verified", 60)
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: {fetched["id"], checked["id"]} <= set(pane.jobs))
+        table = pane.query_one("#downloads-jobs", DataTable)
+        assert [str(column.label) for column in table.columns.values()][:3] == ["id", "kind", "state"]
+        assert str(table.get_cell(fetched["id"], "kind")) == "download"
+        assert str(table.get_cell(checked["id"], "kind")) == "verify"
+        # 1,500,002 bytes: decimal, one unit, as the hub lists it.
+        assert str(table.get_cell(fetched["id"], "size")) == "1.50 MB"
+        assert "verify" in text_of(pane.query_one("#downloads-summary", Static))  # the selected one, the newest
+
+
+async def test_the_form_remembers_the_endpoint_for_the_host(client, hub, tmp_path):
+    hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        assert app.screen.query_one("#form-endpoint", Input).value == ""
+        await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "tiny"), "endpoint": hub.url})
+        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 1)
+        # The next form, for the same host, starts with the endpoint used last.
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        assert app.screen.query_one("#form-endpoint", Input).value == hub.url
+        await pilot.press("escape")
+    assert config.remembered("local", "hub_endpoint") == hub.url
+    assert config.remembered("gpu01", "hub_endpoint") is None  # per host
+
+
+async def test_an_unreachable_hub_points_at_the_endpoint_field(client, tmp_path):
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed = "http://127.0.0.1:%d" % sock.getsockname()[1]
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot.press("n")
+        await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
+        await fill_form(pilot, {"repo": "team/any", "local_dir": str(tmp_path / "any"), "endpoint": closed})
+        error = app.screen.query_one("#form-error", Static)
+        await wait_until(pilot, lambda: "cannot reach" in text_of(error), timeout=60)
+        assert "put a hub mirror's URL in the endpoint field above" in text_of(error)
+        assert "--endpoint" not in text_of(error)
+
+
+async def test_r_on_a_verification_with_a_mismatch_repairs_the_files_it_found_wrong(client, hub, tmp_path):
+    hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
+    local_dir = str(tmp_path / "tiny")
+    spec = {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url}
+    first = client.call("download.start", spec, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": first["id"]})["state"] == "verified", 60)
+    os.remove(os.path.join(local_dir, "config.json"))
+    check = client.call("download.verify", spec, timeout=120)
+    wait_for(lambda: client.call("jobs.get", {"id": check["id"]})["state"] == "mismatch", 60)
+    weights_served = hub.bytes_served("team/tiny-eagle3", "model.safetensors")
+    app = DownloadsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(DownloadsPane)
+        await wait_until(pilot, lambda: pane.selected_id == check["id"])
+        pane.query_one("#downloads-jobs", DataTable).focus()
+        await pilot.press("r")
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout=60)
+        repair = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
+        await wait_until(pilot, lambda: pane.jobs[repair]["state"] == "verified", timeout=60)
+        assert str(pane.query_one("#downloads-jobs", DataTable).get_cell(repair, "kind")) == "download"
+        assert [entry["path"] for entry in pane.jobs[repair]["progress"]["files"]] == ["config.json"]
+    assert os.path.exists(os.path.join(local_dir, "config.json"))
+    assert hub.bytes_served("team/tiny-eagle3", "model.safetensors") == weights_served
+
+
+async def test_a_host_that_does_not_resolve_is_named_in_the_header_and_in_the_panes(tmp_path, monkeypatch):
+    from tui.app import SpecdeckApp
+    from tui.panes.gpus import GpusPane
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    app = SpecdeckApp(host="someone@no-such-host.invalid")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await wait_until(pilot, lambda: app.connection_state == "failed", timeout=60)
+        header = app.header.state_text
+        assert "cannot resolve host 'no-such-host.invalid'" in header and "~/.ssh/config" in header and "HostName" in header
+        for pane in (app.query_one(GpusPane), app.query_one(DownloadsPane)):
+            status = text_of(pane.query_one(".pane-status", Static))
+            assert status.startswith("not connected: cannot resolve host 'no-such-host.invalid'"), status

@@ -104,7 +104,7 @@ async def test_new_job_form_has_env_interpreter_and_kind_refuses_bad_input_and_k
         # Escape keeps what was typed: n shows it again.
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="escape to close the form")
-        assert app.client.call("jobs.list") == []
+        assert app.client.call("jobs.list")["jobs"] == []
         form = await open_new_job_form(pilot)
         assert field(app, "command").value == str(script) and field(app, "name").value == "greeter"
         assert field(app, "env").value == "GREETING='hello there" and field(app, "interpreter").value == sys.executable
@@ -114,7 +114,7 @@ async def test_new_job_form_has_env_interpreter_and_kind_refuses_bad_input_and_k
         field(app, "env").focus()
         await pilot.press("enter")
         await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="the job to start")
-        jobs = app.client.call("jobs.list")
+        jobs = app.client.call("jobs.list")["jobs"]
         assert [(job["name"], job["kind"]) for job in jobs] == [("greeter", "training")]
         wait_for(lambda: app.client.call("jobs.get", {"id": jobs[0]["id"]})["state"] == "succeeded", 30)
         log = app.client.call("jobs.tail", {"id": jobs[0]["id"], "offset": 0})["text"]
@@ -139,13 +139,13 @@ async def test_new_job_refused_by_the_host_says_why_in_the_form_and_keeps_what_w
         assert isinstance(app.screen, NewJobScreen)
         assert missing in form_error(app) and "does not exist" in screen_text(app)
         assert field(app, "command").value == "echo hi" and field(app, "cwd").value == missing
-        assert app.client.call("jobs.list") == []
+        assert app.client.call("jobs.list")["jobs"] == []
 
         # Put right in place, it starts.
         field(app, "cwd").value = str(tmp_path)
         await pilot.press("enter")
         await wait_until(pilot, lambda: not isinstance(app.screen, NewJobScreen), message="the job to start")
-        assert [job["cwd"] for job in app.client.call("jobs.list")] == [str(tmp_path)]
+        assert [job["cwd"] for job in app.client.call("jobs.list")["jobs"]] == [str(tmp_path)]
 
 
 # ---------------------------------------------------------------------- downloads
@@ -155,7 +155,7 @@ def newest(pane):
     return max(pane.jobs, key=lambda job_id: int(job_id[1:]))
 
 
-async def test_r_on_a_verify_job_verifies_again_and_downloads_nothing(client, hub, tmp_path):
+async def test_r_on_a_verify_job_that_found_a_file_wrong_downloads_only_that_file_again(client, hub, tmp_path):
     hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
     local_dir = str(tmp_path / "tiny")
     first = client.call("download.start", {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url}, timeout=120)
@@ -166,6 +166,7 @@ async def test_r_on_a_verify_job_verifies_again_and_downloads_nothing(client, hu
     check = client.call("download.verify", {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url}, timeout=120)
     wait_for(lambda: client.call("jobs.get", {"id": check["id"]})["state"] == "mismatch", 60)
     served = hub.bytes_served("team/tiny-eagle3", "config.json")
+    served_weights = hub.bytes_served("team/tiny-eagle3", "model.safetensors")
 
     app = DownloadsHost(client)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -176,13 +177,14 @@ async def test_r_on_a_verify_job_verifies_again_and_downloads_nothing(client, hu
         await pilot.press("r")
         await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
         again = newest(pane)
-        assert text_of(pane.query_one("#downloads-status", Static)) == "verification started: %s (team/tiny-eagle3)" % again
-        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "mismatch", timeout_s=60)
+        assert text_of(pane.query_one("#downloads-status", Static)) == "repair started: %s (team/tiny-eagle3)" % again
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout_s=60)
         job = client.call("jobs.get", {"id": again})
-        assert job["name"].startswith("verify ") and job["meta"]["action"] == "verify"
+        assert job["meta"]["action"] == "download" and job["meta"]["files"] == ["config.json"]
     with open(config_path, "rb") as f:
-        assert f.read(1) == b"["  # verified, not downloaded over
-    assert hub.bytes_served("team/tiny-eagle3", "config.json") == served
+        assert f.read(1) == b"{"  # downloaded over, and verified
+    assert hub.bytes_served("team/tiny-eagle3", "config.json") > served
+    assert hub.bytes_served("team/tiny-eagle3", "model.safetensors") == served_weights  # the intact file was not fetched
 
 
 async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_no_bar(client, hub, tmp_path):

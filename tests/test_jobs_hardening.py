@@ -160,7 +160,7 @@ BAD_SUBMITS = {
     "env-name-with-nul": ({"argv": ["true"], "env": {"A\0B": "x"}}, "NUL"),
     "env-value-with-nul": ({"argv": ["true"], "env": {"A": "x\0y"}}, "NUL"),
     "argv-item-with-nul": ({"argv": ["echo", "a\0b"]}, "NUL"),
-    "interpreter-with-nul": ({"argv": ["x.py"], "interpreter": "pyth\0on"}, "NUL"),
+    "python-with-nul": ({"argv": ["x.py"], "python": "pyth\0on"}, "NUL"),
     "cwd-a-file": ({"argv": ["true"], "cwd": "/etc/hostname"}, "not a directory"),
     "cwd-missing": ({"argv": ["true"], "cwd": "/no/such/dir"}, "does not exist"),
 }
@@ -173,7 +173,7 @@ def test_bad_input_refused_at_submit_with_nothing_left(client, agent_home, case)
         client.call("jobs.submit", params)
     assert error.value.type == "BadRequest" and expected in error.value.message
     assert len(error.value.message.splitlines()) == 1
-    assert client.call("jobs.list") == [] and os.listdir(agent_home / "jobs") == []
+    assert client.call("jobs.list")["jobs"] == [] and os.listdir(agent_home / "jobs") == []
 
 
 @pytest.fixture
@@ -208,7 +208,7 @@ def test_disk_full_keeps_the_exit_code_and_refuses_a_submit_cleanly(small_jobs_d
     assert error.value.type == "NoSpace" and len(error.value.message.splitlines()) == 1
     assert sorted(os.listdir(small_jobs_disk)) == before  # no half job directory
     result = run_cli("run", "local", "--", "true")
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and "no space" in result.stderr.lower(), result.stderr
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "no space" in result.stderr.lower(), result.stderr
     go.touch()
     ended = wait_ended(client, job["id"])
     assert ended["exit_code"] == 5 and ended["state"] == "failed"
@@ -226,11 +226,11 @@ def test_a_malformed_job_directory_is_skipped_and_noted_once(client, agent_home)
         (jobs / name).mkdir()
         (jobs / name / "job.json").write_text(text)
     (jobs / "j4").write_text("a file, not a directory")
-    assert [job["id"] for job in client.call("jobs.list")] == [good["id"]]
+    assert [job["id"] for job in client.call("jobs.list")["jobs"]] == [good["id"]]
     new = client.call("jobs.submit", {"argv": ["true"]})
     assert new["id"] not in ("j1", "j2", "j3", "j4")
     time.sleep(1.5)  # three polls of the job watcher
-    assert [job["id"] for job in client.call("jobs.list")] == [good["id"], new["id"]]
+    assert [job["id"] for job in client.call("jobs.list")["jobs"]] == [good["id"], new["id"]]
     log = (agent_home / "daemon.log").read_text()
     notes = [line for line in log.splitlines() if "skipped" in line and "job" in line]
     assert sum(" j2 " in line or " j2:" in line for line in notes) == 1, notes
@@ -249,16 +249,16 @@ def test_forget_removes_ended_jobs_only(client, agent_home, tmp_path):
     assert error.value.type == "BadRequest" and running["id"] in error.value.message
     assert (agent_home / "jobs" / ended["id"]).is_dir()  # nothing removed when one is refused
     result = run_cli("forget", "local", running["id"])
-    assert result.returncode == 1 and result.stderr.count("\n") == 1 and running["id"] in result.stderr
-    assert client.call("jobs.forget", {"ids": [ended["id"]]}) == [ended["id"]]
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and running["id"] in result.stderr
+    assert client.call("jobs.forget", {"ids": [ended["id"]]}) == {"forgotten": [ended["id"]], "not_found": []}
     assert not (agent_home / "jobs" / ended["id"]).exists()
-    assert [job["id"] for job in client.call("jobs.list")] == [running["id"]]
+    assert [job["id"] for job in client.call("jobs.list")["jobs"]] == [running["id"]]
     wait_for(lambda: any(r["event"] == "removed" and r["id"] == ended["id"] for r in events), 30)
     client.call("jobs.stop", {"id": running["id"], "grace_s": 1})
     wait_ended(client, running["id"])
     result = run_cli("forget", "local", running["id"], "--json", check=0)
-    assert json.loads(result.stdout) == [running["id"]]
-    assert client.call("jobs.list") == []
+    assert json.loads(result.stdout) == {"forgotten": [running["id"]], "not_found": []}
+    assert client.call("jobs.list")["jobs"] == []
     # A forgotten id is never given to a new job (a console may still show the old one).
     assert client.call("jobs.submit", {"argv": ["true"]})["id"] not in (ended["id"], running["id"])
 
@@ -267,7 +267,7 @@ def test_verify_of_a_missing_directory_makes_no_job(client, tmp_path):
     with pytest.raises(RemoteError) as error:
         client.call("download.verify", {"repo": "org/model", "local_dir": str(tmp_path / "not-there")})
     assert error.value.type in ("BadRequest", "NotFound") and "not-there" in error.value.message
-    assert client.call("jobs.list") == []
+    assert client.call("jobs.list")["jobs"] == []
 
 
 def test_a_job_gets_the_login_environment_not_the_daemons(agent_home, tmp_path, monkeypatch):

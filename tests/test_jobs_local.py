@@ -40,7 +40,7 @@ def test_unknown_command_is_refused_at_submit_with_nothing_left_behind(client, a
     with pytest.raises(RemoteError) as error:
         client.call("jobs.submit", {"argv": ["huggingface-cli-not-on-path", "download", "x"]})
     assert "command not found" in error.value.message and "huggingface-cli-not-on-path" in error.value.message
-    assert client.call("jobs.list") == []
+    assert client.call("jobs.list")["jobs"] == []
 
 
 def test_executable_resolved_with_the_login_path(client, agent_home, tmp_path, monkeypatch):
@@ -188,8 +188,8 @@ def test_protocol_mismatch_is_a_clear_error(agent_home, monkeypatch):
 def test_list_by_kind(client, agent_home):
     plain = client.call("jobs.submit", {"argv": ["true"]})
     server = client.call("jobs.submit", {"argv": ["true"], "kind": "server"})
-    assert [j["id"] for j in client.call("jobs.list", {"kind": "server"})] == [server["id"]]
-    assert [j["id"] for j in client.call("jobs.list")] == [plain["id"], server["id"]]
+    assert [j["id"] for j in client.call("jobs.list", {"kind": "server"})["jobs"]] == [server["id"]]
+    assert [j["id"] for j in client.call("jobs.list")["jobs"]] == [plain["id"], server["id"]]
 
 
 def test_a_negative_tail_is_a_usage_line_not_a_hang(agent_home):

@@ -30,6 +30,34 @@ HELLO_TIMEOUT_S = 30.0
 RETRY_INTERVALS_S = (0.0, 0.25) + (0.5,) * 8 + (1, 2, 4, 8, 15)
 
 
+def not_utf8_message(params):
+    """One line naming the first field of a request that cannot go out as UTF-8 (a byte that
+    is not UTF-8 on the command line arrives in Python as a lone surrogate)."""
+    pending = [(name, value) for name, value in sorted((params or {}).items())]
+    while pending:
+        field, value = pending.pop(0)
+        if isinstance(value, dict):
+            pending[:0] = [("%s key %s" % (field, shown(key)), key) for key in value]
+            pending[:0] = [("%s[%s]" % (field, shown(key)), item) for key, item in value.items()]
+        elif isinstance(value, (list, tuple)):
+            pending[:0] = [("%s[%d]" % (field, index), item) for index, item in enumerate(value)]
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return "%s is not UTF-8 (the byte %s at position %d): the host takes text in UTF-8 only; nothing was sent" % (
+                    field, shown(value[exc.start]), exc.start)
+    return "the request holds text that is not UTF-8; nothing was sent"
+
+
+def shown(text):
+    """`text` for a message: a byte that is not UTF-8 as \\xNN."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return text.encode("utf-8", "backslashreplace").decode()
+
+
 class ConnectError(Exception):
     """The host could not be reached or the agent could not be started: one human line.
 
@@ -293,6 +321,9 @@ class AgentClient:
         self._pending[request_id] = waiter
         try:
             self._write(link, {"id": request_id, "method": method, "params": params or {}})
+        except UnicodeEncodeError:  # raised before a byte went out: the link is fine
+            self._pending.pop(request_id, None)
+            raise RemoteError("BadRequest", not_utf8_message(params)) from None
         except Exception as exc:
             self._pending.pop(request_id, None)
             self._lost(link, str(exc))

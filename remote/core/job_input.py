@@ -1,11 +1,36 @@
 """What a job submit accepts, checked before anything is made: argv and env as the kernel
-takes them (no NUL, no `=` in a name), a working directory one can enter; and a failed write
-as one line (NoSpace for a full disk), so that bad input never reaches the supervisor."""
+takes them (no NUL, no `=` in a name, UTF-8, within the kernel's size limit for exec), a
+working directory one can enter; and a failed write as one line (NoSpace for a full disk),
+so that bad input never reaches the supervisor."""
 
 import errno
 import os
 
 from .protocol import BadRequest, RemoteError
+
+
+MAX_ARG_STRLEN = 32 * 4096  # the kernel's limit for one argument or environment entry (32 pages)
+POINTER_BYTES = 8  # each argv and envp entry also costs its pointer on the new stack
+ADDED_BYTES = 1024  # what the supervisor adds (the job's id, directory and token; a systemd-run prefix)
+
+
+def check_utf8(text, what):
+    """BadRequest naming `what` when `text` cannot go out as UTF-8: a lone surrogate, which is
+    how a non-UTF-8 byte arrives (a JSON escape, or a client's surrogateescape)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        char = ord(text[exc.start])
+        byte = "the byte \\x%02x" % (char - 0xDC00) if 0xDC80 <= char <= 0xDCFF else "U+%04X" % char
+        raise BadRequest("%s is not UTF-8 (%s at position %d)" % (what, byte, exc.start)) from None
+
+
+def shown(text):
+    """`text` for a message, a non-UTF-8 byte in it as \\xNN."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:  # a surrogate no byte stands for
+        return text.encode("utf-8", "backslashreplace").decode()
 
 
 def check_command(argv, interpreter):
@@ -14,8 +39,30 @@ def check_command(argv, interpreter):
     for index, item in enumerate(argv):
         if "\0" in item:
             raise BadRequest("argv item %d holds a NUL character: %r" % (index, item))
+        check_utf8(item, "argv item %d" % index)
     if interpreter is not None and (not isinstance(interpreter, str) or "\0" in interpreter):
         raise BadRequest("the interpreter must be a path without NUL characters, not %r" % (interpreter,))
+    if interpreter is not None:
+        check_utf8(interpreter, "the interpreter (python)")
+
+
+def check_exec_size(argv, environment):
+    """BadRequest when exec would refuse argv and this environment as too long (E2BIG): the
+    kernel's ARG_MAX counts both, each string with its NUL and its pointer."""
+    for index, item in enumerate(argv):
+        if len(item.encode()) + 1 > MAX_ARG_STRLEN:
+            raise BadRequest("argv item %d is %d bytes, more than the kernel takes for one argument (%d)"
+                             % (index, len(item.encode()), MAX_ARG_STRLEN - 1))
+    for name, value in environment.items():
+        if len(name.encode()) + len(value.encode()) + 2 > MAX_ARG_STRLEN:
+            raise BadRequest("the environment variable %s is %d bytes, more than the kernel takes for one entry (%d)"
+                             % (name, len(value.encode()), MAX_ARG_STRLEN - 1))
+    total = sum(len(item.encode()) + 1 + POINTER_BYTES for item in argv)
+    total += sum(len(name.encode()) + len(value.encode()) + 2 + POINTER_BYTES for name, value in environment.items())
+    limit = os.sysconf("SC_ARG_MAX")
+    if total + ADDED_BYTES > limit:
+        raise BadRequest("argv and environment take %d bytes, more than the kernel's limit for starting a program "
+                         "(ARG_MAX, %d bytes)" % (total, limit))
 
 
 def check_env(env, what):
@@ -29,6 +76,8 @@ def check_env(env, what):
             raise BadRequest("%s: the variable name %r holds %s" % (what, name, "a NUL character" if "\0" in name else "'='"))
         if "\0" in value:
             raise BadRequest("%s: the value of %s holds a NUL character" % (what, name))
+        check_utf8(name, "%s: the variable name %s" % (what, shown(name)))
+        check_utf8(value, "%s: the value of %s" % (what, shown(name)))
     return env
 
 
@@ -37,6 +86,8 @@ def check_cwd(cwd):
     home = os.path.expanduser("~")
     if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd):
         raise BadRequest("the working directory must be a path without NUL characters, not %r" % (cwd,))
+    if cwd is not None:
+        check_utf8(cwd, "the working directory (cwd)")
     cwd = os.path.join(home, os.path.expanduser(cwd)) if cwd else home
     if not os.path.exists(cwd):
         raise BadRequest("working directory does not exist on the host: %s" % cwd)

@@ -11,17 +11,19 @@ from .wire import method
 @method("jobs.submit")
 def jobs_submit(call):
     """Start a detached job. Params: `argv` (list of strings, required; argv[0] found on the
-    host's login PATH), `cwd` (default: home), `env` (additions), `interpreter` (run argv under
-    it), `name`, `kind` (any short lower-case word: command, download, server, training, ...;
-    default command), `meta` (an object kept with the job for the panes of its kind).
-    The job's environment is the user's login environment on the host plus `env`, nothing of
-    the daemon's. Reply: the job, as `jobs.get`. Errors: BadRequest (a NUL in argv or env, `=`
-    in an env name, a cwd that is no directory, a command not found), NoSpace."""
+    host's login PATH), `cwd` (default: home), `env` (additions), `python` (an interpreter to
+    run argv under, as downloads, serving and training name it), `name`, `kind` (any short
+    lower-case word: command, download, server, training, ...; default command), `meta` (an
+    object kept with the job for the panes of its kind). The job's environment is the user's
+    login environment on the host plus `env`, nothing of the daemon's. Reply: the job, as
+    `jobs.get`. Errors: BadRequest, one line naming the field (a NUL or a byte that is not
+    UTF-8 in argv, env or cwd, `=` in an env name, argv and environment over the kernel's
+    ARG_MAX, a cwd that is no directory, a command not found), NoSpace."""
     job = call.daemon.jobs.submit(
         call.param("argv", list, required=True),
         cwd=call.param("cwd", str),
-        env=call.param("env", dict, {}),
-        interpreter=call.param("interpreter", str),
+        env=call.param("env", dict) or {},
+        interpreter=call.param("python", str),
         name=call.param("name", str),
         kind=call.param("kind", str, "command"),
         meta=call.param("meta", dict),
@@ -32,26 +34,32 @@ def jobs_submit(call):
 
 @method("jobs.list")
 def jobs_list(call):
-    """Every job, oldest first. Params: `kind` (only jobs of that kind). Reply: a list of jobs,
-    each as `jobs.get`."""
-    return call.daemon.jobs.list(kind=call.param("kind", str))
+    """Every job, oldest first. Params: `kind` (only jobs of that kind). Reply: `{jobs: [...]}`,
+    each job as `jobs.get`."""
+    return {"jobs": call.daemon.jobs.list(kind=call.param("kind", str))}
 
 
 @method("jobs.get")
 def jobs_get(call):
     """One job. Params: `id`. Reply: `{id, name, kind, argv, cwd, state, process_state, exit_code,
-    signal, submitted_at, started_at, ended_at, pid, log_bytes, error, meta, progress?}`; `state`
-    is the process's (starting, running, succeeded, failed, stopped, lost), `stopping` while a
-    stop is under way (process_state stays running), or, for a job that reports progress, its
-    own word (downloading, verified, ...)."""
+    signal, submitted_at, started_at, ended_at, pid, log_bytes, error, containment, meta,
+    progress?}`; `state` is the process's (starting, running, succeeded, failed, stopped, lost),
+    `stopping` while a stop is under way (process_state stays running), or, for a job that
+    reports progress, its own word (downloading, verified, ...). `containment` says what holds
+    the job's processes for a stop: `cgroup` (a cgroup v2 of its own), `systemd-scope` (a
+    systemd user scope), `process-group` (none: found by scanning); null before it started."""
     return call.daemon.jobs.describe(call.param("id", str, required=True))
 
 
 @method("jobs.tail")
 def jobs_tail(call):
-    """A window of a job's log. Params: `id`, `offset` (bytes; < 0 counts from the end and starts
-    on a line boundary), `max_bytes` (at most 1 MiB). Reply: `{offset, next_offset, size, text}`."""
-    return call.daemon.jobs.tail(call.param("id", str, required=True), call.param("offset", int, 0), call.param("max_bytes", int, 65536))
+    """A window of a job's log. Params: `id`, `offset` (bytes, default 0; < 0 counts from the end
+    and starts on a line boundary), `max_bytes` (default 64 KiB, at most 1 MiB). Reply:
+    `{offset, next_offset, size, text}`."""
+    offset = call.param("offset", int)
+    max_bytes = call.param("max_bytes", int)
+    return call.daemon.jobs.tail(call.param("id", str, required=True), 0 if offset is None else offset,
+                                 65536 if max_bytes is None else max_bytes)
 
 
 @method("jobs.stop")
@@ -61,7 +69,8 @@ def jobs_stop(call):
     out, so a daemon killed meanwhile changes nothing. Params: `id`, `grace_s` (default 10, a
     finite number >= 0; a second stop may shorten it). Reply: the job (state `stopping`).
     Returns at once; the end (state `stopped`) follows in job events."""
-    grace_s = call.param("grace_s", float, STOP_GRACE_S)
+    grace_s = call.param("grace_s", float)
+    grace_s = STOP_GRACE_S if grace_s is None else grace_s
     if grace_s < 0:
         raise BadRequest("grace_s must be a number of seconds >= 0")
     job = call.daemon.jobs.stop(call.param("id", str, required=True), grace_s=grace_s)
@@ -72,24 +81,26 @@ def jobs_stop(call):
 @method("jobs.forget")
 def jobs_forget(call):
     """Remove ended jobs: their directories and logs. Params: `ids` (list of job ids). Refused
-    as a whole (BadRequest naming them) when one still runs; NotFound for an unknown id.
-    Reply: the list of ids removed; job events say `removed` for each."""
-    removed = call.daemon.jobs.forget(call.param("ids", list, required=True))
+    as a whole, nothing removed, when one still runs (BadRequest naming them) or when the disk
+    is too full to keep the id counter (NoSpace). Reply: `{forgotten: [ids removed], not_found:
+    [ids of no job on this host]}`; job events say `removed` for each one forgotten."""
+    reply = call.daemon.jobs.forget(call.param("ids", list, required=True))
     call.daemon.services.wake("job-events")
-    return removed
+    return reply
 
 
 @method("jobs.follow")
 def jobs_follow(call):
-    """Stream a job's log. Params: `id`, `stream` (the client's id for it), `after` (byte offset;
-    < 0: the last -after bytes from a line boundary). Frames: `{stream, seq, data: {offset, text}}`
-    with seq = the offset after the text; whole lines, or, when none is waiting, the unfinished last
-    line as it grows (a progress bar redrawn with \\r); then the end frame with `data.job`. Reply: `{stream, offset}` (frames may come before it)."""
+    """Stream a job's log. Params: `id`, `stream` (the client's id for it), `after` (byte offset,
+    default 0; < 0: the last -after bytes from a line boundary). Frames: `{stream, seq, data:
+    {offset, text}}` with seq = the offset after the text; whole lines, or, when none is
+    waiting, the unfinished last line as it grows (a progress bar redrawn with \\r); then the
+    end frame with `data.job`. Reply: `{stream, seq, snapshot}` as every follow (seq: the byte
+    offset it starts from; snapshot: always false), frames may come before it."""
     jobs = call.daemon.jobs
     job_id = call.param("id", str, required=True)
     jobs.job_dir(job_id)  # NotFound now rather than in the stream
-    offset = streams.serve(call.connection, call.param("stream", str, required=True), LogSource(jobs, job_id), call.param("after", int, 0))
-    return {"stream": call.params["stream"], "offset": offset}
+    return streams.follow(call, LogSource(jobs, job_id))
 
 
 @method("jobs.events")

@@ -2,7 +2,8 @@
 
 Each job is a directory under jobs_dir():
   job.json      what to run (resolved argv, cwd, env additions, name, kind), when submitted
-  run.json      the supervisor's and the process's pid with their start times, pgid, boot id
+  run.json      the supervisor's and the process's pid with their start times, pgid, boot id,
+                and what holds the job's processes (containment: cgroup, systemd-scope, process-group)
   exit.json     exit code / signal and end time, written by the supervisor when the process ends
   stop.json     present once a stop was asked for (when, and the grace before KILL)
   output.log    stdout and stderr of the process
@@ -14,6 +15,7 @@ even while no daemon runs. The daemon itself holds no job state: every answer is
 disk, which is what lets a restarted daemon re-adopt running jobs.
 """
 
+import errno
 import json
 import logging
 import os
@@ -24,8 +26,9 @@ import subprocess
 import threading
 import time
 
-from . import paths
-from .job_input import check_command, check_cwd, check_env, disk_error
+from . import containment, paths
+from .job_counter import raise_counter, read_counter
+from .job_input import check_command, check_cwd, check_env, check_exec_size, disk_error
 from .login_env import login_environment, login_path, resolve_executable
 from .protocol import BadRequest, NotFound, RemoteError
 from .records import read_json, reserve, write_json
@@ -38,7 +41,6 @@ SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.j
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
 LIVE_STATES = ("running", "starting")
-LAST_ID_FILE = ".last-id"  # the highest id ever given, kept when jobs are forgotten
 
 
 class DamagedJob(NotFound):
@@ -91,6 +93,7 @@ class JobStore:
             argv = [resolve_executable(interpreter, cwd, environment["PATH"])] + list(argv)
         else:
             argv = [resolve_executable(argv[0], cwd, environment["PATH"])] + list(argv[1:])
+        check_exec_size(argv, environment)
         job_id, job_dir = reserved or self._new_job_dir()
         spec = {
             "id": job_id,
@@ -154,17 +157,16 @@ class JobStore:
     def _new_job_dir(self):
         with self._id_lock:
             numbers = [int(n[1:]) for n in os.listdir(self.root) if JOB_ID_PATTERN.match(n)]
-            try:
-                with open(os.path.join(self.root, LAST_ID_FILE)) as f:
-                    numbers.append(int(f.read().strip() or 0))
-            except (OSError, ValueError):
-                pass
-            number = max(numbers, default=0) + 1
+            number = max(numbers + [read_counter(self.root)]) + 1
             while True:
                 job_id = "j%d" % number
                 path = os.path.join(self.root, job_id)
                 try:
                     os.mkdir(path, 0o700)
+                    try:
+                        raise_counter(self.root, number)  # kept up now, so a forget never has to write it
+                    except OSError:
+                        pass  # a full disk: the directory names the id until forget records it
                     return job_id, path
                 except FileExistsError:
                     number += 1
@@ -211,6 +213,7 @@ class JobStore:
             "pid": run.get("pid") if run else None,
             "log_bytes": log_bytes,
             "error": end.get("error") if end else None,
+            "containment": run.get("containment", "process-group") if run else None,
             "meta": spec.get("meta", {}),
         }
         if progress is not None:
@@ -338,12 +341,12 @@ class JobStore:
 
     def forget(self, job_ids):
         """Remove ended jobs (directory and log). Refuses the whole request, removing nothing,
-        when one of them still runs. Returns the ids removed."""
+        when one of them still runs, or when the id counter cannot be kept (a full disk: an
+        id would be given again). Returns {"forgotten": [ids removed], "not_found": [ids]}."""
         if not isinstance(job_ids, list) or not job_ids or not all(isinstance(i, str) for i in job_ids):
             raise BadRequest("ids must be a non-empty list of job ids")
-        job_ids = list(dict.fromkeys(job_ids))
-        live = []
-        for job_id in job_ids:
+        found, not_found, live = [], [], []
+        for job_id in dict.fromkeys(job_ids):
             try:
                 if self.describe(job_id)["process_state"] in LIVE_STATES:
                     live.append(job_id)
@@ -351,22 +354,28 @@ class JobStore:
                 run = _object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
                 if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
                     live.append(job_id)
+            except NotFound:
+                not_found.append(job_id)
+                continue
+            found.append(job_id)
         if live:
             raise BadRequest("%s still running: stop %s first" % (
                 "job %s is" % live[0] if len(live) == 1 else "jobs %s are" % ", ".join(live), "it" if len(live) == 1 else "them"))
         with self._id_lock:
-            # Ids only grow: a console may still show a forgotten one.
-            highest = max([int(i[1:]) for i in job_ids + self.ids()])
-            try:
-                write_json(os.path.join(self.root, LAST_ID_FILE), highest)
-            except OSError:
-                pass  # a full disk: forgetting is how space comes back
-            for job_id in job_ids:
+            if found:  # ids only grow: recorded before anything is removed
+                try:
+                    raise_counter(self.root, max(int(i[1:]) for i in found + self.ids()))
+                except OSError as exc:
+                    raise RemoteError("NoSpace" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "IOError",
+                                      "could not keep the job id counter in %s (%s): nothing was forgotten" % (self.root, exc.strerror or exc))
+            for job_id in found:
+                run = _object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
                 # Out of the listing at once, then deleted at leisure.
                 gone = os.path.join(self.root, ".forgotten-%s-%s" % (job_id, os.urandom(4).hex()))
                 os.rename(os.path.join(self.root, job_id), gone)
                 shutil.rmtree(gone, ignore_errors=True)
-        return job_ids
+                containment.remove_left_over(run.get("cgroup"))  # of a supervisor that was killed
+        return {"forgotten": found, "not_found": not_found}
 
 
 def _object(value):

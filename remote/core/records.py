@@ -50,7 +50,8 @@ def reserve(path):
 
 def write_record(path, value, retry_s=None):
     """Write a small record into the space reserved for it (in place: a full disk cannot refuse
-    it), or replace the file when there is none. With `retry_s`, try again until it works."""
+    it), or replace the file when there is none. With `retry_s`, try again until it works, or
+    until its directory is gone (removed by hand: waiting would never end)."""
     data = json.dumps(value, separators=(",", ":")).encode()
     while True:
         try:
@@ -69,6 +70,6 @@ def write_record(path, value, retry_s=None):
             write_json(path, value)
             return
         except OSError:
-            if retry_s is None:
+            if retry_s is None or not os.path.isdir(os.path.dirname(path) or "."):
                 raise
             time.sleep(retry_s)

@@ -1,18 +1,25 @@
-"""The supervisor of one job (`agent supervise JOBDIR`), and how the agent tells processes apart.
+"""The supervisor of one job (`agent supervise JOBDIR`).
 
 The supervisor starts the job's process in a session of its own, waits for it and writes
 exit.json, so the exit code is recorded even while no daemon runs. It also owns the stop:
 the daemon writes stop.json and sends it SIGUSR1; the supervisor sends TERM to everything
 the job started, waits the grace, KILLs what is left and only then writes the record.
-"Everything the job started" is its process group, every descendant of the supervisor
-(it is a child subreaper, so orphans of the job come back to it) and every process whose
-environment carries the job's token (a daemon that double-forked away before the
-supervisor became its parent). The supervisor is never in the group it kills.
+"Everything the job started" is, where the host offers one, the job's own cgroup
+(containment.py); and always its process group, every descendant of the supervisor (it is a
+child subreaper, so orphans of the job come back to it), the children of each of those as
+the kernel lists them, and every process whose environment carries the job's token (a daemon
+that double-forked away before the supervisor became its parent). The supervisor is never
+in the group it kills, and a stop is over only when a scan finds nothing and the supervisor
+has no child left: a chain that respawns itself faster than /proc can be read still comes
+back to it as its children.
 
 A job ends with its last process, as a systemd unit does: when the main process exits and
 has left others running (a server started in the background, an engine's worker that
 outlived it and holds a GPU), they are stopped the same way, after LEFT_BEHIND_GRACE_S,
 and the log says so; the job's exit code stays the main process's.
+
+A supervisor whose job directory was removed under it (a user's rm -rf) lets the job run to
+its end, then says so in one line of the daemon's log and exits.
 """
 
 import json
@@ -24,6 +31,11 @@ import sys
 import threading
 import time
 
+from . import containment
+from .processes import (  # noqa: F401 (process identity, imported from here by older callers)
+    become_subreaper, boot_id, children_of, descendants, environ_has, is_same_process, is_zombie, process_start_ticks,
+    process_table,
+)
 from .records import read_json, write_record
 
 STOP_GRACE_S = 10.0
@@ -31,68 +43,7 @@ LEFT_BEHIND_GRACE_S = 5.0
 STOP_CHECK_S = 2.0  # stop.json looked at this often, in case its signal never came
 STOPPING_POLL_S = 0.1
 KILL_ROUNDS = 200
-PR_SET_CHILD_SUBREAPER = 36
-
-
-# ---------------------------------------------------------------- process identity
-
-
-def boot_id():
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            return f.read().strip()
-    except OSError:
-        return ""
-
-
-def _stat_fields(pid):
-    """Fields 3.. of /proc/PID/stat (state first), or None when no such process."""
-    try:
-        with open("/proc/%d/stat" % pid, "rb") as f:
-            stat = f.read()
-    except (OSError, ValueError):
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    return stat[stat.rfind(b")") + 2 :].split()
-
-
-def process_start_ticks(pid):
-    """The process's start time in clock ticks since boot, or None when no such process.
-
-    A pid together with this number names one process for good: a recycled pid has a
-    different start time.
-    """
-    fields = _stat_fields(pid)
-    if not fields or fields[0] == b"Z":
-        return None
-    return int(fields[19])
-
-
-def is_same_process(pid, start_ticks, recorded_boot_id):
-    if not pid or recorded_boot_id != boot_id():
-        return False
-    return process_start_ticks(pid) == start_ticks
-
-
-def process_table():
-    """{pid: (ppid, pgid, start_ticks)} of every process that still runs (zombies left out)."""
-    table = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _stat_fields(int(name))
-        if fields and fields[0] not in (b"Z", b"X"):
-            table[int(name)] = (int(fields[1]), int(fields[2]), int(fields[19]))
-    return table
-
-
-def environ_has(pid, entry):
-    """Whether /proc/PID/environ holds `entry` (bytes, NAME=VALUE); False when unreadable."""
-    try:
-        with open("/proc/%d/environ" % pid, "rb") as f:
-            return entry in f.read().split(b"\0")
-    except OSError:
-        return False
+DRAIN_ROUNDS = 2000  # children killed as they appear, per round of kill_all
 
 
 # ---------------------------------------------------------------- stopping a job of an older agent
@@ -158,6 +109,7 @@ class Supervisor:
         self.left_behind = 0  # processes still running when the main one ended
         self._environ_verdicts = {}  # (pid, start_ticks) -> carries our token
         self.unkillable = set()  # left after every KILL (not ours to signal: a setuid program)
+        self.holder = containment.ProcessGroup()  # what holds the job's processes (containment.py)
 
     def path(self, name):
         return os.path.join(self.job_dir, name)
@@ -178,8 +130,11 @@ class Supervisor:
         for signum in (signal.SIGCHLD, signal.SIGUSR1, signal.SIGTERM):
             signal.signal(signum, lambda signum, frame: self.signals.add(signum))
         signal.signal(signal.SIGHUP, lambda *_: None)
-        _become_subreaper()
+        become_subreaper()
         spec = read_json(self.path("job.json"))
+        if not isinstance(spec, dict):
+            self.note_gone("its job did not start")
+            return
         run = {
             "supervisor_pid": self.me,
             "supervisor_start_ticks": process_start_ticks(self.me),
@@ -191,25 +146,49 @@ class Supervisor:
             "stop_signal": "SIGUSR1",
         }
         if read_json(self.path("stop.json")) is not None:  # stopped before it started
-            write_record(self.path("run.json"), run, retry_s=1.0)
+            self.record("run.json", run)
             self.finish({"exit_code": None, "signal": None, "ended_at": time.time(), "stopped": True})
             return
         env = self.job_environment(spec)
-        try:
-            process = subprocess.Popen(
-                spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL, stdout=self.log_fd, stderr=subprocess.STDOUT,
-                close_fds=True, start_new_session=True,
-            )
-        except (OSError, ValueError, subprocess.SubprocessError) as exc:
-            reason = getattr(exc, "strerror", None) or str(exc)
-            write_record(self.path("run.json"), run, retry_s=1.0)
+        self.holder, why_not = containment.contain("specdeck-%s-%s" % (spec["id"], self.token[:8]), env)
+        if why_not:
+            self.say("specdeck: %s; a stop finds the job's processes by scanning instead" % why_not)
+        process, reason = self.start(spec, env)
+        if process is None:
+            self.holder.remove()
+            self.record("run.json", run)
             self.say("specdeck: could not start %s: %s" % (spec["argv"][0], reason))
             self.finish({"exit_code": 127, "signal": None, "ended_at": time.time(), "error": ("could not start: %s" % reason)[:300]})
             return
         self.main_pid = self.pgid = process.pid
-        run.update(pid=process.pid, start_ticks=process_start_ticks(process.pid), pgid=process.pid, token=self.token)
-        write_record(self.path("run.json"), run, retry_s=1.0)
+        self.holder.started(process.pid)
+        run.update(pid=process.pid, start_ticks=process_start_ticks(process.pid), pgid=process.pid, token=self.token,
+                   containment=self.holder.kind)
+        if self.holder.directory:
+            run["cgroup"] = self.holder.directory
+        self.record("run.json", run)  # a directory removed meanwhile: the job still runs to its end
         self.loop(wake_read)
+        self.holder.remove()
+
+    def start(self, spec, env):
+        """(the job's Popen, None), or (None, why it could not start). A cgroup the process cannot
+        enter (its preexec step failed, before exec: nothing of the job ran) is given up for
+        the process group, and the job started again without it."""
+        enter = self.holder.enter if self.holder.kind == "cgroup" else None
+        try:
+            process = subprocess.Popen(
+                list(self.holder.argv_prefix) + spec["argv"], cwd=spec["cwd"], env=env, stdin=subprocess.DEVNULL,
+                stdout=self.log_fd, stderr=subprocess.STDOUT, close_fds=True, start_new_session=True, preexec_fn=enter,
+            )
+            return process, None
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:
+            if enter is not None and type(exc) is subprocess.SubprocessError:
+                self.say("specdeck: the job could not enter its cgroup %s; a stop finds its processes by scanning instead"
+                         % self.holder.directory)
+                self.holder.remove()
+                self.holder = containment.ProcessGroup()
+                return self.start(spec, env)
+            return None, getattr(exc, "strerror", None) or str(exc)
 
     def job_environment(self, spec):
         if self.environment is None:  # started by hand, without one: the agent's own, as before
@@ -237,7 +216,7 @@ class Supervisor:
             self.reap()
             if self.deadline is None:
                 if self.main_status is not None:
-                    left = self.job_processes() - self.unkillable
+                    left = self.remaining()
                     if not left:
                         break
                     self.left_behind = len(left)
@@ -248,7 +227,7 @@ class Supervisor:
                     continue
                 timeout_s = max(0.0, next_stop_check - now)
             else:
-                left = self.job_processes() - self.unkillable
+                left = self.remaining()
                 if self.main_status is None:
                     left.add(self.main_pid)
                 if not left:
@@ -308,38 +287,77 @@ class Supervisor:
                     pass
 
     def kill_all(self):
-        """KILL until nothing of the job is left (a process may fork while we look)."""
+        """KILL until nothing of the job is left: its cgroup at once where it has one; then, since
+        a process may fork while we look, our children as they appear and whatever a scan finds."""
+        self.holder.kill()
+        left = set()
         for _ in range(KILL_ROUNDS):
+            self.drain_children()
             self.send(signal.SIGKILL)
-            time.sleep(0.02)
-            self.reap()
-            left = self.job_processes()
+            left = self.remaining()
             if not left and self.main_status is not None:
                 return
+            time.sleep(0.02)
         # Record the end all the same rather than read `stopping` for ever.
         self.unkillable |= left
         self.say("specdeck: processes of the job that could not be killed: %s" % sorted(left))
 
+    def drain_children(self):
+        """KILL our children and theirs, as the kernel lists them, until none is left alive. Each
+        look is a read of one small file, quick enough to catch a chain whose every process
+        lives a millisecond (orphans of the chain come back to us as children)."""
+        refused = set()
+        for _ in range(DRAIN_ROUNDS):
+            self.reap()
+            pending = list(children_of(self.me) - self.unkillable - refused)
+            seen = set()
+            while pending:
+                pid = pending.pop()
+                if pid in seen or is_zombie(pid):
+                    continue  # a zombie's children are ours already
+                seen.add(pid)
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except PermissionError:
+                    refused.add(pid)
+                except ProcessLookupError:
+                    pass
+                pending.extend(children_of(pid))
+            if not seen - refused:
+                return
+
     def reap(self):
-        """Collect every ended child (ours, and orphans handed to us); note the main one's status."""
+        """Collect every ended child (ours, and orphans handed to us); note the main one's status.
+        True while the supervisor still has a child (running, or ended after this look)."""
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
-                return
+                return False
             if pid == 0:
-                return
+                return True
             if pid == self.main_pid:
                 self.main_status = status
 
+    def remaining(self):
+        """The job's live processes (unkillable ones aside); empty only when the supervisor has no
+        live child either. A scan of /proc misses a process forked while it ran (a chain that
+        respawns itself detached, with a cleared environment), but every process of the job's
+        tree is a child of ours or below one, as the kernel lists them at once."""
+        left = self.job_processes() - self.unkillable
+        if left or not self.reap():
+            return left
+        if not os.path.exists("/proc/%d/task/%d/children" % (self.me, self.me)):
+            return left  # a kernel without children files: the scan is all there is
+        return {pid for pid in children_of(self.me) if not is_zombie(pid)} - self.unkillable
+
     def job_processes(self, table=None):
-        """Pids of every live process of the job: its group, the supervisor's descendants, and
-        whatever carries the job's token in its environment (with their descendants)."""
+        """Pids of every live process of the job: what its cgroup holds, its group, the
+        supervisor's descendants, whatever carries the job's token in its environment (with
+        their descendants), and the children of each as the kernel lists them after the scan
+        (one forked while /proc was read)."""
         table = process_table() if table is None else table
-        children = {}
-        for pid, (ppid, _, _) in table.items():
-            children.setdefault(ppid, []).append(pid)
-        roots = [self.me]
+        roots = [self.me] + sorted(self.holder.pids())
         token_entry = b"SPECDECK_JOB_TOKEN=" + self.token.encode()
         for pid, (ppid, pgid, start_ticks) in table.items():
             if pgid == self.pgid:
@@ -350,26 +368,32 @@ class Supervisor:
                 self._environ_verdicts[key] = environ_has(pid, token_entry)
             if self._environ_verdicts[key]:
                 roots.append(pid)
-        found = set()
-        while roots:
-            pid = roots.pop()
-            if pid in found:
-                continue
-            found.add(pid)
-            roots.extend(children.get(pid, ()))
+        found = descendants(roots, table)  # ours among them: orphans of the job come back to us
         found.discard(self.me)
-        return {pid for pid in found if pid in table}
+        return found
+
+    def record(self, name, value):
+        """Write one of the job's records, waiting out a full disk; False when the directory is gone."""
+        try:
+            write_record(self.path(name), value, retry_s=1.0)
+            return True
+        except OSError:
+            return False
 
     def finish(self, end):
-        write_record(self.path("exit.json"), end, retry_s=1.0)
+        if not self.record("exit.json", end):
+            how = "signal %s" % end["signal"] if end.get("signal") else "exit code %s" % end.get("exit_code")
+            self.note_gone("the job ended (%s) with nowhere to record it" % how)
 
-
-def _become_subreaper():
-    """Orphans of the job are re-parented to us instead of init (Linux 3.4+; best effort)."""
-    try:
-        import ctypes
-
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
-    except (OSError, AttributeError, ImportError):
-        pass
+    def note_gone(self, what):
+        """One line in the daemon's log (nobody reads the job's own now) before the supervisor exits."""
+        line = "job %s: its directory %s was removed; %s; its supervisor exits" % (os.path.basename(self.job_dir), self.job_dir, what)
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S") + ",%03d" % (time.time() % 1 * 1000)
+        try:  # opened, never created: a removed state directory stays removed
+            fd = os.open(os.path.join(os.path.dirname(os.path.dirname(self.job_dir)), "daemon.log"), os.O_WRONLY | os.O_APPEND)
+            try:
+                os.write(fd, ("%s %d WARNING specdeck.supervisor: %s\n" % (stamp, self.me, line)).encode("utf-8", "replace"))
+            finally:
+                os.close(fd)
+        except OSError:
+            self.say("specdeck: " + line)

@@ -60,7 +60,7 @@ def cmd_run(args):
     env = env_option(args.env)
     client = connect(args, args.host)
     job = client.call(
-        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "interpreter": args.interpreter, "name": args.name, "kind": args.kind}
+        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind}
     )
     emit(args, {"id": job["id"]}, job["id"])
     return 0
@@ -78,7 +78,7 @@ def format_jobs(jobs):
 
 
 def cmd_jobs(args):
-    jobs = connect(args, args.host).call("jobs.list")
+    jobs = connect(args, args.host).call("jobs.list")["jobs"]
     emit(args, jobs, lambda: format_jobs(jobs) if jobs else "no jobs on this host")
     return 0
 
@@ -144,6 +144,12 @@ def cmd_stop(args):
 
 
 def cmd_forget(args):
-    removed = connect(args, args.host).call("jobs.forget", {"ids": args.jobs})
-    emit(args, removed, lambda: "forgot %s" % " ".join(removed))
+    """Forgets every ended job named; an id of no job is named on stderr, and the exit is 1."""
+    reply = connect(args, args.host).call("jobs.forget", {"ids": args.jobs})
+    if reply["forgotten"] or args.json:
+        emit(args, reply, lambda: "forgot %s" % " ".join(reply["forgotten"]))
+    if reply["not_found"]:
+        if not args.json:
+            print("specdeck: no job %s on this host" % ", ".join(reply["not_found"]), file=sys.stderr)
+        return EXIT_FAILED
     return 0

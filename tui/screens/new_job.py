@@ -66,10 +66,10 @@ def submit_params(values):
     env = parse_env(values.get("env", ""))
     if env:
         params["env"] = env
-    for key in ("name", "cwd", "interpreter"):
+    for key, param in (("name", "name"), ("cwd", "cwd"), ("interpreter", "python")):
         value = values.get(key, "").strip()
         if value:
-            params[key] = value
+            params[param] = value
     return params
 
 
