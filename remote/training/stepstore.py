@@ -90,6 +90,8 @@ def read(job_dir, points, start=None, end=None):
     conn.row_factory = sqlite3.Row
     try:
         conn.execute("BEGIN")  # one snapshot for every query: the sampler writes meanwhile
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'").fetchone() is None:
+            return [], [], 1, None  # the sampler has just created the file, not its table yet
         window = (" AND time >= :start" if start is not None else "") + (" AND time <= :end" if end is not None else "")
         args = {"start": start, "end": end}
         count, low, high = conn.execute("SELECT COUNT(*), MIN(step), MAX(step) FROM records WHERE kind = 0 AND step IS NOT NULL"
