@@ -1,9 +1,11 @@
 """The history store on real SQLite files: tiers that keep spikes, windows across tier seams,
-its size after a simulated week, a corrupt or locked file, and the store inside a real daemon
-that is killed, restarted, and has its file locked under it."""
+its size after a simulated week, a corrupt file (kept aside) or a locked one (kept, waited
+for), and the store inside a real daemon that is killed, restarted, has its file locked under
+it and is started while another process holds it locked."""
 
 import glob
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -11,8 +13,10 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from remote.core import paths
-from remote.core.history import HistoryStore, default_tiers
+from remote.core.history import HistoryStore, StoreUnavailable, default_tiers
 from remote.core.protocol import FrameReader, encode
 from tests.conftest import REPO_ROOT, daemon_pid
 from tests.history_fixtures import SimulatedGpus
@@ -193,20 +197,23 @@ def test_a_file_that_is_not_a_database_is_kept_aside_for_a_fresh_store(tmp_path,
     assert store.detail()["recovered"]["kept_as"] == kept[0]
 
 
-def test_a_file_failing_its_check_is_kept_aside(tmp_path):
+def test_a_file_failing_its_check_is_kept_aside_with_a_one_line_reason(tmp_path, caplog):
     clock = Clock()
     store = open_store(tmp_path, clock)
     record_line(store, clock, 3000)
     store.close()
     path = tmp_path / "history.sqlite"
-    # Overwrite pages in the middle of the file (a disk that went bad under it).
+    # Bad cell offsets in a page in the middle of the file (a disk that went bad under it):
+    # quick_check reports each cell, dozens of lines in one row.
     with open(path, "r+b") as f:
-        f.seek(os.path.getsize(path) // 2)
-        f.write(b"\xa5" * 3 * 4096)
+        f.seek(os.path.getsize(path) // 4096 // 2 * 4096 + 100)
+        f.write(b"\x00\x05" * 40)
     reopened = HistoryStore(str(path), clock=clock).open()
     reason = reopened.recovered["reason"]
-    assert "quick_check" in reason or "malformed" in reason
+    assert re.fullmatch(r"is not a usable database \(quick_check: On tree page \d+ cell \d+: .+ \(and \d+ more\)\)", reason), reason
     assert os.path.exists(reopened.recovered["kept_as"]) and reopened.series() == []
+    logged = [r.getMessage() for r in caplog.records if "kept it as" in r.getMessage()]
+    assert len(logged) == 1 and "\n" not in logged[0]
 
 
 LOCKER = """
@@ -225,7 +232,7 @@ def lock_file(path):
     return locker
 
 
-def test_a_file_locked_by_another_process_is_kept_aside_for_a_fresh_store(tmp_path):
+def test_a_file_locked_by_another_process_keeps_its_history(tmp_path):
     clock = Clock()
     store = open_store(tmp_path, clock)
     record_line(store, clock, 120)
@@ -233,14 +240,14 @@ def test_a_file_locked_by_another_process_is_kept_aside_for_a_fresh_store(tmp_pa
     path = tmp_path / "history.sqlite"
     locker = lock_file(path)
     try:
-        reopened = HistoryStore(str(path), clock=clock).open()
+        with pytest.raises(StoreUnavailable, match="is locked by another process .*its history is kept, trying again"):
+            HistoryStore(str(path), clock=clock).open()
     finally:
         locker.kill()
         locker.wait()
-    assert "locked by another process" in reopened.recovered["reason"]
-    assert reopened.series() == []
-    kept = HistoryStore(reopened.recovered["kept_as"], clock=clock).open()  # nothing of it was lost
-    assert kept.series("test")[0]["points"]["raw"] == 120
+    assert glob.glob(str(path) + ".*-*") == []  # nothing renamed
+    reopened = HistoryStore(str(path), clock=clock).open()
+    assert reopened.recovered is None and reopened.series("test")[0]["points"]["raw"] == 120
 
 
 # ---------------------------------------------------------------- inside a real daemon
@@ -306,10 +313,11 @@ def call(home, method, params=None):
     return reply["result"]
 
 
-def counter_values(home, run):
-    # The last two minutes: at most 5,000 points a series makes that 24 ms, finer than the counter.
+def counter_values(home, run, since=None):
+    # The last two minutes (or since `since`): at most 5,000 points a series makes that 24 ms
+    # (for ten minutes 120 ms), finer than the counter.
     found = call(home, "history.query", {"source": "test", "name": "counter", "labels": {"run": run},
-                                         "start": time.time() - 120, "resolution_s": 0.001})["series"]
+                                         "start": since or time.time() - 120, "resolution_s": 0.001})["series"]
     return [(p[0], p[1]) for p in found[0]["points"]] if found else []
 
 
@@ -318,6 +326,7 @@ def services(home):
 
 
 def test_daemon_killed_keeps_what_was_committed_and_lives_through_failing_services(agent_home):
+    began = time.time()
     first = start_daemon(agent_home, "a")
     try:
         wait_for(lambda: services(agent_home)["history"]["state"] == "running", 30)
@@ -346,27 +355,48 @@ def test_daemon_killed_keeps_what_was_committed_and_lives_through_failing_servic
         status = call(agent_home, "history.status")
         assert status["file_bytes"] > 0 and status["max_bytes"] == 512 << 20 and status["recovered"] is None
 
-        # Another process locks the file under the running store: the history service fails,
-        # is retried, and goes on in a fresh store with the locked file kept aside.
-        locker = lock_file(os.path.join(paths.state_dir(), "history.sqlite"))
+        # Another process locks the file under the running store: the history service fails and
+        # is retried; once the lock is gone it goes on in the same file, nothing lost or renamed.
+        store_path = os.path.join(paths.state_dir(), "history.sqlite")
+        locker = lock_file(store_path)
         try:
-            history = wait_for(lambda: services(agent_home)["history"]["detail"].get("recovered") and services(agent_home)["history"], 60)
+            failing = wait_for(lambda: (lambda h: h["state"] == "retrying" and h)(services(agent_home)["history"]), 60)
+            assert "locked" in failing["error"] and failing["detail"].get("recovered") is None
+            assert call(agent_home, "ping")["time"] > 0
         finally:
             locker.kill()
             locker.wait()
-        assert "locked by another process" in history["detail"]["recovered"]["reason"] and history["restarts"] >= 1
-        assert call(agent_home, "ping")["time"] > 0
-        kept_as = history["detail"]["recovered"]["kept_as"]
-        assert os.path.exists(kept_as)
-        # Points buffered while the store was locked went to the fresh store: with the old
-        # file's, run b is whole.
-        fresh = wait_for(lambda: len(counter_values(agent_home, "b")) >= 5 and counter_values(agent_home, "b"), 30)
-        with sqlite3.connect(kept_as) as old:
-            old_values = [v for (v,) in old.execute(
-                "SELECT value FROM raw JOIN series ON series.id = series_id WHERE labels = '{\"run\":\"b\"}' ORDER BY t_ms")]
-        assert old_values + [v for _, v in fresh] == list(range(1, len(old_values) + len(fresh) + 1))
-        with open(os.path.join(paths.state_dir(), "daemon.log")) as log_file:
-            assert log_file.read().count("kept it as") == 1
+        history = wait_for(lambda: (lambda h: h["state"] == "running" and h["last_ok_at"] > time.time() - 2 and h)(
+            services(agent_home)["history"]), 120)
+        assert history["restarts"] >= 1 and history["detail"].get("recovered") is None
+        # Points buffered while the store was locked were written to it: run b is whole.
+        values_b = counter_values(agent_home, "b", since=began)
+        assert [v for _, v in values_b] == list(range(1, len(values_b) + 1))
     finally:
         second.send_signal(signal.SIGTERM)
         second.wait(30)
+
+    # A daemon started while another process holds the store locked waits for it: the history
+    # of both runs is still there afterwards, nothing was renamed aside.
+    locker = lock_file(store_path)
+    try:
+        third = start_daemon(agent_home, "c")
+        waiting = wait_for(lambda: (lambda h: h["state"] == "retrying" and h)(services(agent_home)["history"]), 60)
+        assert "is locked by another process" in waiting["error"] and "its history is kept" in waiting["error"]
+    finally:
+        locker.kill()
+        locker.wait()
+    try:
+        wait_for(lambda: services(agent_home)["history"]["state"] == "running", 120)
+        # (Values compared: a query's times are the starts of its groups, which move with the window.)
+        assert [v for _, v in counter_values(agent_home, "a", since=began)] == [v for _, v in after]
+        kept_b = [v for _, v in counter_values(agent_home, "b", since=began)]  # and what run b flushed as it stopped
+        assert kept_b[: len(values_b)] == [v for _, v in values_b] and kept_b == list(range(1, len(kept_b) + 1))
+        values_c = wait_for(lambda: (lambda v: len(v) >= 5 and v)(counter_values(agent_home, "c")), 30)
+        assert [v for _, v in values_c] == list(range(1, len(values_c) + 1))  # what waited in the buffer, then the rest
+        assert glob.glob(store_path + ".*-*") == []
+        with open(os.path.join(paths.state_dir(), "daemon.log")) as log_file:
+            assert "kept it as" not in log_file.read()
+    finally:
+        third.send_signal(signal.SIGTERM)
+        third.wait(30)

@@ -35,15 +35,14 @@ tier is dropped (then of the 10 s tier, then raw) every step until the store is 
 again; pages freed in bulk go back to the file system by incremental vacuum.
 
 Durability: WAL with synchronous=NORMAL: every committed flush survives the daemon being
-killed (a power loss may lose the last commits, never the file's consistency). A file that is
-not a database, fails `PRAGMA quick_check`, or is locked by another process for longer than
-LOCK_TIMEOUT_S is renamed aside with a timestamp (history.sqlite.corrupt-20250101T120000, its
--wal and -shm with it) and a fresh store started: one log line, and `detail()` (the service's
-status) says so. Points added meanwhile wait in the buffer and go to the fresh store.
-Known limit (SQLite's, with renamed files): a process that still holds the old file open and
-later closes it normally deletes the -wal and -shm files by their names, now the fresh store's,
-which can then lose writes not yet checkpointed. Only the locked case can meet it (someone
-holding a write lock on the store for seconds), and only when that process closes cleanly.
+killed (a power loss may lose the last commits, never the file's consistency). Only a file
+that is truly damaged (not a database, or failing `PRAGMA quick_check`) is renamed aside with a
+timestamp (history.sqlite.corrupt-20250101T120000, its -wal and -shm with it) and a fresh store
+started: one log line, and `detail()` (the service's status) says so, the reason in one line.
+A store that another process holds locked (a write lock kept for longer than LOCK_TIMEOUT_S,
+a sqlite3 shell left in a transaction) or that cannot be opened for now keeps its history:
+opening or writing raises, and the history service tries again with backoff until it can.
+Points added meanwhile wait in the buffer (up to MAX_BUFFERED_POINTS) and are written then.
 Needs SQLite 3.8.2+ for WITHOUT ROWID (older: plain tables, larger); no newer SQL is used.
 """
 
@@ -63,7 +62,7 @@ from .services import Service
 log = logging.getLogger("specdeck.history")
 
 FILE_NAME = "history.sqlite"
-LOCK_TIMEOUT_S = 3.0  # a write lock held longer than this by another process: the store is locked
+LOCK_TIMEOUT_S = 3.0  # a write lock held longer than this by another process: this try gives up
 MAX_BUFFERED_POINTS = 1_000_000  # while the store cannot be written, the oldest are dropped beyond this
 MAX_BYTES = 512 << 20
 
@@ -97,6 +96,33 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value);
 
 def default_path():
     return os.path.join(paths.state_dir(), FILE_NAME)
+
+
+class StoreUnavailable(sqlite3.OperationalError):
+    """The store cannot be opened now (another process holds it locked): not damaged, kept."""
+
+
+class FailedCheck(sqlite3.DatabaseError):
+    """PRAGMA quick_check found the file damaged."""
+
+
+def is_corrupt(exc):
+    """Whether an error opening the store means the file itself is damaged. SQLite's "not a
+    database" and "malformed" (SQLITE_NOTADB, SQLITE_CORRUPT) come as a plain DatabaseError;
+    locked, busy, cannot open, I/O and read-only errors as OperationalError: those pass."""
+    return isinstance(exc, FailedCheck) or type(exc) is sqlite3.DatabaseError
+
+
+def check_summary(rows):
+    """quick_check's answer (a row may hold dozens of lines) as one line: the first problem and a count."""
+    problems = [line.strip() for row in rows for line in str(row).splitlines()
+                if line.strip() and not line.startswith("*** in database")]
+    more = " (and %d more)" % (len(problems) - 1) if len(problems) > 1 else ""
+    return "quick_check: %s%s" % (problems[0] if problems else "failed", more)
+
+
+def one_line(exc):
+    return " ".join(str(exc).split())
 
 
 def canonical_labels(labels):
@@ -174,13 +200,17 @@ class HistoryStore(Upkeep):
     # ------------------------------------------------------------------ opening, recovery
 
     def open(self):
-        """Open (or create) the file; a corrupt or locked one is moved aside for a fresh store."""
+        """Open (or create) the file; a corrupt one is moved aside for a fresh store. A locked
+        one (or one that cannot be opened now) raises StoreUnavailable: its history is kept."""
         try:
             self._conn = self._connect()
         except sqlite3.DatabaseError as exc:
-            locked = "locked" in str(exc) or "busy" in str(exc)
-            reason = "is locked by another process" if locked else "is not a usable database (%s)" % exc
-            kept_as = self._move_aside("locked" if locked else "corrupt")
+            if not is_corrupt(exc):
+                locked = "locked" in str(exc) or "busy" in str(exc)
+                raise StoreUnavailable("history store %s %s (%s); its history is kept, trying again" % (
+                    self.path, "is locked by another process" if locked else "cannot be opened now", one_line(exc)))
+            reason = "is not a usable database (%s)" % one_line(exc)
+            kept_as = self._move_aside("corrupt")
             self._conn = self._connect()
             log.warning("history store %s %s; kept it as %s and started a fresh store", self.path, reason, kept_as)
             self.recovered = {"reason": reason, "kept_as": kept_as, "at": time.time()}
@@ -197,7 +227,7 @@ class HistoryStore(Upkeep):
             conn.execute("PRAGMA journal_mode = WAL").fetchall()
             check = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
             if check != ["ok"]:
-                raise sqlite3.DatabaseError("quick_check: " + "; ".join(map(str, check[:3])))
+                raise FailedCheck(check_summary(check))
             conn.execute("PRAGMA synchronous = NORMAL")
             conn.execute("PRAGMA journal_size_limit = %d" % (32 << 20))
             conn.execute("BEGIN IMMEDIATE")  # proves we can write: a lock held elsewhere shows here
