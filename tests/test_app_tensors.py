@@ -350,3 +350,47 @@ async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
         await pilot.press("enter", "g")  # the name patterns, largest first
         assert str(table.get_row_at(0)[1]) == "model.layers.{N}.mlp.experts.{E}.down_proj.weight"
         assert str(table.get_row_at(0)[0]) == "23,040"
+
+
+async def test_compare_with_a_folder_that_is_not_a_checkpoint_says_so_in_one_line(client, tmp_path):
+    mine = build_drafter(tmp_path / "mine")
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "README.md").write_text("no weights here\n")
+    app = TensorsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(str(mine))
+        await wait_until(pilot, lambda: pane.report is not None)
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        await pilot.press(*str(notes), "enter")
+        status = pane.query_one("#tensors-status", Static)
+        await wait_until(pilot, lambda: "not a checkpoint" in text_of(status), timeout=30)
+        assert not isinstance(app.screen, CompareScreen)
+        assert len(text_of(status).strip().splitlines()) == 1 and str(notes) in text_of(status)
+        assert pane.report["path"] == str(mine)  # the open checkpoint stays open
+
+
+async def test_two_huge_targets_are_compared_on_the_host_and_only_the_result_comes_back(client):
+    from tests.checkpoint_fixtures import cached_moe_target
+    from tests.test_checkpoint_scale import FIXTURE_CACHE
+
+    moe = cached_moe_target(FIXTURE_CACHE)
+    app = TensorsHost(client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(moe["directory"])
+        await wait_until(pilot, lambda: pane.report is not None)
+        assert not pane.report["complete"]  # only the first page of 139,583 tensors came
+        await pilot.press("c")
+        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+        await pilot.press(*moe["directory"], "enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=300)
+        screen = app.screen
+        await wait_until(pilot, lambda: text_of(screen.query_one("#compare-verdict", Static)).strip(), timeout=120)
+        verdict = text_of(screen.query_one("#compare-verdict", Static))
+        # The host matched all 139,583 tensor pairs and sent the first 20,000 rows, not the listings.
+        assert "INCOMPATIBLE" in verdict and "20000 of 139583 tensor rows shown" in verdict
+        assert screen.query_one("#compare-rows", DataTable).row_count == 20000
+        assert "A is not an EAGLE-3 drafter" in text_of(screen.query_one("#compare-reasons", Static))
