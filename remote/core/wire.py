@@ -135,9 +135,20 @@ ERRORS = (
     ("InternalError", "the agent failed unexpectedly; the message names the exception (a bug)"),
     ("Busy", "the daemon has too much work from this connection, or the history store is not open yet; try again"),
     ("NoHistory", "the daemon keeps no history store: no method that reads history can answer"),
-    ("(download errors)", "RepoNotFound, FileNotFound, RevisionNotFound, AuthRequired, NetworkUnreachable, "
-     "PlanFailed, MissingDependency: why a download could not start"),
+    ("DrafterMismatch", "the drafter cannot serve the target (or the two could not be read to compare them); the message gives the reasons"),
+    ("NotACheckpoint", "a path given to compare holds no safetensors checkpoint"),
+    # Why a download could not start (or stopped): remote/downloads/failures.py's PLAN_ERROR_TYPES.
+    ("RepoNotFound", "no such repository on the hub (or not visible with this token)"),
+    ("FileNotFound", "a file asked for is not in the repository at that revision"),
+    ("RevisionNotFound", "no such revision (branch, tag or commit) in the repository"),
+    ("AuthRequired", "the hub wants a token (a gated or private repository), or refused the one given"),
+    ("NetworkUnreachable", "the hub cannot be reached from the host (offline, or it answered 5xx)"),
+    ("HubError", "the hub answered something unexpected"),
+    ("MissingDependency", "the interpreter for downloads has no huggingface_hub; the message names interpreters that have it"),
+    ("PlanFailed", "resolving the file list failed without a typed reason; the message has its last line"),
 )
+# Every type above is raised somewhere in remote/, and every type raised is above: a test
+# (tests/test_wire_reference.py) finds them in the sources and compares.
 
 
 def reference():
