@@ -73,7 +73,7 @@ def test_a_flooding_server_cannot_grow_the_store(client, servers):
     flood_id = client.call("serving.attach", {"url": flood.url})["id"]
     good_id, figures = healthy_accept_length(client, servers(healthy))
     assert figures["accept_length"] == pytest.approx(AFTER_ACCEPT_LENGTH)
-    # 100,000 positions and 2,000 label sets offered; 32 positions kept, the rest said so.
+    # 40,000 positions and 2,000 label sets offered; 32 positions kept, the rest said so.
     flooded = wait_for(lambda: (lambda f: f if f.get("per_position") else None)(client.call("serving.stats", {"id": flood_id})), 60)
     assert len(flooded["per_position"]) == 32
     assert any("position 32" in note for note in flooded["notes"]) and any("label sets" in note for note in flooded["notes"])

@@ -88,6 +88,7 @@ class FeedSource:
     deadline_s = 0.8
     max_bytes = 8 << 20
     max_series = 64
+    max_cpu_share = 0.05  # of one core: a source whose reads cost more is read less often
     backoff_s = (1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
 
     def __init__(self, key):
@@ -139,6 +140,7 @@ class _Worker:
         self.series = set()
         self.series_dropped = 0
         self.marked = None  # (monotonic, error) of the last stale marker
+        self.slowed_to_s = None  # the interval its CPU cost stretched it to, when it did
         self._stopping = threading.Event()
         self._wake = threading.Event()
         self.thread = threading.Thread(target=self._run, name="feed-%s-%s" % (feed.name, source.key), daemon=True)
@@ -153,7 +155,8 @@ class _Worker:
 
     def is_stale(self, now):
         age = self.age_s(now)
-        return age is None or age > self.source.stale_after_s
+        # A source read less often for its CPU cost is judged against the interval it runs at.
+        return age is None or age > self.source.stale_after_s + max(0.0, (self.slowed_to_s or 0.0) - self.source.interval_s)
 
     def _run(self):
         opened = False
@@ -179,10 +182,15 @@ class _Worker:
             finally:
                 self.read_began = None
                 self.reads += 1
-                self.cpu_s += time.thread_time() - began_cpu
+                read_cpu_s = time.thread_time() - began_cpu
+                self.cpu_s += read_cpu_s
             if failed is None:
                 self.state, self.error, self.failures, self.next_try_at = "running", None, 0, None
-                wait_s = max(0.0, source.interval_s - (time.monotonic() - began))
+                # A source whose reads cost more CPU than its share waits longer: a server that
+                # exports megabytes each second costs the daemon a bounded share of a core.
+                interval_s = max(source.interval_s, read_cpu_s / source.max_cpu_share)
+                self.slowed_to_s = interval_s if interval_s > source.interval_s * 1.05 else None
+                wait_s = max(0.0, interval_s - (time.monotonic() - began))
             else:
                 self.failures += 1
                 wait_s = source.backoff_s[min(self.failures, len(source.backoff_s)) - 1]
@@ -207,7 +215,8 @@ class _Worker:
                 "next_try_at": self.next_try_at, "last_good_at": self.last_good_at,
                 "age_s": None if age is None else round(age, 3), "stale": self.is_stale(now), "reads": self.reads,
                 "cpu_ms_per_read": round(1000.0 * self.cpu_s / self.reads, 3) if self.reads else None,
-                "series": len(self.series), "series_dropped": self.series_dropped}
+                "series": len(self.series), "series_dropped": self.series_dropped,
+                "slowed_to_s": None if self.slowed_to_s is None else round(self.slowed_to_s, 2)}
 
 
 class Feed(Service):
@@ -382,6 +391,8 @@ def _source_line(status, now):
         parts.append(status["error"])
     if status["next_try_at"]:
         parts.append("next try in %d s" % max(0, round(status["next_try_at"] - now)))
+    if status["slowed_to_s"]:
+        parts.append("read every %.1f s (its reads cost %.0f ms CPU)" % (status["slowed_to_s"], status["cpu_ms_per_read"] or 0))
     if status["series_dropped"]:
         parts.append("%d points of series beyond the cap dropped" % status["series_dropped"])
     return "; ".join(parts)

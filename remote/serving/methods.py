@@ -149,7 +149,7 @@ def serving_stats(call):
     sides were added up; `age_s`: seconds since the newest figure was read (at this reply),
     `stale`: older than the server's interval plus its read deadline (1.8 s; 30 s for log
     figures), so the figures are not current; `error`: why the last read failed (a scrape past
-    its 0.8 s deadline or 8 MiB cap, a redirect to another host, a NaN or negative counter);
+    its 0.8 s deadline or 4 MiB cap, a redirect to another host, a NaN or negative counter);
     `notes`: series the server exports beyond the caps (positions from 32, over 64 label
     sets), left out."""
     server_id = call.param("id", str, required=True)

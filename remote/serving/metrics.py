@@ -61,8 +61,9 @@ _WANTED_LINE = re.compile(r"^(?:# (?:TYPE|HELP) )?(%s)(?:_total|_created)?(?=[{ 
 def _wanted_lines(text):
     """The lines of the metrics this module reads (and their # TYPE/HELP lines), at most
     2 x MAX_LABEL_SETS samples a metric (a `_total` and a `_created` each), so what the parser
-    sees is bounded by what we read, not by what a server exports (the scan is the regex
-    engine's); whether any vLLM metric was seen; and how many sample lines were left out."""
+    sees is bounded by what we read, not by what a server exports; whether any vLLM metric was
+    seen; and how many sample lines were left out. The scan is many short calls into the regex
+    engine (never one long one holding the interpreter's lock while a ping waits)."""
     kept, counts, dropped = [], {}, 0
     for match in _WANTED_LINE.finditer(text):
         line = match.group(0)

@@ -42,7 +42,7 @@ class ServerSource(FeedSource):
 
     interval_s = 1.0
     deadline_s = 0.8
-    max_bytes = 8 << 20  # vLLM's whole /metrics is ~100 KB; room for many ranks and histograms
+    max_bytes = 4 << 20  # vLLM's whole /metrics is ~100 KB; room for many ranks and histograms
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
