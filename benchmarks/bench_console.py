@@ -11,9 +11,12 @@ streaming: the ratio is what streaming costs. Targets: paint within 1 s, a key w
 """
 
 import fcntl
+import json
 import os
 import pty
 import select
+import shutil
+import signal
 import statistics
 import struct
 import subprocess
@@ -23,6 +26,9 @@ import termios
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from tests.conftest import daemon_pid  # noqa: E402 (after the path that finds it)
 STREAM = "import time\nfor i in range(10**7):\n    print('step %d loss 1.23 acc 0.71' % i, flush=True)\n    time.sleep(0.0003)\n"
 # key, the bytes that show it was answered, the key that undoes it and what shows that
 KEYS = [
@@ -56,6 +62,24 @@ class Terminal:
         while select.select([self.fd], [], [], quiet_s)[0]:
             os.read(self.fd, 1 << 16)
 
+    def close(self):
+        """Quit the console (q), and make sure its process is gone."""
+        try:
+            os.write(self.fd, b"q")
+        except OSError:
+            pass
+        deadline = time.monotonic() + 5
+        while not os.waitpid(self.pid, os.WNOHANG)[0]:
+            if time.monotonic() > deadline:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+                break
+            try:
+                self.drain()  # a console blocked writing to a full terminal would never get to exit
+            except OSError:  # the terminal's other end is closed: it is exiting
+                time.sleep(0.05)
+        os.close(self.fd)
+
     def key(self, key, answer):
         self.drain()
         t0 = time.perf_counter()
@@ -74,15 +98,36 @@ def measure(terminal, rounds):
     return times
 
 
+def stop_everything(cli, env, home, terminal):
+    """Quit the console, stop every job still running and the daemon, wait for it, remove its home:
+    nothing of the run is left behind, whether it finished or failed half-way."""
+    if terminal is not None:
+        terminal.close()
+    listed = subprocess.run(cli + ["jobs", "local", "--json"], env=env, capture_output=True, text=True, timeout=60)
+    running = [j["id"] for j in json.loads(listed.stdout or "[]") if j.get("process_state") in ("running", "starting")]
+    for job_id in running:
+        subprocess.run(cli + ["stop", "local", job_id, "--grace", "1", "--wait"], env=env, capture_output=True, timeout=60)
+    pid = daemon_pid(home)
+    if pid:
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 30
+        while os.path.exists("/proc/%d" % pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if os.path.exists("/proc/%d" % pid):
+            os.kill(pid, signal.SIGKILL)
+    shutil.rmtree(home, ignore_errors=True)
+
+
 def main():
     home = tempfile.mkdtemp()
     env = dict(os.environ, SPECDECK_HOME=home, PYTHONPATH=ROOT, TERM="xterm-256color")
     cli = [sys.executable, "-m", "tui.cli"]
-    # A quiet running job whose log is open gives the idle case; the streaming job replaces it.
-    subprocess.run(cli + ["run", "local", "--", "bash", "-c", "echo idle; sleep 600"], env=env, check=True, capture_output=True)
-    t0 = time.perf_counter()
-    terminal = Terminal(cli + ["local"], env)
+    terminal = None
     try:
+        # A quiet running job whose log is open gives the idle case; the streaming job replaces it.
+        subprocess.run(cli + ["run", "local", "--", "bash", "-c", "echo idle; sleep 600"], env=env, check=True, capture_output=True)
+        t0 = time.perf_counter()
+        terminal = Terminal(cli + ["local"], env)
         paint_s = terminal.read_until(b"Jobs")
         terminal.read_until(b"connected")
         connected_s = time.perf_counter() - t0
@@ -100,19 +145,10 @@ def main():
         time.sleep(1.0)
         streaming = measure(terminal, 10)
         jobs = subprocess.run(cli + ["jobs", "local", "--json"], env=env, capture_output=True, text=True).stdout
-        import json
-
         stream_job = next(j for j in json.loads(jobs) if j["name"] == "stream")
         lines_per_s = stream_job["log_bytes"] / 28.0 / max(1.0, time.time() - stream_job["started_at"])
     finally:
-        os.write(terminal.fd, b"q")
-        time.sleep(0.5)
-        for job_id in ("j1", "j2"):
-            subprocess.run(cli + ["stop", "local", job_id, "--grace", "1"], env=env, capture_output=True)
-        sys.path.insert(0, ROOT)
-        from tests.conftest import stop_daemon
-
-        stop_daemon(home)
+        stop_everything(cli, env, home, terminal)
 
     print("console in a 110x32 pseudo-terminal, local agent:")
     print("  first paint      %6.0f ms   (target < 1000 ms; Python start-up and imports included)" % (paint_s * 1e3))
