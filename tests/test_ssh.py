@@ -90,7 +90,7 @@ def test_bad_input_is_one_clear_line(case, laptop, sshd, host_python, host_user)
         expected, code = "interpreter was not found on the host", 2
     elif case == "missing_command":
         result = cli(laptop, host_python, "run", "gpuhost", "--", "huggingface-cli-missing", "download")
-        expected, code = "command not found on the host's login PATH: huggingface-cli-missing", 1
+        expected, code = "command not found on the host's login PATH: huggingface-cli-missing", 2  # BadRequest: a usage error
     else:
         result = cli(laptop, host_python, "stop", "gpuhost", "j999999")
         expected, code = "no job j999999 on this host", 1
