@@ -160,8 +160,8 @@ def _load_target_config(target):
 
 
 class Watcher:
-    """One run's checkpoints: `look()` returns the entries that became complete at this look;
-    `save(entry)` journals one entry's change. `links` collects the links out of the save
+    """One run's checkpoints: `look()` returns the entries that became complete at this look
+    (the caller adds what the run knew and saves each); `save(entry)` journals one entry's change. `links` collects the links out of the save
     directory met so far (each once), for the run's notices."""
 
     def __init__(self, job_dir, save_dir, start_from=None, target=None, compact=True):
@@ -172,6 +172,7 @@ class Watcher:
         self.entries = self.journal.load(compact=compact)
         self._known = set(entry["name"] for entry in self.entries)
         self._seen = {}  # path -> (mark, first seen at)
+        self._ready = {}  # name -> path of complete checkpoints not inspected yet (a dict keeps their order)
         self._start_report = None
         self.links = []
 
@@ -188,7 +189,6 @@ class Watcher:
 
     def look(self, now=None):
         now = time.time() if now is None else now
-        began = time.monotonic()
         new = []
         best = best_name(self.save_dir)
         for entry in self.entries:
@@ -197,23 +197,26 @@ class Watcher:
                 self.save(entry)
         links = []
         save_real = os.path.realpath(self.save_dir)
-        for name, path in candidates(self.save_dir, self._known, links):
+        for name, path in candidates(self.save_dir, self._known.union(self._ready), links):
             mark = weights_mark(path)
             if mark is None or not os.path.exists(os.path.join(path, "config.json")):
                 continue
             previous = self._seen.get(path)
             if previous is None or previous[0] != mark:
                 self._seen[path] = (mark, now)
-                continue
-            if now - previous[1] < STABLE_S or time.monotonic() - began > INSPECT_BUDGET_S:
-                continue  # not complete yet, or this look's time is spent: the next look goes on
+            elif now - previous[1] >= STABLE_S:
+                self._ready[name] = path  # complete: inspected as this look's time allows, oldest first
+        inspecting = time.monotonic()
+        for name, path in list(self._ready.items()):
+            if new and time.monotonic() - inspecting > INSPECT_BUDGET_S:
+                break  # this look's time is spent: the next look goes on
+            del self._ready[name]
+            self._seen.pop(path, None)
             outside = links_out(save_real, path)
             entry = self.inspect(name, path, now) if not outside else self.refuse(name, path, now, outside)
             entry["best"] = name == best
-            self._seen.pop(path, None)
             self._known.add(name)
             self.entries.append(entry)
-            self.save(entry)
             new.append(entry)
         for link in links:
             if link not in self.links and len(self.links) < MAX_LINKS_SHOWN:
