@@ -1,0 +1,99 @@
+"""Comparing two checkpoints of a host from the console: the host's one `checkpoint.compare`
+call against the way the console did it before (inspect both, page every tensor of both onto
+the laptop, compare there), side by side over the local agent.
+
+  python benchmarks/bench_compare.py
+
+Two cases: two small drafters (15 tensors each), and a 139,583-tensor MoE target compared with
+itself (every tensor is matched, so the old way pages both listings across). Printed: the wall
+time of each way, the bytes of the replies that crossed the wire, and the ratios.
+"""
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from remote.checkpoints import compatibility  # noqa: E402 (after the path that finds it)
+from tests.checkpoint_fixtures import cached_moe_target, write_drafter  # noqa: E402
+from tests.conftest import stop_daemon  # noqa: E402
+from tests.test_checkpoint_scale import FIXTURE_CACHE  # noqa: E402
+
+RUNS = 3
+PAGE = 5000
+
+
+def wire_bytes(reply):
+    return len(json.dumps(reply, separators=(",", ":")).encode())
+
+
+def paged_on_the_laptop(client, path_a, path_b):
+    """The former console path: both reports, every page of both, compared here."""
+    received = 0
+    reports = []
+    for path in (path_a, path_b):
+        report = client.call("checkpoint.inspect", {"path": path}, timeout=600)
+        received += wire_bytes(report)
+        tensors = list(report["tensors"])
+        while len(tensors) < report["tensor_count"]:
+            page = client.call("checkpoint.tensors", {"handle": report["handle"], "path": path, "offset": len(tensors),
+                                                      "limit": PAGE}, timeout=600)
+            received += wire_bytes(page)
+            tensors += page["tensors"]
+        reports.append(dict(report, tensors=tensors, complete=True))
+    result = compatibility.compare(*reports)
+    return result["verdict"], received
+
+
+def on_the_host(client, path_a, path_b):
+    reply = client.call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=600)
+    return reply["verdict"]["status"], wire_bytes(reply)
+
+
+def best_of(function, *args):
+    times, outcome = [], None
+    for _ in range(RUNS):
+        started = time.perf_counter()
+        outcome = function(*args)
+        times.append(time.perf_counter() - started)
+    return min(times), outcome
+
+
+def main():
+    home = tempfile.mkdtemp(prefix="specdeck-bench-compare-")
+    os.chmod(home, 0o700)
+    os.environ["SPECDECK_HOME"] = home
+    from tui.connection import open_client
+
+    client = open_client("local")
+    try:
+        drafters = tempfile.mkdtemp(prefix="drafters-")
+        cases = [
+            ("two drafters (15 tensors each)", write_drafter(os.path.join(drafters, "a")),
+             write_drafter(os.path.join(drafters, "b"), layout="speculators")),
+        ]
+        moe = cached_moe_target(FIXTURE_CACHE)["directory"]
+        cases.append(("MoE target with itself (139,583 tensors)", moe, moe))
+        for name, path_a, path_b in cases:
+            on_the_host(client, path_a, path_b)  # warm both ways' listings (kept by the agent)
+            old_s, (old_verdict, old_bytes) = best_of(paged_on_the_laptop, client, path_a, path_b)
+            new_s, (new_verdict, new_bytes) = best_of(on_the_host, client, path_a, path_b)
+            assert old_verdict == new_verdict, (old_verdict, new_verdict)
+            print(name)
+            print("  paged to the laptop:  %7.2f s  %12s bytes received" % (old_s, format(old_bytes, ",")))
+            print("  checkpoint.compare:   %7.2f s  %12s bytes received" % (new_s, format(new_bytes, ",")))
+            print("  ratio (old / new):    %7.1fx time, %.1fx bytes" % (old_s / new_s, old_bytes / new_bytes))
+        shutil.rmtree(drafters, ignore_errors=True)
+    finally:
+        client.close()
+        stop_daemon(home)
+        shutil.rmtree(home, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
