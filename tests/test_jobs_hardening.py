@@ -310,3 +310,32 @@ def test_jobs_readopted_after_the_daemon_is_killed(client, agent_home):
         assert readopted == count
     finally:
         client.close()
+
+
+def test_forget_on_a_full_disk_never_gives_an_id_again(small_jobs_disk, client, agent_home):
+    first, second = (client.call("jobs.submit", {"argv": ["true"]}) for _ in range(2))
+    for job in (first, second):
+        wait_ended(client, job["id"])
+    fill(small_jobs_disk)
+    # The counter was kept at each submit, in place: forgetting the newest job on a full disk
+    # needs no new block, and its id is not given again.
+    assert client.call("jobs.forget", {"ids": [second["id"]]}) == {"forgotten": [second["id"]], "not_found": []}
+    os.unlink(small_jobs_disk / "filler")
+    third = client.call("jobs.submit", {"argv": ["true"]})
+    assert int(third["id"][1:]) > int(second["id"][1:])
+    wait_ended(client, third["id"])
+    # A tree whose counter an older agent never wrote, on a full disk: forget refuses as a
+    # whole (NoSpace, one line) rather than remove the job whose id would then come back.
+    os.unlink(small_jobs_disk / ".last-id")
+    fill(small_jobs_disk)
+    before = sorted(os.listdir(small_jobs_disk))
+    with pytest.raises(RemoteError) as error:
+        client.call("jobs.forget", {"ids": [first["id"], third["id"]]})
+    assert error.value.type == "NoSpace" and len(error.value.message.splitlines()) == 1
+    assert "nothing was forgotten" in error.value.message
+    assert sorted(os.listdir(small_jobs_disk)) == before
+    assert [job["id"] for job in client.call("jobs.list")["jobs"]] == [first["id"], third["id"]]
+    os.unlink(small_jobs_disk / "filler")
+    assert client.call("jobs.forget", {"ids": [first["id"], third["id"]]})["forgotten"] == [first["id"], third["id"]]
+    fourth = client.call("jobs.submit", {"argv": ["true"]})
+    assert int(fourth["id"][1:]) > int(third["id"][1:])

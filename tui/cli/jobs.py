@@ -150,6 +150,7 @@ def cmd_forget(args):
         emit(args, reply, lambda: "forgot %s" % " ".join(reply["forgotten"]))
     if reply["not_found"]:
         if not args.json:
-            print("specdeck: no job %s on this host" % ", ".join(reply["not_found"]), file=sys.stderr)
+            missing = reply["not_found"]
+            print("specdeck: no job%s %s on this host" % ("s" if len(missing) > 1 else "", ", ".join(missing)), file=sys.stderr)
         return EXIT_FAILED
     return 0
