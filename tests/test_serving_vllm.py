@@ -114,12 +114,23 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     assert figures["num_drafts"] > 0
     assert figures["accept_length"] == K + 1 and figures["per_position"] == [1.0] * K
     assert figures["draft_acceptance_rate"] == 1.0
-    # The same through the headless command.
-    result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 1), "--json", home=home, check=0)
+    # The same through the headless command: its window starts when it asks, after an SSH login that
+    # can take seconds on a loaded machine, so it is wider (the server was idle before the burst).
+    result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 20), "--json", home=home, check=0)
     reply = json.loads(result.stdout)
     assert set(reply) == {"accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps",
-                          "drafted_tps", "generation_tps", "window_s", "source"}
+                          "drafted_tps", "generation_tps", "window_s", "source", "age_s", "stale", "error"}
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
+    assert reply["stale"] is False and reply["age_s"] < 3
+
+
+def test_our_scrapes_stay_out_of_the_server_log(served):
+    """The feed reads /metrics once a second: none of those requests is in the log a user reads,
+    while the user's own requests still are."""
+    wait_for(lambda: served.stats().get("window_s") is not None, 30)
+    served.burst([[5, 6, 7]])
+    log = wait_for(lambda: (lambda text: text if "POST /v1/completions" in text else None)(served.log()), 30)
+    assert "GET /metrics" not in log
 
 
 def test_our_accept_length_for_an_interval_equals_vllm_log_line(served):
