@@ -1,10 +1,10 @@
 """GPU memory as nvidia-smi and nvitop show it: NVML's v2 memory call, whose `used` leaves out
 the memory the driver reserves, which the v1 call counts as used; v1 where the driver lacks v2.
 
-The replays here are of the H200 recording (tests/data/) with the memory answers written by
-hand: the figures are the ones seen on an H200 for one process (v1 said 1,753 MiB used where
-nvidia-smi said 1,139 MiB; the driver reserves 614 MiB there). The recording itself holds only
-the v1 call (it was made before the recorder asked for v2), and its replay stays as recorded."""
+The one-GPU H200 recording (tests/data/) holds both calls in every frame: v2, which the sampler
+reads, and v1 beside it. On that H200 nvidia-smi said 0 MiB used and 616 MiB reserved while
+idle; v1 said 615 MiB used. The two-GPU recording was made before the recorder asked for v2:
+it holds only v1, and its replay gives v1 as recorded."""
 
 import copy
 import gzip
@@ -17,86 +17,97 @@ from remote.telemetry.recording import RecordingNvml, ReplayNvml, load, to_json
 from tests.conftest import REPO_ROOT
 
 ONE_GPU = REPO_ROOT / "tests" / "data" / "nvml-h200.json.gz"
+TWO_GPUS = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"
 MIB = 1 << 20
-TOTAL = 150_754_820_096  # an H200's, as NVML gives it
-V1 = {"total": TOTAL, "free": TOTAL - 1753 * MIB, "used": 1753 * MIB}
-V2 = {"version": pynvml.nvmlMemory_v2, "total": TOTAL, "reserved": 614 * MIB, "free": TOTAL - 1753 * MIB, "used": 1139 * MIB}
 V1_KEY = "nvmlDeviceGetMemoryInfo(gpu0)"
 V2_KEY = "nvmlDeviceGetMemoryInfo(gpu0,%d)" % pynvml.nvmlMemory_v2
 
 
-def with_memory(v2_outcome):
-    """The H200 recording with every frame's memory answers replaced: v1 as above, and v2 as given."""
-    document = copy.deepcopy(load(ONE_GPU))
-    for frame in document["frames"]:
-        frame["calls"][V1_KEY] = [{"v": dict(V1)}]
-        if v2_outcome is not None:
-            frame["calls"][V2_KEY] = [v2_outcome]
-    return document
-
-
 def gpu_of(replay):
     session = Nvml(replay)
-    assert session.open() and len(session.gpus) == 1
+    assert session.open() and len(session.gpus) >= 1
     return session, session.gpus[0]
 
 
+def recorded(frame, key):
+    return frame["calls"][key][0]["v"]
+
+
 def test_memory_used_is_the_v2_figure_nvidia_smi_shows(agent_home):
-    replay = ReplayNvml(with_memory({"v": dict(V2)}))
+    document = load(ONE_GPU)
+    replay = ReplayNvml(document)
+    assert replay.has_memory_v2
     session, gpu = gpu_of(replay)
-    replay.frame = 5
-    read = gpu.read(100.0)
-    assert read["memory_used_bytes"] == 1139 * MIB and read["memory_total_bytes"] == TOTAL
+    for phase in ("idle", "load", "stall"):
+        index = next(i for i, frame in enumerate(document["frames"]) if frame["phase"] == phase)
+        frame = document["frames"][index]
+        v1, v2 = recorded(frame, V1_KEY), recorded(frame, V2_KEY)
+        replay.frame = index
+        used = gpu.read(100.0 + index)["memory_used_bytes"]
+        assert used == v2["used"] == frame["sample"]["gpus"][0]["memory_used_bytes"]
+        # What v1 adds is the driver's reserved memory (615 MiB on this H200), nothing of ours.
+        assert v1["used"] - used == v2["reserved"] and 600 * MIB < v2["reserved"] < 630 * MIB
+        if phase == "idle":
+            assert used == 0  # as nvidia-smi said: 0 MiB used
+        else:
+            assert used > 20 << 30  # the load job holds 24 GiB
     assert session.error_counts == {}
 
 
 def test_a_driver_without_the_v2_call_gives_v1_and_is_not_asked_again(agent_home):
+    document = copy.deepcopy(load(ONE_GPU))
+    for frame in document["frames"]:
+        if V2_KEY in frame["calls"]:
+            frame["calls"][V2_KEY] = [{"e": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}]
     # A recorder in front of the replay notes every call each read makes.
-    source = ReplayNvml(with_memory({"e": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}))
+    source = ReplayNvml(document)
     recording = RecordingNvml(source)
     session, gpu = gpu_of(recording)
-    for index in (5, 6):
+    load_frames = [i for i, frame in enumerate(document["frames"]) if frame["phase"] == "load"]
+    for index in load_frames[-2:]:
         source.frame = index
-        recording.begin_frame("idle")
-        assert gpu.read(100.0 + index)["memory_used_bytes"] == 1753 * MIB
+        recording.begin_frame("load")
+        assert gpu.read(100.0 + index)["memory_used_bytes"] == recorded(document["frames"][index], V1_KEY)["used"]
         recording.end_frame()
     first, second = ({key: calls for key, calls in frame["calls"].items() if "MemoryInfo" in key} for frame in recording.frames)
-    assert first == {V2_KEY: [{"e": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}], V1_KEY: [{"v": V1}]}
-    assert second == {V1_KEY: [{"v": V1}]}
+    assert first[V2_KEY] == [{"e": pynvml.NVML_ERROR_FUNCTION_NOT_FOUND}] and len(first[V1_KEY]) == 1
+    assert list(second) == [V1_KEY]
     assert session.error_counts == {"NVMLError_FunctionNotFound": 1}
 
 
-def test_the_h200_recording_replays_the_v1_call_it_holds(agent_home):
-    document = load(ONE_GPU)
+def test_a_recording_without_the_v2_call_replays_v1_as_recorded(agent_home):
+    document = load(TWO_GPUS)
     replay = ReplayNvml(document)
     assert not replay.has_memory_v2 and not hasattr(replay, "nvmlMemory_v2")
     session, gpu = gpu_of(replay)
     for index in (2, 30):
         replay.frame = index
-        recorded_used = document["frames"][index]["calls"][V1_KEY][0]["v"]["used"]
-        assert gpu.read(100.0 + index)["memory_used_bytes"] == recorded_used == document["frames"][index]["sample"]["gpus"][0]["memory_used_bytes"]
+        frame = document["frames"][index]
+        assert gpu.read(100.0 + index)["memory_used_bytes"] == recorded(frame, V1_KEY)["used"] == frame["sample"]["gpus"][0]["memory_used_bytes"]
     assert session.error_counts == {}
 
 
 def test_the_recorder_keeps_the_v2_call_with_its_reserved_memory(agent_home, tmp_path):
+    document = load(ONE_GPU)
+    index = next(i for i, frame in enumerate(document["frames"]) if frame["phase"] == "load")
+    v2 = recorded(document["frames"][index], V2_KEY)
     # What the recorder writes of pynvml's own v2 struct: every field, reserved included.
-    struct = pynvml.c_nvmlMemory_v2_t(**V2)
-    assert to_json(struct, {}) == V2
-    # Recording a session (here over a replay that has both calls) keeps the v2 call per frame,
-    # and a replay of that recording gives the sampler's figure again.
-    source = ReplayNvml(with_memory({"v": dict(V2)}))
+    assert to_json(pynvml.c_nvmlMemory_v2_t(**v2), {}) == v2
+    # Recording a session (here over the replay) keeps the v2 call, and a replay of that
+    # recording gives the sampler's figure again.
+    source = ReplayNvml(document)
     recording = RecordingNvml(source)
-    session, gpu = gpu_of(recording)
-    source.frame = 5
-    recording.begin_frame("idle")
+    _, gpu = gpu_of(recording)
+    source.frame = index
+    recording.begin_frame("load")
     used = gpu.read(100.0)["memory_used_bytes"]
     recording.end_frame()
     path = tmp_path / "recorded.json.gz"
     recording.save(str(path))
     with gzip.open(path, "rt") as f:
         saved = json.load(f)
-    assert saved["frames"][0]["calls"][V2_KEY] == [{"v": V2}] and V1_KEY not in saved["frames"][0]["calls"]
+    assert saved["frames"][0]["calls"][V2_KEY] == [{"v": v2}] and V1_KEY not in saved["frames"][0]["calls"]
     replay = ReplayNvml(load(path))
     assert replay.has_memory_v2
     _, replayed = gpu_of(replay)
-    assert replayed.read(100.0)["memory_used_bytes"] == used == 1139 * MIB
+    assert replayed.read(100.0)["memory_used_bytes"] == used == v2["used"]
