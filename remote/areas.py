@@ -13,6 +13,7 @@ AREAS = (
     "remote.serving.methods",
     "remote.telemetry.methods",
     "remote.training.methods",
+    "remote.notify.methods",
 )
 
 

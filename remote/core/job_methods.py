@@ -14,8 +14,9 @@ def jobs_submit(call):
     host's login PATH), `cwd` (default: home), `env` (additions), `python` (an interpreter to
     run argv under, as downloads, serving and training name it), `name`, `kind` (any short
     lower-case word: command, download, server, training, ...; default command), `meta` (an
-    object kept with the job for the panes of its kind). The job's environment is the user's
-    login environment on the host plus `env`, nothing of the daemon's. Reply: the job, as
+    object kept with the job for the panes of its kind), `notify` (true: the host's notification
+    channels say when it ends, however it ends; kept as meta `notify`). The job's environment is
+    the user's login environment on the host plus `env`, nothing of the daemon's. Reply: the job, as
     `jobs.get`. Errors: BadRequest, one line naming the field (a NUL or a byte that is not
     UTF-8 in argv, env or cwd, `=` in an env name, argv and environment over the kernel's
     ARG_MAX, a cwd that is no directory, a command not found), NoSpace."""
@@ -26,7 +27,7 @@ def jobs_submit(call):
         interpreter=call.param("python", str),
         name=call.param("name", str),
         kind=call.param("kind", str, "command"),
-        meta=call.param("meta", dict),
+        meta=dict(call.param("meta", dict) or {}, notify=True) if call.param("notify", bool) else call.param("meta", dict),
     )
     call.daemon.services.wake("job-events")
     return job

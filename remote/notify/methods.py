@@ -1,0 +1,159 @@
+"""Wire methods of notifications: the channels (add, list, change, remove, test), jobs whose end
+someone wants to hear about, an alert sent by hand, retrying now, and the stream of alerts the
+console turns into desktop notifications. A channel's URL is never in a reply: masked."""
+
+import time
+
+from ..core import streams
+from ..core.protocol import BadRequest, NotFound
+from ..core.streams import TopicSource
+from ..core.wire import method
+from .channels import CATEGORIES, public
+from .evaluate import make_alert
+from .service import NotifyService
+
+# The daemon starts these with itself (see remote/core/wire.py, area_services).
+SERVICES = (NotifyService,)
+
+
+def service(call):
+    found = call.service(NotifyService.name)
+    if found.queue is None:
+        from ..core.protocol import Busy
+
+        raise Busy("the notify service has not opened its queue yet")
+    return found
+
+
+def _channel(call, found):
+    channel_id = call.param("id", str, required=True)
+    channel = found.store.get(channel_id)
+    if channel is None:
+        raise NotFound("no channel %s (notify.list lists them)" % channel_id)
+    return channel
+
+
+def _shown(found, channel):
+    return dict(public(channel), status=found.queue.status(channel["id"]))
+
+
+@method("notify.add")
+def notify_add(call):
+    """Add a channel. Params: `url` (a topic URL or webhook, http(s); kept in a file only this
+    user can read, never shown whole) or `argv` (a command run with the alert as JSON on stdin),
+    `format` (ntfy|slack|discord|json; default guessed from the URL: Slack and Mattermost hooks,
+    Discord webhooks, a host named ntfy, else json), `on` (categories: failed, gpu, speculation,
+    training, downloads, or all (default); a list or `failed,gpu`), `quiet` (`22:00-07:00`, the
+    host's local time: only urgent alerts, failures, are sent then). Reply: `{channel: {id,
+    format, url (masked: scheme://host/…) or argv, on, quiet, created_at, status}}`."""
+    found = service(call)
+    try:
+        channel = found.store.add(url=call.param("url", str), argv=call.param("argv", list), format=call.param("format", str),
+                                  on=call.params.get("on"), quiet=call.param("quiet", str))
+    except ValueError as exc:
+        raise BadRequest(str(exc))
+    return {"channel": _shown(found, channel)}
+
+
+@method("notify.list")
+def notify_list(call):
+    """The channels and how each is doing. Params: none. Reply: `{channels: [{id, format, url
+    (masked) or argv, on, quiet, created_at, status: {state: new|ok|retrying|failing, failures,
+    last_error, last_error_at, last_ok_at, next_try_at, pending, sent, expired, requests}}],
+    recent: [alert] (the newest 20 raised, as notify.follow sends them), categories}`."""
+    found = service(call)
+    return {"channels": [_shown(found, c) for c in found.store.list()], "recent": found.queue.recent(20),
+            "categories": list(CATEGORIES)}
+
+
+@method("notify.update")
+def notify_update(call):
+    """Change a channel's categories or quiet hours. Params: `id`, `on`, `quiet` ("" clears).
+    Reply: `{channel}` as notify.add."""
+    found = service(call)
+    channel = _channel(call, found)
+    try:
+        channel = found.store.update(channel["id"], on=call.params.get("on"), quiet=call.param("quiet", str))
+    except ValueError as exc:
+        raise BadRequest(str(exc))
+    return {"channel": _shown(found, channel)}
+
+
+@method("notify.remove")
+def notify_remove(call):
+    """Remove a channel and what was queued for it. Params: `id`. Reply: `{removed: id}`."""
+    found = service(call)
+    channel = _channel(call, found)
+    found.store.remove(channel["id"])
+    found.queue.forget_channel(channel["id"])
+    return {"removed": channel["id"]}
+
+
+@method("notify.test")
+def notify_test(call):
+    """Send a test alert to one channel now (one bounded try, not queued). Params: `id`. Reply:
+    `{id, delivered, error}` (`error`: why not, e.g. `HTTP 404`, `cannot connect: ...`)."""
+    found = service(call)
+    channel = _channel(call, found)
+    error = found.send_test(channel)
+    return {"id": channel["id"], "delivered": error is None, "error": error}
+
+
+@method("notify.watch")
+def notify_watch(call):
+    """Be told when a job ends, however it ends (finished, failed, stopped), on every channel.
+    Params: `id` (a job). Reply: `{id, watched: true}`. (jobs.submit's `notify: true` does the
+    same at submission.)"""
+    found = service(call)
+    job = call.daemon.jobs.describe(call.param("id", str, required=True))
+    found.queue.watch(job["id"])
+    if job["process_state"] not in ("running", "starting"):
+        found.evaluator.job_ended(job)  # already over: said now
+    return {"id": job["id"], "watched": True}
+
+
+@method("notify.send")
+def notify_send(call):
+    """Raise an alert by hand (a script's own news), queued and delivered like any other.
+    Params: `message` (required), `title`, `categories` (list; default ["failed"] when `urgent`,
+    else none: only channels `on` all take it), `urgent` (sent in quiet hours), `key` (the alert's id: the
+    same key is sent once; default a new one). Reply: `{alert, queued}` (queued false: that key
+    was raised before)."""
+    found = service(call)
+    message = call.param("message", str, required=True)
+    urgent = call.param("urgent", bool, False)
+    categories = call.param("categories", list) or (["failed"] if urgent else [])
+    if any(c not in CATEGORIES for c in categories):
+        raise BadRequest("categories are %s" % ", ".join(CATEGORIES))
+    now = time.time()
+    key = call.param("key", str) or "sent:%d:%d" % (int(now * 1e6), found.raised)
+    alert = make_alert(key, "sent", categories, found.host, call.param("title", str) or "specdeck on %s" % found.host, message, now,
+                       urgent=urgent)
+    queued = found.raise_alert(alert)
+    return {"alert": alert, "queued": queued}
+
+
+@method("notify.retry")
+def notify_retry(call):
+    """Try pending alerts now instead of at the channel's next backoff. Params: `id` (one
+    channel; default all), `advance_s` (instead: move the queue's clock on by this many seconds,
+    so backoff and the two-day expiry run as if that time had passed; for tests and benchmarks).
+    Reply: `{channels}` as notify.list's."""
+    found = service(call)
+    channel_id = call.param("id", str)
+    if channel_id is not None:
+        _channel(call, found)
+    advance_s = call.param("advance_s", float, 0.0)
+    if advance_s < 0:
+        raise BadRequest("advance_s must be >= 0")
+    found.retry_now(channel_id, advance_s)
+    return {"channels": [_shown(found, c) for c in found.store.list()]}
+
+
+@method("notify.follow")
+def notify_follow(call):
+    """Stream every alert as the host raises it (whether or not a channel takes it). Params:
+    `stream`, `after` (a seq; absent: from now). Frames: `{records: [alert]}`, each alert `{id,
+    kind, categories, urgent, watched, host, job_id, job_name, title, message, time, time_text,
+    log_tail}` (remote/notify/formats.py). Reply: `{stream, seq, snapshot}`."""
+    return streams.follow(call, TopicSource(call.service(NotifyService.name).topic))

@@ -1,0 +1,109 @@
+"""One try at delivering to a channel, bounded in time: an HTTP POST (urllib) or a command
+(subprocess, the alert as JSON on stdin). The error it returns never holds the channel's URL:
+it is shown in the console and may be logged, and the URL is a secret."""
+
+import os
+import signal
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from .formats import request_for
+
+TRY_TIMEOUT_S = 5.0  # each socket operation; the whole try at most TRY_DEADLINE_S
+TRY_DEADLINE_S = 10.0
+REPLY_MAX_BYTES = 65536
+COMMAND_TIMEOUT_S = 10.0
+
+
+class NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A webhook that redirects is answered as failed: following it would POST the alert (and
+    its headers) to wherever it points."""
+
+    def redirect_request(self, *args, **kwargs):
+        return None
+
+
+_opener = urllib.request.build_opener(NoRedirect)
+
+
+def scrub(text, channel):
+    """`text` without the channel's URL or any part of its path (a token) in it."""
+    url = channel.get("url")
+    if not url:
+        return text
+    text = text.replace(url, "<url>")
+    for part in url.split("/")[3:]:
+        for piece in part.split("?"):
+            if len(piece) >= 6:
+                text = text.replace(piece, "…")
+    return text
+
+
+def deliver(channel, alerts, host):
+    """Send `alerts` (one, or several as a digest) to `channel`: None when delivered, else the
+    one-line reason it was not."""
+    try:
+        if channel["format"] == "command":
+            return _run_command(channel, alerts, host)
+        return _post(channel, alerts, host)
+    except Exception as exc:  # a try always ends with an answer: the queue keeps the alert
+        return scrub("%s: %s" % (type(exc).__name__, exc), channel)
+
+
+def _post(channel, alerts, host):
+    body, headers = request_for(channel, alerts, host)
+    request = urllib.request.Request(channel["url"], data=body, headers=headers, method="POST")
+    began = time.monotonic()
+    try:
+        with _opener.open(request, timeout=TRY_TIMEOUT_S) as reply:
+            status = reply.status
+            # Read (a bounded amount of) the answer so the receiver sees a clean close.
+            read = 0
+            while read < REPLY_MAX_BYTES and time.monotonic() - began < TRY_DEADLINE_S:
+                chunk = reply.read(8192)
+                if not chunk:
+                    break
+                read += len(chunk)
+    except urllib.error.HTTPError as exc:
+        return "HTTP %d %s" % (exc.code, scrub(str(exc.reason or ""), channel))
+    except urllib.error.URLError as exc:
+        reason = exc.reason
+        if isinstance(reason, OSError) and not isinstance(reason, TimeoutError):
+            return scrub("cannot connect: %s" % (reason.strerror or reason), channel)
+        return scrub("no answer: %s" % reason, channel)
+    except (TimeoutError, OSError) as exc:
+        return "no answer within %d s" % TRY_TIMEOUT_S if "timed out" in str(exc) else scrub("%s: %s" % (type(exc).__name__, exc), channel)
+    if 200 <= status < 300:
+        return None
+    return "HTTP %d" % status
+
+
+def _run_command(channel, alerts, host):
+    stdin, env_extra = request_for(channel, alerts, host)
+    env = dict(os.environ, **env_extra)
+    try:
+        process = subprocess.Popen(channel["argv"], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                   env=env, start_new_session=True, close_fds=True)
+    except OSError as exc:
+        return "cannot run %s: %s" % (channel["argv"][0], exc.strerror or exc)
+    try:
+        _, stderr = process.communicate(stdin, timeout=COMMAND_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        # Its whole session: a `sh -c` whose child holds stderr open would keep us waiting.
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        process.wait()
+        for pipe in (process.stdin, process.stderr):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+        return "the command did not finish within %d s" % COMMAND_TIMEOUT_S
+    if process.returncode != 0:
+        last = (stderr or b"").decode("utf-8", "replace").strip().splitlines()
+        return "the command exited %d%s" % (process.returncode, ": " + last[-1][:200] if last else "")
+    return None

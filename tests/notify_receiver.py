@@ -1,0 +1,70 @@
+"""A real HTTP receiver on loopback for the notification tests and benchmark: it keeps every
+request (path, headers, body), answers 200, 500 or never (`mode`), and can go down and come
+back up on the same port."""
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+class Receiver:
+    def __init__(self, mode="ok"):
+        self.mode = mode
+        self.requests = []
+        self.changed = threading.Condition()
+        self.release = threading.Event()  # ends the waits of a receiver that never answers
+        self.port = None
+        self._server = None
+        self.up()
+
+    @property
+    def url(self):
+        return "http://127.0.0.1:%d" % self.port
+
+    def up(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with receiver.changed:
+                    receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body, "at": time.time()})
+                    receiver.changed.notify_all()
+                if receiver.mode == "hang":
+                    receiver.release.wait(120)
+                    return
+                self.send_response(500 if receiver.mode == "500" else 200)
+                self.send_header("Content-Length", "2")
+                self.end_headers()
+                self.wfile.write(b"ok")
+
+            def log_message(self, *args):
+                pass
+
+        ThreadingHTTPServer.allow_reuse_address = True
+        self._server = ThreadingHTTPServer(("127.0.0.1", self.port or 0), Handler)
+        self._server.daemon_threads = True
+        self.port = self._server.server_address[1]
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def down(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+    def close(self):
+        self.release.set()
+        self.down()
+
+    def wait_for(self, count, timeout_s=60.0):
+        """The requests once there are `count` of them (AssertionError after timeout_s)."""
+        deadline = time.monotonic() + timeout_s
+        with self.changed:
+            while len(self.requests) < count:
+                left = deadline - time.monotonic()
+                assert left > 0, "the receiver got %d requests, not %d" % (len(self.requests), count)
+                self.changed.wait(left)
+            return list(self.requests)
+
+    def json_bodies(self):
+        return [json.loads(r["body"]) for r in self.requests]
