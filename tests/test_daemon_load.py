@@ -214,7 +214,7 @@ def test_a_half_closed_client_gets_every_reply(daemon, agent_home):
     client.sock.shutdown(socket.SHUT_WR)
     replies = [frame for frame in client.rest() if "ok" in frame]
     assert sorted(frame["id"] for frame in replies) == list(range(100, 130))
-    assert all(frame["ok"] and len(frame["result"]) == 3 for frame in replies)
+    assert all(frame["ok"] and len(frame["result"]["jobs"]) == 3 for frame in replies)
 
 
 def test_streams_end_with_an_end_frame_when_the_client_half_closes(daemon, agent_home):
@@ -305,7 +305,7 @@ def test_the_relay_answers_a_console_that_closes_its_input(daemon, agent_home):
     frames = list(FrameReader(lambda n: os.read(process.stdout.fileno(), n)))
     assert frames[0]["type"] == "hello"
     replies = [frame for frame in frames[1:] if "ok" in frame]
-    assert sorted(frame["id"] for frame in replies) == list(range(30)) and all(len(frame["result"]) == 20 for frame in replies)
+    assert sorted(frame["id"] for frame in replies) == list(range(30)) and all(len(frame["result"]["jobs"]) == 20 for frame in replies)
     assert process.wait(timeout=HANG_BOUND_S) == 0
 
 
