@@ -20,6 +20,7 @@ from textual.worker import Worker, WorkerState
 
 from remote.core.protocol import RemoteError
 
+from . import desktop_notify
 from .client import ConnectError
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .pane_host import PaneHost
@@ -204,6 +205,29 @@ class SpecdeckApp(PaneHost):
             for pane in self.query(pane_class):
                 pane.post_message(ClientReady(message.hostname, message.user))
         self.follow_job_events()
+        self._follow_host_alerts(self.client)
+
+    # ------------------------------------------------------------------ alerts on the desktop
+
+    @work(thread=True, exclusive=True, group="host-alerts", exit_on_error=False)
+    def _follow_host_alerts(self, client):
+        """Every alert the host raises, while the console is open (the client resumes the stream)."""
+        try:
+            client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(desktop_notify.HostAlerts(data.get("records") or [])))
+        except (RemoteError, ConnectError):
+            pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
+
+    def on_host_alerts(self, message: desktop_notify.HostAlerts):
+        alerts = [a for a in message.alerts if a.get("kind") != "test"]
+        if not alerts:
+            return
+        title, body = desktop_notify.alerts_notification(alerts, self.header.hostname or self.host)
+        text = desktop_notify.sequence(title, body, desktop_notify.kind_for())
+        if text and self._driver is not None:
+            self._driver.write(text)  # between frames, through the driver's own writer
+        if any("gpu" not in (a.get("categories") or ()) for a in alerts):  # GPU alerts: the GPU pane says them
+            self.notify(body, title=title, severity="error" if any(a.get("urgent") for a in alerts) else "information",
+                        timeout=20, markup=False)
 
     def _show_rtt(self):
         client = self.client

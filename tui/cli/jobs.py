@@ -28,6 +28,7 @@ def add_commands(commands):
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
     p.add_argument("--interpreter", metavar="PATH", help="run CMD with this interpreter, e.g. a venv's python")
     p.add_argument("--kind", default="command", choices=("command", "server", "training", "benchmark"))
+    p.add_argument("--notify", action="store_true", help="tell the host's notification channels when it ends, however it ends")
 
     p = commands.add_parser("jobs", help="list the host's jobs")
     p.set_defaults(func=cmd_jobs)
@@ -60,7 +61,8 @@ def cmd_run(args):
     env = env_option(args.env)
     client = connect(args, args.host)
     job = client.call(
-        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind}
+        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind,
+                        "notify": args.notify or None}
     )
     emit(args, {"id": job["id"]}, job["id"])
     return 0

@@ -17,6 +17,7 @@
   specdeck curves HOST JOB                 a training run's curves, predicted accept length, ETA
   specdeck checkpoints HOST JOB            the checkpoints a training run wrote, with verdicts
   specdeck gpus HOST [--since DURATION] [--alerts]   GPUs, CPU, memory, disks; a window of history
+  specdeck notify HOST [--add URL | --list | --test]  where the host sends alerts (phone, chat)
   specdeck daemon stop HOST                stop the host's daemon (jobs keep running)
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
@@ -26,10 +27,10 @@ import argparse
 import difflib
 import sys
 
-from . import checkpoints, config, daemon, downloads, gpus, jobs, serving, training
+from . import checkpoints, config, daemon, downloads, gpus, jobs, notify, serving, training
 from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
 
-AREAS = (gpus, jobs, checkpoints, downloads, serving, config, training, daemon)  # each adds its commands to the parser
+AREAS = (gpus, jobs, checkpoints, downloads, serving, config, training, notify, daemon)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.

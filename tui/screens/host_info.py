@@ -62,7 +62,8 @@ def capabilities_text(capabilities):
 class HostInfoScreen(ModalScreen[None]):
     """`info` is the reply of daemon.info."""
 
-    BINDINGS = [Binding("escape,q,i", "close", "close")]
+    BINDINGS = [Binding("escape,q,i", "close", "close"),
+                Binding("n", "notifications", "notifications", tooltip="where the host sends alerts while no console is open")]
 
     def __init__(self, info, **kwargs):
         super().__init__(**kwargs)
@@ -80,7 +81,12 @@ class HostInfoScreen(ModalScreen[None]):
             yield Static(Text(capabilities_text(info.get("capabilities"))))
             yield Label("Services", classes="help-section")
             yield Static(services_table(info.get("services") or []), id="host-services")
-            yield Label("escape or i to close", classes="dialog-hint")
+            yield Label("n notifications (phone, chat), escape or i to close", classes="dialog-hint")
+
+    def action_notifications(self):
+        from .notifications import NotificationsScreen
+
+        self.app.push_screen(NotificationsScreen())
 
     def action_close(self):
         self.dismiss(None)

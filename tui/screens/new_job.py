@@ -17,7 +17,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.message import Message
 from textual.screen import ModalScreen
-from textual.widgets import Input, Label, Select, Static
+from textual.widgets import Checkbox, Input, Label, Select, Static
 
 from remote.core.protocol import RemoteError
 
@@ -70,6 +70,8 @@ def submit_params(values):
         value = values.get(key, "").strip()
         if value:
             params[param] = value
+    if values.get("notify"):
+        params["notify"] = True  # the host's notification channels say when it ends
     return params
 
 
@@ -86,6 +88,7 @@ class NewJobScreen(ModalScreen[dict]):
     NewJobScreen .form-label { width: 13; }
     NewJobScreen .form-row Input { width: 1fr; }
     NewJobScreen .form-row Select { width: 24; }
+    NewJobScreen .form-row Checkbox { margin-left: 2; }
     NewJobScreen #new-job-error { height: auto; margin-top: 1; }
     NewJobScreen #new-job-error.busy { color: $text-muted; }
     NewJobScreen .dialog-title { margin-bottom: 0; }
@@ -122,12 +125,14 @@ class NewJobScreen(ModalScreen[dict]):
                 yield Label("kind", classes="form-label")
                 yield Select([(kind, kind) for kind in KINDS], value=draft.get("kind") or "command", allow_blank=False,
                              id="kind", compact=True)
+                yield Checkbox("tell me when it ends", value=bool(draft.get("notify")), id="notify", compact=True)
             yield Static("", id="new-job-error", classes="dialog-error")
             yield Label("enter starts it, tab moves on, escape cancels (what you typed is kept)", classes="dialog-hint")
 
     def values(self):
         values = {key: self.query_one("#" + key, Input).value for key, _, _ in FIELDS}
         values["kind"] = self.query_one("#kind", Select).value
+        values["notify"] = self.query_one("#notify", Checkbox).value
         return values
 
     def _keep_draft(self):

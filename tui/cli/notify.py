@@ -1,0 +1,121 @@
+"""`specdeck notify HOST`: the host's notification channels, where its daemon sends alerts while
+no console is open (a phone through ntfy, a team's Slack, Mattermost or Discord, a JSON webhook,
+a command such as mail).
+
+  specdeck notify HOST                                  list the channels and how each is doing
+  specdeck notify HOST --add URL [--format F] [--on KINDS] [--quiet 22:00-07:00]
+  specdeck notify HOST --command [--on KINDS] -- ARGV   the alert as JSON on ARGV's stdin
+  specdeck notify HOST --change ID [--on KINDS] [--quiet HH:MM-HH:MM|off]
+  specdeck notify HOST --remove ID
+  specdeck notify HOST --test [ID]                      send a test alert now: delivered or why not
+  specdeck notify HOST --retry [ID]                     try what waits now, not at the next backoff
+  specdeck notify HOST --send MESSAGE [--urgent]        an alert of your own, through the channels
+"""
+
+import time
+
+from .. import display
+from .common import EXIT_FAILED, CommandError, connect, emit
+
+FORMATS = ("ntfy", "slack", "discord", "json")
+
+
+def add_commands(commands):
+    p = commands.add_parser("notify", help="where the host sends alerts while no console is open: ntfy, Slack, Discord, a webhook, a command",
+                            description=__doc__.split("\n\n", 1)[1], formatter_class=__import__("argparse").RawDescriptionHelpFormatter)
+    p.set_defaults(func=cmd_notify)
+    p.add_argument("host")
+    p.add_argument("argv", nargs="*", metavar="-- ARGV", help="with --command: the command, after --")
+    action = p.add_mutually_exclusive_group()
+    action.add_argument("--add", metavar="URL", help="add a channel: an ntfy topic URL or a Slack, Mattermost, Discord or JSON webhook")
+    action.add_argument("--command", action="store_true", help="add a channel that runs ARGV (after --) with the alert as JSON on stdin")
+    action.add_argument("--list", action="store_true", help="list the channels (the default)")
+    action.add_argument("--remove", metavar="ID", help="remove a channel")
+    action.add_argument("--change", metavar="ID", help="change a channel's --on or --quiet")
+    action.add_argument("--test", metavar="ID", nargs="?", const="", help="send a test alert now (to ID, default every channel)")
+    action.add_argument("--retry", metavar="ID", nargs="?", const="", help="try the alerts waiting for ID (default all) now")
+    action.add_argument("--send", metavar="MESSAGE", help="send an alert of your own through the channels")
+    p.add_argument("--format", choices=FORMATS, help="what the URL speaks (default: guessed from it; json when unsure)")
+    p.add_argument("--on", metavar="KINDS", help="which alerts: failed,gpu,speculation,training,downloads or all (default all)")
+    p.add_argument("--quiet", metavar="HH:MM-HH:MM", help="quiet hours, the host's local time: only failures are sent then (off: none)")
+    p.add_argument("--urgent", action="store_true", help="with --send: send it in quiet hours too")
+
+
+def cmd_notify(args):
+    if args.argv and not args.command:
+        raise CommandError("a command after -- goes with --command")
+    client = connect(args, args.host)
+    if args.add or args.command:
+        if args.command and not args.argv:
+            raise CommandError("--command needs the command after --, e.g. specdeck notify HOST --command -- mail -s specdeck me@example.org")
+        params = {"on": args.on, "quiet": args.quiet}
+        params.update({"url": args.add, "format": args.format} if args.add else {"argv": args.argv})
+        channel = client.call("notify.add", {k: v for k, v in params.items() if v is not None})["channel"]
+        emit(args, channel, lambda: "added %s" % channel_line(channel))
+        return 0
+    if args.change:
+        if args.on is None and args.quiet is None:
+            raise CommandError("--change needs --on or --quiet")
+        quiet = "" if (args.quiet or "").lower() in ("off", "none") else args.quiet
+        channel = client.call("notify.update", {k: v for k, v in {"id": args.change, "on": args.on, "quiet": quiet}.items() if v is not None})
+        emit(args, channel["channel"], lambda: channel_line(channel["channel"]))
+        return 0
+    if args.remove:
+        reply = client.call("notify.remove", {"id": args.remove})
+        emit(args, reply, "removed %s" % reply["removed"])
+        return 0
+    if args.test is not None:
+        ids = [args.test] if args.test else [c["id"] for c in client.call("notify.list")["channels"]]
+        if not ids:
+            raise CommandError("no channels on %s yet: add one with --add URL or --command" % args.host, EXIT_FAILED, "NotFound")
+        results = [client.call("notify.test", {"id": channel_id}, timeout=60) for channel_id in ids]
+        emit(args, {"results": results}, lambda: "\n".join(
+            "%s delivered" % r["id"] if r["delivered"] else "%s not delivered: %s" % (r["id"], r["error"]) for r in results))
+        return 0 if all(r["delivered"] for r in results) else EXIT_FAILED
+    if args.retry is not None:
+        reply = client.call("notify.retry", {"id": args.retry} if args.retry else {})
+        emit(args, reply, lambda: format_channels(reply["channels"]))
+        return 0
+    if args.send:
+        reply = client.call("notify.send", {"message": args.send, "urgent": args.urgent})
+        emit(args, reply, "queued %s" % reply["alert"]["id"] if reply["queued"] else "already sent: %s" % reply["alert"]["id"])
+        return 0
+    reply = client.call("notify.list")
+    emit(args, reply, lambda: format_channels(reply["channels"]) if reply["channels"] else
+         "no channels on %s: alerts reach a console only (add one: specdeck notify %s --add URL)" % (args.host, args.host))
+    return 0
+
+
+def channel_line(channel):
+    where = channel.get("url") or " ".join(channel.get("argv") or [])
+    line = "%s  %-7s  %s  on %s" % (channel["id"], channel["format"], where, ",".join(channel.get("on") or ["all"]))
+    if channel.get("quiet"):
+        line += "  quiet %s" % channel["quiet"]
+    return line
+
+
+def status_text(status, now=None):
+    """How a channel is doing, in a few words: `ok, last sent 02:10`, `failing: HTTP 500 (6 in a
+    row, next try 03:40), 12 waiting`."""
+    now = time.time() if now is None else now
+    state = status.get("state")
+    if state in ("failing", "retrying"):
+        text = "%s: %s (%d in a row" % (state, status.get("last_error") or "?", status.get("failures") or 0)
+        if status.get("next_try_at"):
+            text += ", next try %s" % display.format_time(status["next_try_at"])
+        text += ")"
+    elif state == "ok":
+        text = "ok, last sent %s" % display.format_time(status["last_ok_at"])
+    else:
+        text = "nothing sent yet"
+    if state == "ok" and status.get("last_error_at") and status["last_error_at"] > (status.get("last_ok_at") or 0):
+        text += "; last error %s" % status["last_error"]
+    if status.get("pending"):
+        text += ", %d waiting" % status["pending"]
+    if status.get("expired"):
+        text += ", %d given up" % status["expired"]
+    return text
+
+
+def format_channels(channels):
+    return "\n".join("%s\n    %s" % (channel_line(c), status_text(c.get("status") or {})) for c in channels)
