@@ -275,11 +275,15 @@ def _systemd_scope(name, environment):
                                capture_output=True, timeout=PROBE_TIMEOUT_S)
     except (OSError, subprocess.SubprocessError):
         return None
-    return SystemdScope(name, runtime_dir) if probe.returncode == 0 else None
+    if probe.returncode != 0:
+        return None
+    environment.setdefault("XDG_RUNTIME_DIR", runtime_dir)  # how the job's systemd-run finds the manager
+    return SystemdScope(name, runtime_dir)
 
 
 def contain(name, environment):
-    """The holder for a new job: (holder, why the better ones were not used, or None)."""
+    """The holder for a new job: (holder, why the better ones were not used, or None).
+    `environment`, the job's, gets XDG_RUNTIME_DIR when a systemd scope holds the job."""
     if os.environ.get(SETTING, "auto") == "process-group":
         return ProcessGroup(), None
     scope = _systemd_scope(name, environment)

@@ -65,9 +65,10 @@ def jobs_tail(call):
 
 @method("jobs.stop")
 def jobs_stop(call):
-    """Stop a job: TERM to everything it started (its process group, its descendants, processes
-    marked with its SPECDECK_JOB_TOKEN), KILL after the grace; the job's supervisor carries it
-    out, so a daemon killed meanwhile changes nothing. Params: `id`, `grace_s` (default 10, a
+    """Stop a job: TERM to everything it started (its cgroup where it has one, its process group,
+    its descendants, processes marked with its SPECDECK_JOB_TOKEN), KILL after the grace (the
+    cgroup killed whole); the job's supervisor carries it out, so a daemon killed meanwhile
+    changes nothing. Params: `id`, `grace_s` (default 10, a
     finite number >= 0; a second stop may shorten it). Reply: the job (state `stopping`).
     Returns at once; the end (state `stopped`) follows in job events."""
     grace_s = call.param("grace_s", float)
