@@ -116,3 +116,25 @@ def test_a_respawning_environment_clearing_chain_is_stopped_every_time(agent_hom
                 wait_for(lambda: not os.path.exists(run["cgroup"]), 30)
     finally:
         client.close()
+
+
+def test_the_cgroup_of_a_killed_supervisor_is_swept_and_a_running_jobs_is_not(client, agent_home):
+    parent = containment.writable_parent()
+    if expected_holder() != "cgroup":
+        pytest.skip("jobs are not held by a cgroup of their own on this machine")
+    lost, running = (client.call("jobs.submit", {"argv": ["sleep", "300"]}) for _ in range(2))
+    runs = {}
+    for job in (lost, running):
+        wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["state"] == "running", 30)
+        runs[job["id"]] = json.loads((agent_home / "jobs" / job["id"] / "run.json").read_text())
+    try:
+        os.kill(runs[lost["id"]]["supervisor_pid"], signal.SIGKILL)  # as the OOM killer might
+        os.kill(runs[lost["id"]]["pid"], signal.SIGKILL)
+        wait_for(lambda: client.call("jobs.get", {"id": lost["id"]})["state"] == "lost", 30)
+        assert os.path.isdir(runs[lost["id"]]["cgroup"])  # nobody was left to remove it
+        containment.sweep(parent, older_than_s=0)  # what the next job's start does, for those a minute old
+        assert not os.path.exists(runs[lost["id"]]["cgroup"])
+        assert os.path.isdir(runs[running["id"]]["cgroup"])
+        assert client.call("jobs.get", {"id": running["id"]})["state"] == "running"
+    finally:
+        client.call("jobs.stop", {"id": running["id"], "grace_s": 0})

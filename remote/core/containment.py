@@ -24,6 +24,7 @@ SETTING = "SPECDECK_CONTAINMENT"
 KILL_ROUNDS = 500
 PROBE_TIMEOUT_S = 10.0
 REMOVE_TRIES = 50
+STALE_S = 60.0  # an empty job cgroup this old belongs to no starting job
 
 
 def _unescape(field):
@@ -213,6 +214,25 @@ def remove_left_over(directory):
             pass
 
 
+def sweep(parent, older_than_s=STALE_S):
+    """Remove the empty job cgroups under `parent` that were made more than `older_than_s` ago:
+    those of supervisors that were killed (a job never runs in a cgroup that is empty; the age
+    spares one made this instant, whose process has not entered it yet)."""
+    try:
+        names = [name for name in os.listdir(parent) if name.startswith("specdeck-")]
+    except OSError:
+        return
+    for name in names:
+        directory = os.path.join(parent, name)
+        try:
+            with open(os.path.join(directory, "cgroup.events")) as f:
+                populated = "populated 1" in f.read()
+            if not populated and time.time() - os.stat(directory).st_ctime > older_than_s:
+                os.rmdir(directory)
+        except OSError:
+            continue
+
+
 class SystemdScope(Cgroup):
     """A transient scope of the user's systemd manager: `systemd-run --scope` registers itself
     in it and then execs the job, so the job's pid is systemd-run's."""
@@ -292,6 +312,7 @@ def contain(name, environment):
     parent = writable_parent()
     if parent is None:
         return ProcessGroup(), None
+    sweep(parent)
     try:
         return Cgroup.create(parent, name), None
     except OSError as exc:
