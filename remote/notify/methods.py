@@ -18,10 +18,7 @@ SERVICES = (NotifyService,)
 
 def service(call):
     found = call.service(NotifyService.name)
-    if found.queue is None:
-        from ..core.protocol import Busy
-
-        raise Busy("the notify service has not opened its queue yet")
+    found.open_queue()
     return found
 
 

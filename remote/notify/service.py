@@ -52,12 +52,17 @@ class NotifyService(Service):
     def clock(self):
         return time.time() + self.clock_shift_s
 
+    def open_queue(self):
+        """The queue, opened by whoever needs it first (the service's start, or a request that came sooner)."""
+        with self._lock:
+            if self.queue is None:
+                self.queue = AlertQueue(clock=self.clock)
+            return self.queue
+
     # -- the service
 
     def start(self):
-        if self.queue is None:
-            self.queue = AlertQueue(clock=self.clock)
-        self.evaluator.catch_up(self.queue.created_at())
+        self.evaluator.catch_up(self.open_queue().created_at())
 
     def stop(self):
         # Senders finish their try (bounded) on their own; the queue stays open for them.
@@ -79,8 +84,7 @@ class NotifyService(Service):
 
     def raise_alert(self, alert):
         """Queue an alert for every channel that wants it (once per key) and tell the console."""
-        if self.queue is None:
-            self.queue = AlertQueue(clock=self.clock)
+        self.open_queue()
         targets = [c["id"] for c in self.store.list() if wants(c, alert)]
         if not self.queue.raise_alert(alert, targets):
             return False
