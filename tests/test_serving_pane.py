@@ -46,7 +46,8 @@ async def test_pane_shows_accept_length_against_break_even_and_alerts(client):
             summary = pane.query_one("#spec-summary", Static)
             await wait_until(pilot, lambda: "accept length now 3.90" in str(summary.render()))
             assert server_id in str(summary.render())
-            assert "pos 0" in str(pane.query_one("#spec-bars", Static).render()) and "96.8%" in str(pane.query_one("#spec-bars", Static).render())
+            bars = pane.query_one("#spec-bars", Static)
+            await wait_until(pilot, lambda: "pos 0" in str(bars.render()) and "96.8%" in str(bars.render()))
             await pilot.press("b")
             await pilot.pause()
             app.screen.query_one("Input").value = "40@112.5"  # 0.040 s x 112.5 tok/s = 4.50

@@ -247,7 +247,7 @@ def test_idle_gpu_under_a_running_job_fires_and_ends_with_its_span(agent_home, t
     assert idle[0]["fired_at"] - began >= 8 and ended > idle[0]["fired_at"]
     assert idle[1]["job_id"] == job["id"] and idle[1]["gpu_index"] == 0
     clock = lambda t: time.strftime("%H:%M", time.localtime(t))  # noqa: E731
-    assert idle[1]["message"].startswith("GPU 0 idle ") and "while %s ran, %s-%s" % (job["id"], clock(began), clock(ended)) in idle[1]["message"]
+    assert idle[1]["message"].startswith("GPU 0: idle ") and idle[1]["source"] == "GPU 0" and "while %s ran, %s-%s" % (job["id"], clock(began), clock(ended)) in idle[1]["message"]
     # Kept on disk for a console that was not there.
     assert [a["id"] for a in sampler.alert_log.list()] == [idle[0]["id"]]
 
@@ -265,7 +265,7 @@ def test_job_exit_alerts_and_settings_survive_a_daemon_restart(agent_home):
         client.call("jobs.stop", {"id": stopped["id"], "grace_s": 1})
         alerts = wait_for(lambda: [a for a in client.call("telemetry.alerts")["alerts"] if a["kind"] == "job_failed"], 30)
         assert [a["job_id"] for a in alerts] == [failed["id"]]
-        assert alerts[0]["message"].startswith("%s exited 3 at " % failed["id"])
+        assert alerts[0]["message"].startswith("job %s exited 3 at " % failed["id"]) and alerts[0]["source"] == "job %s" % failed["id"]
         time.sleep(1.5)  # the stopped job's end has been seen too
         assert len([a for a in client.call("telemetry.alerts")["alerts"] if a["kind"] == "job_failed"]) == 1
         os.kill(daemon_pid(agent_home), signal.SIGKILL)

@@ -79,7 +79,7 @@ async def test_alert_rings_the_bell_and_what_fired_unseen_is_shown_on_connect(ag
     try:
         async with app.run_test(size=(80, 24)) as pilot:
             await wait_until(pilot, lambda: bells, message="the bell")
-            await wait_until(pilot, lambda: any("GPU 0 memory" in n.message and "full for" in n.message for n in app._notifications),
+            await wait_until(pilot, lambda: any("GPU 0: memory" in n.message and "full for" in n.message for n in app._notifications),
                              message="what fired while nobody watched, in a notification")
             assert any(n.title == "while nobody watched" for n in app._notifications)
             await wait_until(pilot, lambda: client.call("telemetry.alerts", {"unseen": True})["alerts"] == [], message="marked seen")
@@ -87,7 +87,7 @@ async def test_alert_rings_the_bell_and_what_fired_unseen_is_shown_on_connect(ag
             rung = len(bells)
             client.call("telemetry.configure", {"alerts": {"temperature": {"threshold": 0, "duration_s": 0}}})
             await wait_until(pilot, lambda: len(bells) > rung, message="the bell for a live alert")
-            await wait_until(pilot, lambda: any("°C" in n.message and n.title == "GPU alert" for n in app._notifications),
+            await wait_until(pilot, lambda: any("GPU 0: temperature" in n.message and "°C" in n.message and n.title == "GPU temperature" for n in app._notifications),
                              message="the live alert in a notification")
     finally:
         client.close()

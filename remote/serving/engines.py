@@ -10,7 +10,8 @@ import subprocess
 import urllib.error
 import urllib.request
 
-from ..core.protocol import BadRequest, RemoteError
+from ..core.protocol import BadRequest, NotFound, RemoteError
+from . import root_cause
 
 ENGINES = ("vllm", "sglang")
 DEFAULT_PORT = 8000
@@ -99,6 +100,20 @@ def is_ready(url, timeout_s=2.0):
     return status == 200
 
 
+def looks_like_path(name):
+    """Whether a model name is a path on the host rather than a hub id (`org/name`, `gpt2`):
+    absolute, under ~, relative with ./ or ../, or more than one slash deep."""
+    return name.startswith(("/", "~", "./", "../")) or name in (".", "..") or name.count("/") > 1
+
+
+def check_paths(target, drafter=None):
+    """NotFound, in one line, for a target or drafter given as a path that is not on the host:
+    refused here rather than after the engine has spent a minute starting."""
+    for role, name in (("target model", target), ("drafter", drafter)):
+        if name and looks_like_path(name) and not os.path.exists(os.path.expanduser(name)):
+            raise NotFound("no %s at %s on the host" % (role, name))
+
+
 def check_drafter(target, drafter):
     """Refuse a drafter that cannot serve the target: RemoteError("DrafterMismatch") with the
     reasons of the checkpoint comparison. Returns the verdict (None when the target is not a
@@ -123,9 +138,13 @@ def check_drafter(target, drafter):
 
 
 def death_reason(log_text, max_lines=20):
-    """(reason line or None, the last lines) of a server's log after it died."""
+    """(reason line or None, the last lines) of a server's log after it died: the engine's
+    first error (root_cause.py), else the last line near the end that says why."""
     lines = [line for line in log_text.splitlines() if line.strip()]
     tail = lines[-max_lines:]
+    first = root_cause.first_error(log_text)
+    if first:
+        return first, tail
     for line in reversed(lines[-200:]):
         if _REASON.search(line) and not line.lstrip().startswith("File "):
             return line.strip(), tail

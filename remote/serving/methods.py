@@ -11,8 +11,8 @@ from ..core import feed_wire, paths
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
-from . import breakeven, engines
-from .sampler import RECORDED, ServingFeed, attached_entries
+from . import breakeven, engines, root_cause
+from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
 SERVICES = (ServingFeed,)
@@ -58,9 +58,12 @@ def serving_start(call):
     (CUDA_VISIBLE_DEVICES), `python` (an interpreter with the engine), `env` (additions),
     `engine_args` (list, appended to the engine's command line). A drafter is first compared
     with the target's config.json and refused (error DrafterMismatch, with the reasons) when it
-    cannot load. Reply: the job, as `jobs.get`; its meta holds {engine, target, drafter, k,
-    port, url, gpus}."""
+    cannot load, and a target or drafter given as a path that is not on the host is refused
+    (NotFound, naming the path). Reply: the job, as `jobs.get`; its meta holds {engine, target,
+    drafter, k, port, url, gpus, python, engine_args}. A server that dies gets `progress.error`:
+    how it ended and the engine's first error line (`exited 1: ValueError: ...`)."""
     spec = _server_params(call)
+    engines.check_paths(spec["target"], spec["drafter"])
     if spec["drafter"]:
         engines.check_drafter(spec["target"], spec["drafter"])
     interpreter = _interpreter(call)
@@ -95,20 +98,22 @@ def _server_url(call, server_id):
 def serving_status(call):
     """Is a server up? Params: `id` (a server job, or an attached server `uN`). Reply: `{id,
     url, ready, state, reason, last_lines}`: `state` is starting, ready, died (the job ended) or
-    unreachable (an attached server that does not answer); for a dead server `reason` is the log
-    line that says why (out of memory, a shape mismatch, ...) and `last_lines` its log's end."""
+    unreachable (an attached server that does not answer); for a dead server `reason` is the
+    engine's first error line (the root cause vLLM says is "above"; else the log line that says
+    why: out of memory, a shape mismatch, ...), `ended` how the job ended with that line
+    (`exited 1: ValueError: ...`) and `last_lines` its log's end."""
     server_id = call.param("id", str, required=True)
     url, job, log_path = _server_url(call, server_id)
-    ready = engines.is_ready(url)
-    reply = {"id": server_id, "url": url, "ready": ready, "state": "ready" if ready else "starting", "reason": None, "last_lines": []}
     if job is not None and job["process_state"] not in LIVE:
         text = call.daemon.jobs.tail(server_id, -65536, 65536)["text"]
-        reply["state"] = "died"
-        reply["ready"] = False
-        reply["reason"], reply["last_lines"] = engines.death_reason(text)
-        if reply["reason"] is None:
-            reply["reason"] = "the server exited (%s) without a word in its log" % (job.get("exit_code") if job.get("exit_code") is not None else job.get("state"))
-    elif job is None and not ready:
+        reason, last_lines = engines.death_reason(text)
+        reason = root_cause.first_error_in(log_path) or reason
+        return {"id": server_id, "url": url, "ready": False, "state": "died", "last_lines": last_lines,
+                "reason": reason or "the server %s without a word in its log" % how_it_ended(job),
+                "ended": how_it_ended(job, reason)}
+    ready = engines.is_ready(url)
+    reply = {"id": server_id, "url": url, "ready": ready, "state": "ready" if ready else "starting", "reason": None, "last_lines": []}
+    if job is None and not ready:
         reply["state"] = "unreachable"
     return reply
 
@@ -151,7 +156,8 @@ def serving_stats(call):
     figures), so the figures are not current; `error`: why the last read failed (a scrape past
     its 0.8 s deadline or 4 MiB cap, a redirect to another host, a NaN or negative counter);
     `notes`: series the server exports beyond the caps (positions from 32, over 64 label
-    sets), left out."""
+    sets), left out. A server job that is not running is NotFound, saying how it ended and
+    the engine's first error line."""
     server_id = call.param("id", str, required=True)
     window_s = call.param("window_s", float)
     if window_s is not None and window_s <= 0:
@@ -165,6 +171,9 @@ def serving_stats(call):
             time.sleep(0.05)
     figures = service.window_figures(server_id, window_s)
     if figures is None:
+        _url, job, log_path = _server_url(call, server_id)
+        if job is not None and job["process_state"] not in LIVE:
+            raise NotFound("server %s is not running: it %s" % (server_id, how_it_ended(job, root_cause.first_error_in(log_path))))
         raise NotFound("server %s is not being sampled (not running)" % server_id)
     return figures
 
@@ -224,6 +233,7 @@ def serving_bench(call):
     spec = _server_params(call)
     if not spec["drafter"]:
         raise BadRequest("a benchmark needs a drafter")
+    engines.check_paths(spec["target"], spec["drafter"])
     engines.check_drafter(spec["target"], spec["drafter"])
     prompts = call.param("prompts", list)
     if prompts is not None and not all(isinstance(p, (str, list)) for p in prompts):

@@ -12,6 +12,7 @@ attached.json in the agent's state directory, so a restarted daemon samples them
 """
 
 import collections
+import logging
 import os
 import threading
 import time
@@ -19,14 +20,34 @@ import time
 from ..core import paths
 from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.records import read_json, write_json
-from . import metrics, scrape
+from . import metrics, root_cause, scrape
+
+log = logging.getLogger("specdeck.serving")
 
 SNAPSHOTS_KEPT = 3600  # one an hour at one a second, per server
 LOG_TAIL_BYTES = 65536
 LOG_STALE_S = 30.0  # engines log their figures every ~10 s: a log figure is stale after three
+# Each record also carries the figures over the last RECENT_S seconds (`recent`), computed from
+# the counters as `serving.stats` with that window computes them: vLLM updates its counters in
+# bursts, so one second's division swings between 0 and several times the rate; ten seconds
+# show what a person means by "now".
+RECENT_S = 10.0
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
+
+
+def how_it_ended(job, first_error=None):
+    """`exited 1: ValueError: ...`: how a server job ended, with the engine's first error line."""
+    if job.get("process_state") == "stopped" or job.get("state") == "stopped":
+        ended = "was stopped"
+    elif job.get("signal"):
+        ended = "was killed by signal %d" % job["signal"]
+    elif job.get("exit_code") is not None:
+        ended = "exited %d" % job["exit_code"]
+    else:
+        ended = "ended (%s)" % (job.get("process_state") or job.get("state"))
+    return "%s: %s" % (ended, first_error) if first_error else ended
 
 
 def attached_path():
@@ -82,6 +103,7 @@ class ServerSource(FeedSource):
         record.update(source="metrics", engine=snapshot["engine"], server=self.key, time=now)
         if snapshot["notes"]:
             record["notes"] = snapshot["notes"]
+        record["recent"] = figures_over(list(self.snapshots), RECENT_S)
         return record
 
     def _from_log(self):
@@ -118,6 +140,7 @@ class ServingFeed(Feed):
     def __init__(self, daemon):
         super().__init__(daemon)
         self._attach_lock = threading.Lock()
+        self._ended_noted = set()  # server jobs whose end is written in their progress.json
 
     # -- which servers
 
@@ -148,9 +171,25 @@ class ServingFeed(Feed):
             meta = job.get("meta") or {}
             if job["process_state"] == "running" and meta.get("url"):
                 targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]))
+            elif job["process_state"] in ("failed", "lost") and job["id"] not in self._ended_noted:
+                self._note_end(job)
         for server_id, entry in attached_entries().items():
             targets[server_id] = (entry["url"], entry.get("log_path"))
         return targets
+
+    def _note_end(self, job):
+        """A server that failed gets its end and the engine's first error line in its
+        progress.json (`progress.error` of jobs.get and job events), read once from its log:
+        the reason is then one line wherever the job is shown, not 140 lines up its log."""
+        self._ended_noted.add(job["id"])
+        if (job.get("progress") or {}).get("error"):
+            return
+        try:
+            job_dir = self.daemon.jobs.job_dir(job["id"])
+            first = root_cause.first_error_in(os.path.join(job_dir, "output.log"))
+            write_json(os.path.join(job_dir, "progress.json"), {"error": how_it_ended(job, first), "first_error": first})
+        except Exception as exc:  # a job removed meanwhile, a full disk: the status still says it
+            log.warning("could not note how server %s ended: %s", job["id"], exc)
 
     def make_source(self, key, spec):
         url, log_path = spec
@@ -179,27 +218,38 @@ class ServingFeed(Feed):
         snapshots = list(server.snapshots)
         if server.from_log or not snapshots:
             if worker.latest is not None:
-                return self.aged(worker, worker.latest)
+                return self.aged(worker, dict((k, v) for k, v in worker.latest.items() if k != "recent"))
             return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True}
+        figures = figures_over(snapshots, window_s)
+        figures["server"] = server_id
         newest = snapshots[-1]
-        oldest = snapshots[0]
-        if window_s is not None:
-            for snapshot in snapshots:
-                if snapshot["time"] >= newest["time"] - window_s:
-                    oldest = snapshot
-                    break
-        start = _rebased(snapshots, oldest) if oldest is not newest else None  # one snapshot: no window yet
-        figures = metrics.window(start, newest)
-        figures.update(source="metrics", engine=newest["engine"], server=server_id, time=newest["time"],
-                       reset=figures["reset"] or (start is not None and start is not oldest))
-        if newest.get("notes"):
-            figures["notes"] = newest["notes"]
         now = time.time()
         age = max(0.0, now - newest["time"])
         figures.update(age_s=round(age, 3), stale=age > server.stale_after_s)
         if worker.error:
             figures["error"] = worker.error
         return figures
+
+
+def figures_over(snapshots, window_s=None):
+    """The figures of the last `window_s` seconds of `snapshots` (oldest first; None: all of
+    them): the window starts at the oldest snapshot taken within `window_s` of the newest, so
+    the same snapshots give the same figures to every asker (a follower's `recent`, `serving.stats`)."""
+    newest = snapshots[-1]
+    first = 0
+    if window_s is not None:
+        first = len(snapshots) - 1
+        while first > 0 and snapshots[first - 1]["time"] >= newest["time"] - window_s:
+            first -= 1  # from the newest back: a short window costs a few steps, not the hour kept
+        snapshots = snapshots[first:]
+    oldest = snapshots[0]
+    start = _rebased(snapshots, oldest) if oldest is not newest else None  # one snapshot: no window yet
+    figures = metrics.window(start, newest)
+    figures.update(source="metrics", engine=newest["engine"], time=newest["time"],
+                   reset=figures["reset"] or (start is not None and start is not oldest))
+    if newest.get("notes"):
+        figures["notes"] = newest["notes"]
+    return figures
 
 
 def _rebased(snapshots, oldest):

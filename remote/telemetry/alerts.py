@@ -2,6 +2,10 @@
 sleeps: a GPU idle while the job holding it still runs (a stalled training, a hung collective),
 GPU memory close to full, heat, throttling, and a job that ends with a non-zero code.
 
+Each alert names its kind (`kind`, and `title` as a person reads it: `download failed`, `GPU
+temperature`) and its source (`source`: `GPU 2`, `job j7`, `download j4`), and its `message`
+says both: `download j4: verification failed (2 files differ: ...)`, `GPU 2: temperature 91 °C`.
+
 Each rule has a threshold and a duration (the condition must hold that long); the console
 sends the per-host settings with `telemetry.configure` and they are kept in the state
 directory, so they hold while no console is connected. Alerts are appended to a JSON-lines
@@ -67,24 +71,86 @@ def minutes(seconds):
     return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
 
 
+# What each rule's alert is called where a person reads it (a notification's title).
+KIND_TITLES = {"gpu_idle": "GPU idle", "memory_full": "GPU memory full", "temperature": "GPU temperature",
+               "throttle": "GPU throttled", "job_failed": "job failed"}
+# A job's kind as a person names the job: `download j4`, `server j5`, `job j7` (a plain command).
+JOB_WORDS = {"command": "job", "verify": "verification", "benchmark": "benchmark", "datagen": "data generation"}
+
+
+def alert_source(alert):
+    """What an alert is about: `GPU 2`, `job j7`, `download j4`, `server j5`."""
+    if alert.get("source"):
+        return alert["source"]
+    if alert["kind"] == "job_failed":
+        kind = alert.get("job_kind") or "command"
+        return "%s %s" % (JOB_WORDS.get(kind, kind), alert.get("job_id"))
+    return "GPU %s" % alert.get("gpu_index")
+
+
+def alert_title(alert):
+    """A notification's title: the alert's kind (`download failed`, `GPU temperature`)."""
+    if alert["kind"] == "job_failed" and alert.get("job_kind") not in (None, "command"):
+        return "%s failed" % JOB_WORDS.get(alert["job_kind"], alert["job_kind"])
+    return KIND_TITLES.get(alert["kind"], alert["kind"].replace("_", " "))
+
+
 def alert_text(alert):
-    """One line for a person, in this process's local time: `GPU 3 idle 40 min while j9 ran,
-    02:10-02:50`, `j7 exited 1 at 03:12`."""
-    kind, gpu = alert["kind"], "GPU %s" % alert.get("gpu_index")
+    """One line for a person, naming the alert's source, in this process's local time:
+    `GPU 3: idle 40 min while j9 ran, 02:10-02:50`, `job j7 exited 1 at 03:12`,
+    `download j4: verification failed (2 files differ: ...) at 03:12`."""
+    kind, source = alert["kind"], alert_source(alert)
     if kind == "job_failed":
-        return "%s %s at %s" % (alert.get("job_id"), alert.get("detail") or "failed", clock(alert["started_at"]))
+        detail = alert.get("detail") or "failed"
+        # `job j7 exited 3`; a reason of its own after a colon: `download j4: verification failed (...)`
+        joined = "%s %s" % (source, detail) if detail.startswith(("exited", "was ", "failed")) else "%s: %s" % (source, detail)
+        return "%s at %s" % (joined, clock(alert["started_at"]))
     ended = alert.get("ended_at")
     span = "%s-%s" % (clock(alert["started_at"]), clock(ended)) if ended else "since %s" % clock(alert["started_at"])
     held = minutes((ended or time.time()) - alert["started_at"])
     if kind == "gpu_idle":
-        return "%s idle %s while %s %s, %s" % (gpu, held, alert.get("job_id"), "ran" if ended else "runs", span)
+        return "%s: idle %s while %s %s, %s" % (source, held, alert.get("job_id"), "ran" if ended else "runs", span)
     if kind == "memory_full":
-        return "%s memory %s%% full for %s, %s" % (gpu, alert.get("value"), held, span)
+        return "%s: memory %s%% full for %s, %s" % (source, alert.get("value"), held, span)
     if kind == "temperature":
-        return "%s at %s °C for %s, %s" % (gpu, alert.get("value"), held, span)
+        return "%s: temperature %s °C for %s, %s" % (source, alert.get("value"), held, span)
     if kind == "throttle":
-        return "%s throttled (%s) for %s, %s" % (gpu, alert.get("value"), held, span)
-    return "%s %s, %s" % (gpu, kind, span)
+        return "%s: throttled (%s) for %s, %s" % (source, alert.get("value"), held, span)
+    return "%s: %s, %s" % (source, kind.replace("_", " "), span)
+
+
+def job_failure_detail(job):
+    """Why a job ended badly, in a few words: a download's verdict (`verification failed (2
+    files differ: ...)`), a server's first error line, else how its process ended."""
+    progress = job.get("progress") or {}
+    verdict = progress.get("verdict") or {}
+    if verdict.get("status") == "mismatch":
+        files = verdict.get("files") or [verdict.get("file")]
+        return "verification failed (%s: %s)" % ("1 file differs" if len(files) == 1 else "%d files differ" % len(files), verdict.get("message"))
+    if verdict.get("status") == "corrupt":
+        return "verification failed (%s)" % verdict.get("message")
+    if job.get("signal"):
+        ended = "was killed by signal %d" % job["signal"]
+    elif job.get("exit_code") is not None:
+        ended = "exited %d" % job["exit_code"]
+    else:
+        ended = "was lost (its supervisor died)" if job.get("process_state") == "lost" else "failed"
+    reason = progress.get("first_error") or progress.get("error")
+    if reason is None and job.get("kind") == "server":
+        reason = _server_first_error(job["id"])
+    if reason is None and verdict.get("status") == "error":
+        reason = verdict.get("message")
+    if reason and not reason.startswith(ended):
+        return "%s: %s" % (ended, reason)
+    return reason or ended
+
+
+def _server_first_error(job_id):
+    """The engine's first error line in a server job's log (the alert fires before the serving
+    feed notes it in the job's progress)."""
+    from ..serving.root_cause import first_error_in
+
+    return first_error_in(os.path.join(paths.jobs_dir(), job_id, "output.log"))
 
 
 class AlertLog:
@@ -160,6 +226,8 @@ class AlertRules:
         alert = {"id": "a%d-%d" % (int(now * 1000), self._counter), "kind": kind, "started_at": started_at, "fired_at": now,
                  "ended_at": None}
         alert.update(fields)
+        alert["source"] = alert_source(alert)
+        alert["title"] = alert_title(alert)
         alert["message"] = alert_text(alert)
         return alert
 
@@ -216,14 +284,9 @@ class AlertRules:
         """An alert for a job that ended badly (not for one stopped on purpose), or None."""
         if not self.settings["job_failed"]["enabled"] or job.get("process_state") not in ("failed", "lost"):
             return None
-        if job.get("signal"):
-            detail = "was killed by signal %d" % job["signal"]
-        elif job.get("exit_code") is not None:
-            detail = "exited %d" % job["exit_code"]
-        else:
-            detail = "was lost (its supervisor died)" if job.get("process_state") == "lost" else "failed"
         ended_at = job.get("ended_at") or now
-        return self._new("job_failed", ended_at, now, job_id=job["id"], detail=detail, ended_at=ended_at, name=job.get("name"))
+        return self._new("job_failed", ended_at, now, job_id=job["id"], job_kind=job.get("kind") or "command",
+                         detail=job_failure_detail(job), ended_at=ended_at, name=job.get("name"))
 
     def missed_job_failures(self, jobs, now):
         """At start: failed jobs that ended recently while no daemon watched and have no alert yet."""

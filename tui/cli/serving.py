@@ -2,10 +2,12 @@
 (its speculation figures over a window), breakeven (the arithmetic, no host needed) and bench
 (the A/B benchmark job, followed to its result).
 
-`--python` is the interpreter on the host that has the engine (a venv's python); the agent runs
-under it too, which any engine's venv (Python 3.9+) can do.
+The engine runs under the host's ML interpreter: `--python` (the agent runs under it too, which
+any engine's venv with Python 3.9+ can do), else what `specdeck config HOST --ml-python`
+remembers, else the agent's own interpreter. The engine's own arguments follow `--`.
 """
 
+import argparse
 import json
 import sys
 import time
@@ -14,9 +16,14 @@ from remote.core.protocol import RemoteError
 from remote.core.windows import parse_duration as parse_seconds
 from remote.serving import breakeven as breakeven_math
 
+from .. import config
 from .common import EXIT_FAILED, CommandError, connect, emit, env_option
 
 STATUS_POLL_S = 1.0
+ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
+remembers (a venv with vLLM or SGLang), else the agent's. Arguments after -- go to the engine
+as they are, e.g.
+  specdeck %s HOST /models/target%s -- --max-model-len 4096 --dtype bfloat16"""
 
 
 def parse_duration(text):
@@ -38,7 +45,9 @@ def _server_options(p):
 
 
 def add_commands(commands):
-    p = commands.add_parser("serve", help="start an inference server (with a drafter, or a baseline) as a job")
+    p = commands.add_parser("serve", help="start an inference server (with a drafter, or a baseline) as a job",
+                            usage="specdeck serve HOST TARGET [--drafter PATH] [--wait] [options] [-- ENGINE_ARGS...]",
+                            epilog=ENGINE_HELP % ("serve", " --drafter /models/eagle3"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_serve)
     _server_options(p)
     p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
@@ -59,7 +68,9 @@ def add_commands(commands):
     p.add_argument("--k", type=int, metavar="N", help="tokens drafted per cycle (the most a cycle yields is K+1)")
     p.add_argument("--target-tps", type=float, metavar="TPS", help="the tokens/s you want")
 
-    p = commands.add_parser("bench", help="A/B benchmark: the same prompts through a baseline and a speculative server")
+    p = commands.add_parser("bench", help="A/B benchmark: the same prompts through a baseline and a speculative server",
+                            usage="specdeck bench HOST TARGET --drafter PATH [options] [-- ENGINE_ARGS...]",
+                            epilog=ENGINE_HELP % ("bench", " --drafter /models/eagle3"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_bench)
     _server_options(p)
     p.add_argument("--drafter", required=True, metavar="PATH")
@@ -68,9 +79,15 @@ def add_commands(commands):
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
 
 
+def engine_python(args):
+    """The host's interpreter with the engine: --python, else `config HOST --ml-python`, else
+    None (the host then uses the agent's own)."""
+    return args.python or config.remembered(args.host, "ml_python")
+
+
 def _start_params(args):
     return {"target": args.target, "drafter": args.drafter, "k": args.k, "engine": args.engine, "port": args.port,
-            "gpus": args.gpus, "python": args.python, "env": env_option(args.env), "engine_args": getattr(args, "after_dashes", [])}
+            "gpus": args.gpus, "python": engine_python(args), "env": env_option(args.env), "engine_args": getattr(args, "after_dashes", [])}
 
 
 def cmd_serve(args):
@@ -140,7 +157,7 @@ def format_figures(figures):
 
 
 SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
-             "generation_tps", "window_s", "source", "age_s", "stale", "error")
+             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error")
 
 
 def cmd_spec(args):

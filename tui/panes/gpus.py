@@ -15,7 +15,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import Static
 
-from remote.telemetry.alerts import alert_text
+from remote.telemetry.alerts import alert_text, alert_title
 from remote.telemetry.sample import apply_delta
 
 from .. import display
@@ -161,6 +161,13 @@ class GpusPane(Pane):
         yield TimeChart(id="gpu-chart")
         yield Static(id="gpu-processes")
         yield self.status_line()
+
+    def _connection_changed(self, detail):
+        super()._connection_changed(detail)
+        if self.sample is None:  # the top line waits for the first sample: say why none comes
+            failed = self.app.header.state == "failed"
+            self.query_one("#gpu-host", Static).update(
+                Text("not connected: %s" % ((detail or {}).get("error") or "the connection failed"), style="red") if failed else Text("connecting…"))
 
     def on_mount(self):
         self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)
@@ -342,12 +349,14 @@ class GpusPane(Pane):
     def _announce(self, alerts, missed):
         if not alerts:
             return
+        # Each line names its source (`GPU 2: ...`, `download j4: ...`); the title its kind.
         lines = [alert_text(alert) for alert in alerts[-6:]]
-        title = "while nobody watched" if missed else "GPU alert"
+        titles = {alert.get("title") or alert_title(alert) for alert in alerts[-6:]}
+        title = "while nobody watched" if missed else titles.pop() if len(titles) == 1 else "alerts"
         self.app.bell()
         self.notify("\n".join(lines), title=title, severity="warning", timeout=30 if missed else 15, markup=False)
         until = max(max(a["fired_at"], a.get("ended_at") or 0) for a in alerts)
-        self.request("telemetry.alerts_seen", {"until": until}, title="GPU alerts")
+        self.request("telemetry.alerts_seen", {"until": until}, title="alerts")
 
     def on_unmount(self):
         super().on_unmount()

@@ -2,10 +2,16 @@
 break-even line (and the K+1 ceiling), acceptance per draft position as bars, throughput and
 requests; the window selectable; an alert when accept length stays under break-even.
 
-It follows `serving.follow` (one record per server per second) and, when a server or window is
-picked, backfills the window from the host's history store (`serving.history`), so a console that
-connects after a night sees the night. Break-even comes from the last A/B benchmark of the same
-target and drafter, or is set by hand (`b`: an accept length, or CYCLE_MS@BASELINE_TPS).
+Every figure is the host's, computed from the engine's counters as `specdeck spec --json
+--window W` computes it: "now" is the last 10 s (each `serving.follow` record carries them as
+`recent`, once a second), the window's accept length and per-position bars come from
+`serving.stats` over the chosen window. vLLM updates its counters in bursts, so a 1-second
+division would swing between 0 and several times the rate; nothing here divides one.
+
+The pane opens on a running server (the newest), lists dead ones too, marked dead with how
+they ended and the engine's first error line. Break-even comes from the last A/B benchmark of
+the same target and drafter, or is set by hand (`b`) for the target: it then holds for every
+server of that target, remembered in the laptop's config per host.
 """
 
 import collections
@@ -19,6 +25,7 @@ from textual.widgets import Static
 
 from remote.serving.breakeven import break_even
 
+from .. import config
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from .base import Pane
@@ -26,8 +33,12 @@ from .gpus import freshness, stale_text
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
+RECENT_S = 10  # the host's `recent` window (remote/serving/sampler.py RECENT_S)
+WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
 ALERT_AFTER_S = 60.0  # accept length under break-even this long (while drafting) raises the alert
 BAR_WIDTH = 30
+LIVE = ("running", "starting")
+CONFIG_KEY = "break_even"  # hosts."HOST".break_even."TARGET" = {accept_length, how}
 
 
 def window_name(seconds):
@@ -40,7 +51,11 @@ def bars(per_position):
     for position, rate in enumerate(per_position or []):
         filled = int(round(max(0.0, min(1.0, rate)) * BAR_WIDTH))
         lines.append("pos %d  %s%s %5.1f%%" % (position, "█" * filled, "·" * (BAR_WIDTH - filled), 100.0 * rate))
-    return "\n".join(lines) or "no drafts in this window yet"
+    return "\n".join(lines)
+
+
+def target_key(target):
+    return target.rstrip("/") if target else None
 
 
 class SpeculationPane(Pane):
@@ -52,7 +67,7 @@ class SpeculationPane(Pane):
         Binding("right_square_bracket", "next_server", "next server", tooltip="show the next server"),
         Binding("left_square_bracket", "previous_server", "previous", show=False, tooltip="show the previous server"),
         Binding("w", "next_window", "window", tooltip="window: 1 min, 5 min, 15 min, 1 h, 6 h"),
-        Binding("b", "set_break_even", "break-even", tooltip="set break-even: an accept length, or CYCLE_MS@BASELINE_TPS"),
+        Binding("b", "set_break_even", "break-even", tooltip="set break-even for the server's target: an accept length, or CYCLE_MS@BASELINE_TPS"),
     ]
 
     DEFAULT_CSS = """
@@ -65,32 +80,41 @@ class SpeculationPane(Pane):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.servers = []  # ids, in the order shown
-        self.server_info = {}  # id -> {name, k, target, drafter}
+        self.servers = []  # ids, in the order shown (oldest first)
+        self.server_info = {}  # id -> {name, k, target, drafter, state, ended}
         self.selected = None
+        self.picked = False  # the user chose a server: no longer moved to a running one
         self.window_s = WINDOWS_S[1]
-        self.records = collections.defaultdict(collections.deque)  # id -> records, oldest first
+        self.records = collections.defaultdict(collections.deque)  # id -> the host's `recent` figures, oldest first
         self.backfill = {}  # id -> {metric: points} from the history store
-        self.break_even = {}  # id -> (accept length, where it came from)
+        self.window_figures = {}  # id -> serving.stats over the chosen window
+        self.manual_break_even = {}  # target -> (accept length, how): set with b, kept in the config
+        self.bench_break_even = {}  # (target, drafter) -> (accept length, "bench jN")
         self.below_since = {}  # id -> when accept length went under break-even
         self.alerted = set()
         self.alert_after_s = ALERT_AFTER_S
         self.fresh = {}  # id -> (the last record, stale or not, when it came: monotonic)
-        self._stream = None
+        self.shown = {}  # what the summary shows now: {server, time, accept_length, generation_tps}
+        self._asking = set()  # servers whose window figures or status are being asked
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no inference server on this host yet: start one with `specdeck serve`"), id="spec-summary")
         with Vertical(id="spec-charts"):
-            yield TimeChart(title="accept length", id="spec-accept-chart")
-            yield TimeChart(title="generated tokens/s", id="spec-throughput-chart")
+            yield TimeChart(title="accept length (each point: the last %d s)" % RECENT_S, id="spec-accept-chart")
+            yield TimeChart(title="generated tokens/s (each point: the last %d s)" % RECENT_S, id="spec-throughput-chart")
         with Horizontal(id="spec-bottom"):
             yield Static(Text(""), id="spec-bars")
             yield Static(Text(""), id="spec-throughput-text")
         yield self.status_line()
 
     def on_mount(self):
-        self._stream = self.follow("serving.follow", {}, self._on_records)
+        self._load_break_evens()
+        self.follow("serving.follow", {}, self._on_records)
         self.set_interval(1.0, self._age_tick)
+        self.set_interval(WINDOW_REFRESH_S, self._ask_window)
+
+    def pane_shown(self):
+        self._ask_window()
 
     def _age_tick(self):
         """Once a second: a stale figure's age grows on screen, and a quiet stream turns stale."""
@@ -106,30 +130,45 @@ class SpeculationPane(Pane):
     def jobs_changed(self, book, changed, records):
         for job in book.of_kind("server"):
             meta = job.get("meta") or {}
-            self.server_info[job["id"]] = {"name": job.get("name"), "k": meta.get("k"), "target": meta.get("target"),
-                                           "drafter": meta.get("drafter"), "state": job["state"]}
-            if job["id"] not in self.servers and job["process_state"] in ("running", "starting"):
+            progress = job.get("progress") or {}
+            info = self.server_info.setdefault(job["id"], {})
+            info.update(name=job.get("name"), k=meta.get("k"), target=meta.get("target"), drafter=meta.get("drafter"),
+                        state=job["process_state"], ended=progress.get("error") or info.get("ended"),
+                        exit_code=job.get("exit_code"), signal=job.get("signal"))
+            if job["id"] not in self.servers:
                 self.servers.append(job["id"])
         for job in book.of_kind("benchmark"):
             result = (job.get("progress") or {}).get("result") or {}
             meta = job.get("meta") or {}
-            for server_id, info in self.server_info.items():
-                if result.get("break_even_accept_length") and (info["target"], info["drafter"]) == (meta.get("target"), meta.get("drafter")):
-                    if self.break_even.get(server_id, (None, "bench"))[1] == "bench":
-                        self.break_even[server_id] = (result["break_even_accept_length"], "bench %s" % job["id"])
-        if self.selected is None and self.servers:
-            self.select(self.servers[-1])
-        else:
-            self.refresh_view()
+            if result.get("break_even_accept_length"):
+                self.bench_break_even[(target_key(meta.get("target")), meta.get("drafter"))] = (result["break_even_accept_length"], "bench %s" % job["id"])
+        self._choose()
+
+    def _live(self, server_id):
+        info = self.server_info.get(server_id)
+        return info is None or info.get("state") in LIVE  # an attached server (no job) counts as running
+
+    def _choose(self):
+        """Show the newest running server, unless the user picked one; else the newest."""
+        running = [s for s in self.servers if self._live(s)]
+        best = running[-1] if running else (self.servers[-1] if self.servers else None)
+        if best is not None and (self.selected is None or (not self.picked and not self._live(self.selected) and running)):
+            if best != self.selected:
+                self.select(best)
+                return
+        self.refresh_view()
 
     def select(self, server_id):
         self.selected = server_id
         self.refresh_view()
         self._load_history(server_id)
+        self._ask_window()
 
     def _load_history(self, server_id):
+        # Buckets of at least RECENT_S: each point an average over seconds, never one second's burst.
+        resolution_s = max(float(RECENT_S), self.window_s / 240.0)
         for metric in ("accept_length", "generation_tps"):
-            self.request("serving.history", {"id": server_id, "metric": metric, "since_s": self.window_s},
+            self.request("serving.history", {"id": server_id, "metric": metric, "since_s": self.window_s, "resolution_s": resolution_s},
                          done=lambda reply, server_id=server_id, metric=metric: self._history_loaded(server_id, metric, reply),
                          failed=lambda message: None, title="speculation history")
 
@@ -139,47 +178,90 @@ class SpeculationPane(Pane):
         if server_id == self.selected:
             self.refresh_view()
 
+    def _ask_window(self):
+        """The chosen window's figures from the host (serving.stats), or how a dead server ended."""
+        server_id = self.selected
+        if server_id is None or server_id in self._asking or not self.active or self.client is None:
+            return
+        self._asking.add(server_id)
+        if not self._live(server_id):
+            if self.server_info[server_id].get("first_error") is not None:
+                self._asking.discard(server_id)
+                return
+            self.request("serving.status", {"id": server_id}, done=lambda reply: self._status_came(server_id, reply),
+                         failed=lambda message: self._asking.discard(server_id), title="server status")
+            return
+        self.request("serving.stats", {"id": server_id, "window_s": float(self.window_s)},
+                     done=lambda reply: self._window_came(server_id, reply), failed=lambda message: self._asking.discard(server_id),
+                     title="speculation figures")
+
+    def _window_came(self, server_id, reply):
+        self._asking.discard(server_id)
+        self.window_figures[server_id] = reply
+        if server_id == self.selected:
+            self.refresh_view()
+
+    def _status_came(self, server_id, reply):
+        self._asking.discard(server_id)
+        info = self.server_info.setdefault(server_id, {})
+        info["first_error"] = reply.get("reason") or ""
+        if reply.get("ended"):
+            info["ended"] = reply["ended"]
+        if server_id == self.selected:
+            self.refresh_view()
+
     # -- live records
 
     def _on_records(self, items):
-        now = time.time()
         for data, _seq in items:
             latest = list((data.get("snapshot") or {}).values()) + list(data.get("records") or [])
             for record in latest:
-                if not record:
-                    continue
-                server_id = record["server"]
-                self.fresh[server_id] = (record, time.monotonic())
-                if server_id not in self.servers:
-                    self.servers.append(server_id)
-                kept = self.records[server_id]
-                if record.get("stale") or record.get("time") is None or (kept and kept[-1]["time"] >= record["time"]):
-                    continue  # a stale figure is not a new second of the chart
-                kept.append(record)
-                while kept and kept[0]["time"] < now - KEPT_S:
-                    kept.popleft()
-                if server_id not in self.servers:
-                    self.servers.append(server_id)
-                self._check_alert(server_id, record)
-        if self.selected is None and self.servers:
-            self.select(self.servers[-1])
-        else:
-            self.refresh_view()
+                if record:
+                    self._take(record)
+        shown = self.window_figures.get(self.selected)
+        recent = self.records.get(self.selected)
+        if shown is not None and not shown.get("num_drafts") and recent and recent[-1].get("num_drafts"):
+            self._ask_window()  # drafts have begun since the window was asked: ask now, not in 5 s
+        self._choose()
 
-    def _check_alert(self, server_id, record):
-        line = self.break_even.get(server_id, (None, None))[0]
-        accept_length = record.get("accept_length")
+    def _take(self, record):
+        server_id = record["server"]
+        self.fresh[server_id] = (record, time.monotonic())
+        if server_id not in self.servers:
+            self.servers.append(server_id)
+        # The host's figures over its last RECENT_S seconds; a log-read server's own line is already
+        # an average over the engine's interval.
+        figures = record.get("recent") or (record if record.get("source") == "log" else None)
+        kept = self.records[server_id]
+        if record.get("stale") or figures is None or figures.get("time") is None or (kept and kept[-1]["time"] >= figures["time"]):
+            return  # a stale figure is not a new point of the chart
+        kept.append(figures)
+        while kept and kept[0]["time"] < figures["time"] - KEPT_S:
+            kept.popleft()
+        self._check_alert(server_id, figures)
+
+    def break_even_for(self, server_id):
+        """(accept length, where it came from) of the server's target, or (None, None)."""
+        info = self.server_info.get(server_id, {})
+        target = target_key(info.get("target")) or server_id
+        if target in self.manual_break_even:
+            return self.manual_break_even[target]
+        return self.bench_break_even.get((target, info.get("drafter")), (None, None))
+
+    def _check_alert(self, server_id, figures):
+        line = self.break_even_for(server_id)[0]
+        accept_length = figures.get("accept_length")
         if line is None or accept_length is None:
-            return  # no line, or no drafts this second (idle): neither under nor over
+            return  # no line, or no drafts in the last seconds (idle): neither under nor over
         if accept_length >= line:
             self.below_since.pop(server_id, None)
             self.alerted.discard(server_id)
             return
-        since = self.below_since.setdefault(server_id, record["time"])
-        if record["time"] - since >= self.alert_after_s and server_id not in self.alerted:
+        since = self.below_since.setdefault(server_id, figures["time"])
+        if figures["time"] - since >= self.alert_after_s and server_id not in self.alerted:
             self.alerted.add(server_id)
             self.notify("%s: accept length %.2f has been under break-even %.2f for %d s: speculation is slowing this server down"
-                        % (server_id, accept_length, line, record["time"] - since), title="below break-even", severity="warning", timeout=30)
+                        % (server_id, accept_length, line, figures["time"] - since), title="below break-even", severity="warning", timeout=30)
 
     # -- drawing
 
@@ -188,23 +270,25 @@ class SpeculationPane(Pane):
             return
         server_id = self.selected
         info = self.server_info.get(server_id, {})
-        records = [r for r in self.records.get(server_id, ()) if r["time"] >= time.time() - self.window_s]
-        latest = records[-1] if records else {}
-        line, line_source = self.break_even.get(server_id, (None, None))
+        now_s = time.time()
+        records = [r for r in self.records.get(server_id, ()) if r["time"] >= now_s - self.window_s]
+        live = self._live(server_id)
+        latest = (records[-1] if records else {}) if live else {}
+        window = self.window_figures.get(server_id) or {}
+        line, line_source = self.break_even_for(server_id)
         k = info.get("k")
-        accept_points = self._points(server_id, "accept_length", records)
-        drafted = [r for r in records if r.get("num_drafts")]
-        window_accept = None
-        if drafted:  # the window's accept length, weighted by drafts as vLLM counts it
-            total_drafts = sum(r["num_drafts"] for r in drafted)
-            window_accept = 1.0 + sum((r["accept_length"] - 1.0) * r["num_drafts"] for r in drafted) / total_drafts
         summary = Text()
         summary.append("%s  %s" % (server_id, info.get("name") or ""), style="bold")
         summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
+        if not live:
+            dead = info.get("state") in ("failed", "lost")
+            summary.append("%s: the server %s\n" % ("DEAD" if dead else "ENDED", self._how_it_ended(info)), style="bold red" if dead else "bold")
         stale, age, why = self._freshness(server_id)
         summary.append("accept length now %s" % _number(latest.get("accept_length")))
-        if stale:
+        summary.append(" (last %d s)" % RECENT_S, style="dim")
+        if stale and live:
             summary.append(" %s" % stale_text(age, why), style="bold red")
+        window_accept = window.get("accept_length")
         summary.append("   over the window %s" % _number(window_accept))
         if line is not None:
             summary.append("   break-even %.2f (%s)" % (line, line_source))
@@ -216,22 +300,42 @@ class SpeculationPane(Pane):
             summary.append("   break-even: not known (b to set, or run `specdeck bench`)")
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
-        summary.append("   source: %s" % (latest.get("source") or "-"))
+        summary.append("   source: %s" % (latest.get("source") or window.get("source") or "-"))
+        self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
+                      "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
         chart = self.query_one("#spec-accept-chart", TimeChart)
         chart.thresholds = [(line, "break-even")] + ([(float(k + 1), "K+1")] if k else [])
-        chart.show({"accept length": accept_points}, self.window_s)
+        chart.show({"accept length": self._points(server_id, "accept_length", records)}, self.window_s)
         self.query_one("#spec-throughput-chart", TimeChart).show({"generated tok/s": self._points(server_id, "generation_tps", records)}, self.window_s)
-        self.query_one("#spec-bars", Static).update(Text(bars(latest.get("per_position"))))
+        self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
         self.query_one("#spec-throughput-text", Static).update(Text(
-            ("%s\n" % stale_text(age, why) if stale else "") + "generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
-                _number(latest.get("generation_tps"), "%.1f"), _number(latest.get("accepted_tps"), "%.1f"),
+            ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
+                RECENT_S, _number(latest.get("generation_tps"), "%.1f"), _number(latest.get("accepted_tps"), "%.1f"),
                 _number(latest.get("drafted_tps"), "%.1f"), _number(latest.get("running"), "%d"), _number(latest.get("waiting"), "%d"),
                 _number(None if latest.get("kv_cache_usage") is None else 100.0 * latest["kv_cache_usage"], "%.0f%%"))))
-        self.set_status("%d server(s); records follow once a second" % len(self.servers))
+        running = sum(1 for s in self.servers if self._live(s))
+        self.set_status("%d server(s), %d running; figures are the host's, over its last %d s, each second" % (len(self.servers), running, RECENT_S))
+
+    def _bars_text(self, window, latest):
+        """The chosen window's per-position acceptance, else the last RECENT_S seconds' (a window
+        asked before the first drafts)."""
+        if window.get("per_position"):
+            return "per position over the last %s:\n%s" % (_span(window.get("window_s") or self.window_s), bars(window["per_position"]))
+        if latest.get("per_position"):
+            return "per position over the last %d s:\n%s" % (RECENT_S, bars(latest["per_position"]))
+        return "no drafts in the last %s" % window_name(self.window_s) if window else "per position: asking the host…"
+
+    def _how_it_ended(self, info):
+        ended = info.get("ended")
+        if not ended:
+            ended = "was stopped" if info.get("state") == "stopped" else "was killed by signal %d" % info["signal"] if info.get("signal") \
+                else "exited %d" % info["exit_code"] if info.get("exit_code") is not None else "ended (%s)" % info.get("state")
+        first = info.get("first_error")
+        return ended if not first or first in ended else "%s: %s" % (ended, first)
 
     def _points(self, server_id, metric, records):
-        """[[time, min, mean, max]] from the history store, then the live records after it."""
+        """[[time, min, mean, max]] from the history store, then the live figures after it."""
         stored = [p for p in self.backfill.get(server_id, {}).get(metric, []) if p[0] >= time.time() - self.window_s]
         after = stored[-1][0] if stored else 0.0
         live = [[r["time"], r[metric], r[metric], r[metric]] for r in records if r.get(metric) is not None and r["time"] > after]
@@ -250,10 +354,12 @@ class SpeculationPane(Pane):
             self.notify("no server to show", severity="warning")
             return
         index = self.servers.index(self.selected) if self.selected in self.servers else 0
+        self.picked = True
         self.select(self.servers[(index + step) % len(self.servers)])
 
     def action_next_window(self):
         self.window_s = WINDOWS_S[(WINDOWS_S.index(self.window_s) + 1) % len(WINDOWS_S)]
+        self.window_figures.clear()
         if self.selected is not None:
             self.select(self.selected)
 
@@ -261,8 +367,9 @@ class SpeculationPane(Pane):
         if self.selected is None:
             self.notify("no server to set break-even for", severity="warning")
             return
-        self.app.push_screen(PromptScreen("Break-even for %s: an accept length (2.46), or CYCLE_MS@BASELINE_TPS (30@82)" % self.selected),
-                             self._break_even_entered)
+        target = self.server_info.get(self.selected, {}).get("target")
+        self.app.push_screen(PromptScreen("Break-even for %s (every server of it): an accept length (2.46), or CYCLE_MS@BASELINE_TPS (30@82)"
+                                          % (target or self.selected)), self._break_even_entered)
 
     def _break_even_entered(self, answer):
         if not answer:
@@ -271,19 +378,49 @@ class SpeculationPane(Pane):
             if "@" in answer:
                 cycle_ms, baseline_tps = (float(part) for part in answer.split("@", 1))
                 value = break_even(cycle_ms, baseline_tps)["break_even_accept_length"]
-                source = "%g ms x %g tok/s" % (cycle_ms, baseline_tps)
+                how = "%g ms x %g tok/s" % (cycle_ms, baseline_tps)
             else:
-                value, source = float(answer), "set by hand"
+                value, how = float(answer), "set by hand"
         except ValueError:
             self.notify("break-even is a number (2.46) or CYCLE_MS@BASELINE_TPS (30@82), not %r" % answer, severity="error")
             return
-        self.break_even[self.selected] = (value, source)
-        self.below_since.pop(self.selected, None)
-        self.alerted.discard(self.selected)
-        for record in self.records.get(self.selected, ()):  # judge the kept seconds against the new line
-            self._check_alert(self.selected, record)
+        target = target_key(self.server_info.get(self.selected, {}).get("target"))
+        self.manual_break_even[target or self.selected] = (value, how)
+        if target:
+            self._save_break_even(target, value, how)
+        for server_id in self.servers:  # judge the kept seconds of every server of it against the new line
+            if server_id == self.selected or (target and target_key(self.server_info.get(server_id, {}).get("target")) == target):
+                self.below_since.pop(server_id, None)
+                self.alerted.discard(server_id)
+                for figures in self.records.get(server_id, ()):
+                    self._check_alert(server_id, figures)
         self.refresh_view()
+
+    # -- break-even kept on the laptop, per host and target
+
+    def _host(self):
+        return getattr(self.app, "host", None)
+
+    def _load_break_evens(self):
+        table = config.host_settings(self._host()).get(CONFIG_KEY)
+        for target, entry in (table.items() if isinstance(table, dict) else ()):
+            value = entry.get("accept_length") if isinstance(entry, dict) else entry
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                how = entry.get("how") if isinstance(entry, dict) and isinstance(entry.get("how"), str) else "set by hand"
+                self.manual_break_even[target] = (float(value), how)
+
+    def _save_break_even(self, target, value, how):
+        try:
+            table = dict(config.host_settings(self._host()).get(CONFIG_KEY) or {})
+            table[target] = {"accept_length": value, "how": how}
+            config.remember(self._host(), {CONFIG_KEY: table})
+        except (OSError, config.ConfigError) as exc:
+            self.notify("break-even kept for this session only: %s" % exc, severity="warning")
 
 
 def _number(value, pattern="%.2f"):
     return "-" if value is None else pattern % value
+
+
+def _span(seconds):
+    return "%d s" % round(seconds) if seconds < 120 else window_name(int(seconds))
