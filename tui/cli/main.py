@@ -154,7 +154,7 @@ def main(argv=None):
             return EXIT_USAGE
         return open_console(argv)
     command_argv = []
-    if argv[0] in ("run", "serve", "bench", "train") and "--" in argv:
+    if argv[0] in ("run", "serve", "bench", "train", "notify") and "--" in argv:
         # Everything after -- is the job's own command line, options and all.
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]

@@ -42,6 +42,7 @@ def add_commands(commands):
 
 
 def cmd_notify(args):
+    args.argv = list(args.argv) + list(getattr(args, "after_dashes", None) or [])  # main() splits at --
     if args.argv and not args.command:
         raise CommandError("a command after -- goes with --command")
     client = connect(args, args.host)
