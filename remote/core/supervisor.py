@@ -132,8 +132,11 @@ class Supervisor:
         signal.signal(signal.SIGHUP, lambda *_: None)
         become_subreaper()
         spec = read_json(self.path("job.json"))
-        if not isinstance(spec, dict):
-            self.note_gone("its job did not start")
+        if not isinstance(spec, dict):  # nothing to run: removed by hand, or never a job
+            if os.path.isdir(self.job_dir):
+                self.say("specdeck: %s is not a job; nothing was started" % self.path("job.json"))
+            else:
+                self.note_gone("its job did not start")
             return
         run = {
             "supervisor_pid": self.me,
