@@ -18,6 +18,15 @@ from tests.sshd_fixtures import *  # noqa: F401,F403
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def private_laptop_config(tmp_path, monkeypatch):
+    """Every test gets its own laptop config directory: a form's "remember" or `specdeck config`
+    in a test never writes the real ~/.config/specdeck. A test that names its own sets it after."""
+    path = tmp_path / "laptop-config"
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(path))
+    return path
+
+
 @pytest.fixture
 def agent_home(tmp_path, monkeypatch):
     """SPECDECK_HOME for agents started on this machine (`local`); their daemon is stopped after."""
