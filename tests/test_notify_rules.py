@@ -1,0 +1,132 @@
+"""The rules behind delivery, driven with their own clock instead of waiting: the queue's
+backoff, a channel shown failing, alerts given up after two days (not one), quiet hours that
+hold all but failures; and the host's own evaluation of serving and training figures (accept
+length under break-even for 5 minutes, an attached server that stopped answering, a flat loss),
+fed through the real topics the feeds publish to."""
+
+import time
+
+import pytest
+
+from remote.core.jobs import JobStore
+from remote.core.streams import Topic
+from remote.notify.channels import ChannelStore, quiet_until, wants
+from remote.notify.evaluate import Evaluator
+from remote.notify.queue import GATHER_S, RETRY_FOR_S, AlertQueue
+
+
+class Clock:
+    def __init__(self):
+        self.now = time.time()
+
+    def __call__(self):
+        return self.now
+
+
+def alert(key, urgent=False, categories=("gpu",)):
+    return {"id": key, "kind": "gpu_idle", "categories": list(categories), "urgent": urgent, "message": key}
+
+
+def test_backoff_failing_and_two_days_before_giving_up(tmp_path):
+    clock = Clock()
+    queue = AlertQueue(str(tmp_path / "notify.sqlite"), clock=clock)
+    assert queue.raise_alert(alert("a1"), ["c1"]) and not queue.raise_alert(alert("a1"), ["c1"])  # once per key
+    assert queue.channels_due(lambda c: None) == []  # gathered first
+    clock.now += GATHER_S
+    assert queue.channels_due(lambda c: None) == ["c1"]
+    for failures, wait_s in ((1, 10.0), (2, 30.0), (3, 60.0)):
+        [(key, _)] = queue.take("c1", 100)
+        queue.failed("c1", [key], "HTTP 502")
+        assert queue.channels_due(lambda c: None) == []
+        assert queue.status("c1")["next_try_at"] == pytest.approx(clock.now + wait_s)
+        clock.now += wait_s
+    status = queue.status("c1")
+    assert (status["state"], status["failures"], status["last_error"], status["pending"]) == ("failing", 3, "HTTP 502", 1)
+    clock.now += 86400.0  # a day later it is still tried
+    assert [k for k, _ in queue.take("c1", 100)] == ["a1"]
+    clock.now += RETRY_FOR_S
+    assert queue.take("c1", 100) == [] and queue.status("c1")["expired"] == 1
+
+
+def test_quiet_hours_hold_all_but_failures(tmp_path):
+    night = time.mktime((2026, 3, 10, 23, 30, 0, 0, 0, -1))
+    noon = time.mktime((2026, 3, 10, 12, 0, 0, 0, 0, -1))
+    assert quiet_until("22:00-07:00", night) == time.mktime((2026, 3, 11, 7, 0, 0, 0, 0, -1))
+    assert quiet_until("22:00-07:00", noon) is None and quiet_until(None, night) is None
+    clock = Clock()
+    clock.now = night
+    queue = AlertQueue(str(tmp_path / "notify.sqlite"), clock=clock)
+    queue.raise_alert(alert("idle"), ["c1"])
+    clock.now += GATHER_S
+    quiet = lambda channel: quiet_until("22:00-07:00", clock.now)  # noqa: E731
+    assert queue.channels_due(quiet) == []
+    queue.raise_alert(alert("failed", urgent=True, categories=("failed",)), ["c1"])
+    clock.now += GATHER_S
+    assert queue.channels_due(quiet) == ["c1"]
+    assert [k for k, _ in queue.take("c1", 100, urgent_only=True)] == ["failed"]
+
+
+def test_channels_take_what_they_are_on(tmp_path):
+    store = ChannelStore(str(tmp_path))
+    gpu = store.add(url="https://ntfy.sh/topic", on="gpu,training")
+    everything = store.add(argv=["true"])
+    assert gpu["format"] == "ntfy" and everything["on"] == ["all"]
+    assert wants(gpu, {"categories": ["gpu"]}) and not wants(gpu, {"categories": ["failed"]})
+    assert wants(gpu, {"categories": ["finished"], "watched": True})  # a job that asked is told everywhere
+    with pytest.raises(ValueError, match="no alert category"):
+        store.add(url="https://ntfy.sh/x", on="failed,gpus")
+    with pytest.raises(ValueError) as refused:
+        store.add(url="https://ntfy.sh/x", quiet="25:00-07:00")
+    assert "quiet hours are HH:MM-HH:MM" in str(refused.value)
+
+
+class Host:
+    """What the evaluator reads of a daemon: its hello, topics and job store."""
+
+    def __init__(self, root):
+        self.hello = {"hostname": "gpu01"}
+        self.jobs = JobStore(str(root))
+        self.topics = {name: Topic(name) for name in ("jobs", "alerts", "training", "serving")}
+
+
+@pytest.fixture
+def host(tmp_path):
+    found = Host(tmp_path / "jobs")
+    (tmp_path / "jobs").mkdir()
+    yield found
+    for job in found.jobs.list():
+        if job["process_state"] in ("running", "starting"):
+            found.jobs.stop(job["id"], grace_s=0.0)
+
+
+def test_accept_length_under_break_even_for_five_minutes_is_told_once(host):
+    server = host.jobs.submit(["sleep", "60"], kind="server", name="vllm k2.5 + ours", meta={"break_even": 2.46, "url": "http://127.0.0.1:9"})
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    start = time.time()
+    for second in range(0, 400, 10):
+        host.topics["serving"].publish({"server": server["id"], "time": start + second, "accept_length": 2.0 if second else 3.1})
+        evaluator.poll()
+    [told] = raised
+    assert told["kind"] == "below_break_even" and told["categories"] == ["speculation"] and told["job_id"] == server["id"]
+    assert "accept length 2.00 under break-even 2.46 for 5 min" in told["message"]
+    host.topics["serving"].publish({"server": server["id"], "time": start + 500, "accept_length": None})  # idle: says nothing
+    evaluator.poll()
+    assert len(raised) == 1
+
+
+def test_an_attached_server_that_stops_answering_is_told_and_a_flat_loss_too(host):
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    start = time.time()
+    serving, training = host.topics["serving"], host.topics["training"]
+    serving.publish({"server": "u1", "time": start, "accept_length": 3.0})
+    for second in (5, 30, 70):
+        serving.publish({"server": "u1", "time": start + second, "stale": True, "error": "connection refused"})
+    for minute, loss in ((0, 2.0), (10, 1.5), (20, 1.6), (45, 1.55), (50, 1.7)):
+        training.publish({"job": "j4", "kind": "step", "time": start + 60 * minute, "step": minute * 10, "loss": loss})
+    evaluator.poll()
+    kinds = {a["kind"]: a for a in raised}
+    assert set(kinds) == {"server_died", "training_flat"}
+    assert kinds["server_died"]["urgent"] and "attached server u1 has not answered for 1 min: connection refused" in kinds["server_died"]["message"]
+    assert "j4: the loss has not fallen below 1.5 for 35 min (step 450)" in kinds["training_flat"]["message"]
