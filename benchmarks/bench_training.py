@@ -9,9 +9,9 @@
 2. CPU while following that run, as a share of one core: the agent's daemon (reading, parsing,
    the history store, the stream) against the same daemon idle and against `tail -F`.
 3. Query time of a 100,000-step run's curves (loss, lr, step time, 3 positions of full/cond
-   accuracy and loss, predicted accept length) in 2,000 points: ours, the history store
-   (curves.read_curves as training.curves runs it); baseline, parsing the run's log from the start
-   (logparse.parse_text), what a script reading the log must do.
+   accuracy and loss, predicted accept length) in 2,000 buckets of steps: ours, the run's step
+   store (stepstore.read as training.curves runs it); baseline, parsing the run's log from the
+   start (logparse.parse_text), what a script reading the log must do.
 """
 
 import os
@@ -123,35 +123,34 @@ def follow_and_cpu(work):
 
 
 def query(work, steps_total):
-    from remote.core.history import HistoryStore
-    from remote.training import curves, logparse
+    from remote.training import curves, logparse, stepstore
 
     template = template_record()
-    store = HistoryStore(os.path.join(work, "history.sqlite"))
-    store.open()
+    writer = stepstore.StepWriter(work)
     start = time.time() - steps_total * 0.1 - 60
     log_path = os.path.join(work, "train.log")
     values = [r for r in logparse.parse_text(template) if r["kind"] == "step"][0]
+    batch = []
     with open(log_path, "w") as log:
         for step in range(steps_total):
             record = dict(values, step=step, loss=1.0 / (1 + step * 1e-3))
-            store.add_many(curves.history_points("j1", record, start + step * 0.1))
+            batch.append((log.tell(), curves.public_record(record, start + step * 0.1), start + step * 0.1))
             log.write(template.replace("global_step=0 ", ("global_step=%d" % step).ljust(14)))
-            if step % 5000 == 4999:
-                store.flush()
-    store.flush()
-    end = start + steps_total * 0.1 + 5
+            if len(batch) == 5000:
+                writer.add(batch)
+                batch = []
+    writer.add(batch)
+    writer.close()
     timings = []
     for _ in range(3):
         began = time.perf_counter()
-        steps, _, resolution = curves.read_curves(store, "j1", start - 1, end, (end - start) / 2000)
+        steps, _, width, _ = stepstore.read(work, 2000)
         timings.append(time.perf_counter() - began)
     began = time.perf_counter()
     with open(log_path) as f:
         parsed = [r for r in logparse.parse_text(f.read()) if r["kind"] == "step"]
     reparse_s = time.perf_counter() - began
-    store.close()
-    return {"ours_s": min(timings), "points": len(steps), "resolution_s": resolution, "reparse_s": reparse_s,
+    return {"ours_s": min(timings), "points": len(steps), "bucket_steps": width, "reparse_s": reparse_s,
             "parsed": len(parsed), "log_bytes": os.path.getsize(log_path)}
 
 
@@ -174,8 +173,8 @@ def main():
             100 * followed["ours_cpu"], 100 * followed["idle_cpu"], 100 * (followed["ours_cpu"] - followed["idle_cpu"])))
         print("   tail -F            %5.1f%%" % (100 * followed["tail_cpu"]))
         result = query(work, steps_total)
-        print("3. curves of a %d-step run in %d points (resolution %.1f s)" % (steps_total, result["points"], result["resolution_s"]))
-        print("   ours (history store)        %8.3f s" % result["ours_s"])
+        print("3. curves of a %d-step run in %d points (buckets of %d steps)" % (steps_total, result["points"], result["bucket_steps"]))
+        print("   ours (step store)           %8.3f s" % result["ours_s"])
         print("   re-parsing the log (%.0f MB) %8.3f s  (%d steps)" % (result["log_bytes"] / 1e6, result["reparse_s"], result["parsed"]))
         print("   ratio: %.0fx faster" % (result["reparse_s"] / result["ours_s"]))
 

@@ -35,6 +35,9 @@ class RunSource(FeedSource):
     deadline_s = 2.0
     max_bytes = 2 * READ_BYTES  # of log per read
     max_series = 256  # per-position series: three per drafted position, two more per validated one
+    # A run's own log is worth catching up quickly (a backlog after a restart, a burst): its reads
+    # may take half a core before the feed reads it less often; a hostile log costs no more.
+    max_cpu_share = 0.5
 
     def __init__(self, key, feed):
         super().__init__(key)
