@@ -13,7 +13,7 @@ async def test_i_shows_the_services_of_the_daemon(agent_home):
         await pilot.press("i")
         await wait_until(pilot, lambda: isinstance(app.screen, HostInfoScreen), message="the host screen")
         text = screen_text(app)
-        for name in ("job-events", "history", "telemetry", "speculation"):
+        for name in ("job-events", "history", "telemetry", "serving", "notify"):
             assert name in text, "service %s not listed" % name
         assert "running" in text and "agent 0.1.0" in text and "protocol" in text
         await pilot.press("escape")

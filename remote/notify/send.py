@@ -4,6 +4,7 @@ it is shown in the console and may be logged, and the URL is a secret."""
 
 import os
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
@@ -70,7 +71,7 @@ def _post(channel, alerts, host):
         return "HTTP %d %s" % (exc.code, scrub(str(exc.reason or ""), channel))
     except urllib.error.URLError as exc:
         reason = exc.reason
-        if isinstance(reason, OSError) and not isinstance(reason, TimeoutError):
+        if isinstance(reason, OSError) and not isinstance(reason, (TimeoutError, socket.timeout)):  # 3.9: not yet one
             return scrub("cannot connect: %s" % (reason.strerror or reason), channel)
         return scrub("no answer: %s" % reason, channel)
     except (TimeoutError, OSError) as exc:
