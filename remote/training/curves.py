@@ -1,14 +1,13 @@
-"""Training curves: what a parsed record adds to the history store, and the curves read back.
+"""Training curves: a parsed record as the wire shows it, the points it adds to the history
+store, and the curves of a run recorded before runs had a step store (read back by time).
 
-Storage: source "training", labels {"job": id} (and {"position": k} for per-position series).
-A record's series all get the same timestamp (the time rich printed, else when it was read,
-made strictly increasing by a millisecond), and its step is a series of its own ("step"), so a
-curve against steps is two series joined on time: exact per step while the raw tier keeps the
-points (6 hours), a bucket's mean step against its mean loss after. Step series: step, epoch,
-loss, lr, step_ms, tokens_per_s, predicted_accept_length, full_acc/cond_acc/loss_k per position,
-loss_nan (1 when the loss was not a number: the store keeps finite values only). Validation:
-val_step, val_epoch, val_loss, val_predicted_accept_length, val_full_acc/val_cond_acc per
-position. Data generation: samples_done, samples_total, samples_per_s.
+A run's curves come from its step store (stepstore.py, indexed by step). The history store
+keeps a sample of each run over time: the newest step and validation of each read, source
+"training", labels {"job": id} (and {"position": k} for per-position series). Step series:
+step, epoch, loss, lr, step_ms, tokens_per_s, predicted_accept_length, full_acc/cond_acc/loss_k
+per position, loss_nan (1 when the loss was not a number: the store keeps finite values only).
+Validation: val_step, val_epoch, val_loss, val_predicted_accept_length, val_full_acc/val_cond_acc
+per position. Data generation: samples_done, samples_total, samples_per_s.
 
 Predicted accept length: speculators' `full_acc_k` is the chance that drafts 0..k are all right,
 so a greedy chain of K drafts yields 1 + sum_k full_acc_k tokens per cycle. SpecForge logs

@@ -21,7 +21,8 @@ a rich record whose lines add up to more than MAX_RECORD_CHARS is dropped.
 
 A record: {"kind": "step" | "validation", "source", "step", "epoch", "epochs_total", "loss",
 "loss_k": [...], "full_acc": [...], "cond_acc": [...], "acc": [...], "lr", "step_ms",
-"tokens_per_s", "time" (from rich's column, else None), "values": {every key read}}.
+"tokens_per_s", "time" (from rich's column, else None), "values": {every key read}, "offset" (where
+its first line starts in the log, when feed() was told)}.
 """
 
 import json

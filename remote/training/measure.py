@@ -1,6 +1,7 @@
 """Measured accept length per checkpoint: the A/B benchmark job of serving (remote/serving/bench.py,
-the `serving.bench` method) run with a checkpoint the run wrote against its target, on the GPUs
-the user assigned, its accept length recorded beside the predicted one.
+started with its `submit`, the spec checked here as the `serving.bench` method checks its params)
+run with a checkpoint the run wrote against its target, on the GPUs the user assigned, its accept
+length recorded beside the predicted one.
 
 A run asks for it with `measure` in training.start (target, gpus, k, engine, python, port,
 requests, max_tokens, env, engine_args): each checkpoint that inspection finds servable is
