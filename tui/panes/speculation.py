@@ -191,6 +191,9 @@ class SpeculationPane(Pane):
             self.request("serving.status", {"id": server_id}, done=lambda reply: self._status_came(server_id, reply),
                          failed=lambda message: self._asking.discard(server_id), title="server status")
             return
+        if server_id not in self.fresh:  # not read by the host's feed yet (starting): nothing to ask
+            self._asking.discard(server_id)
+            return
         self.request("serving.stats", {"id": server_id, "window_s": float(self.window_s)},
                      done=lambda reply: self._window_came(server_id, reply), failed=lambda message: self._asking.discard(server_id),
                      title="speculation figures")
