@@ -179,9 +179,9 @@ async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keep
         await wait_until(pilot, lambda: pane.selected == host.live and host.dead in pane.servers, message="the running server")
         with RequestLoop(host.client.call("jobs.get", {"id": host.live})["meta"]["url"], host.models["target"]) as loop:
             bars = pane.query_one("#spec-bars", Static)
-            await wait_until(pilot, lambda: "pos %d" % (K - 1) in str(bars.render()), timeout=120, message="per-position bars")
+            await wait_until(pilot, lambda: "pos %d" % (K - 1) in str(bars.render()), timeout_s=120, message="per-position bars")
             assert loop.done < 10_000  # the bars came while the loop ran
-            await wait_until(pilot, lambda: shown_figures(pane)[0] != "-", timeout=60, message="an accept length")
+            await wait_until(pilot, lambda: shown_figures(pane)[0] != "-", timeout_s=60, message="an accept length")
             matched = []
             for _attempt in range(8):
                 seen = {}
@@ -211,7 +211,7 @@ async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keep
 
         # The dead one, a key away, marked dead with the engine's first error line.
         await pilot.press("left_square_bracket")
-        await wait_until(pilot, lambda: ROOT_CAUSE in summary_of(pane), timeout=30, message="the dead server's first error")
+        await wait_until(pilot, lambda: ROOT_CAUSE in summary_of(pane), timeout_s=30, message="the dead server's first error")
         assert "DEAD: the server exited 1: " + ROOT_CAUSE in summary_of(pane)
         await pilot.press("right_square_bracket")
         assert pane.selected == host.live
