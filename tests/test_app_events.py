@@ -1,7 +1,10 @@
 """The console learns about jobs from the host's job events, not by polling: while it sits
 idle it sends no request but pings, a job started elsewhere appears in its Jobs and Downloads
-panes, and a hidden pane's log stream is paused and resumed from where it stopped."""
+panes (even after the host's job watcher met a job it could not read), and a hidden pane's
+log stream is paused and resumed from where it stopped."""
 
+import json
+import os
 import time
 
 from tests.test_app_jobs import SIZE, connected, job_rows, pane_key, wait_until
@@ -41,6 +44,62 @@ async def test_idle_console_sends_nothing_and_sees_jobs_started_elsewhere(agent_
             assert job_rows(app)[job["id"]]["state"] == "failed"
             assert "jobs.list" not in sent and "jobs.get" not in sent, sent
     finally:
+        other.close()
+
+
+def job_watcher(client):
+    return next(s for s in client.call("daemon.info")["services"] if s["name"] == "job-events")
+
+
+async def test_a_job_started_elsewhere_appears_after_the_watcher_met_an_unreadable_job(agent_home):
+    """With the console open over 30 jobs, a job directory the watcher cannot describe (its
+    job.json hand-edited: a date where a number belongs) made the watcher's step fail; the
+    restart that followed took every job that had appeared meanwhile in as its new baseline,
+    never announced, so the open console never listed them (a restarted console did, from
+    its snapshot). The watcher now names the unreadable job and announces the others."""
+    from tui.connection import open_client
+
+    other = open_client("local")  # the CLI, or another console
+    app = SpecdeckApp(host="local")
+    started = None
+    try:
+        for number in range(30):
+            other.call("jobs.submit", {"argv": ["true"], "name": "earlier job %d" % number})
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            await wait_until(pilot, lambda: len(job_rows(app)) == 30, message="the 30 jobs in the table")
+
+            damaged = os.path.join(other.call("daemon.info")["state_dir"], "jobs", "j31")
+            os.mkdir(damaged, 0o700)
+            with open(os.path.join(damaged, "job.json"), "w") as f:
+                json.dump({"id": "j31", "argv": ["true"], "submitted_at": "yesterday"}, f)
+
+            def watcher_met_it():
+                watcher = job_watcher(other)
+                return watcher["state"] == "retrying" or "j31" in (watcher["detail"].get("unreadable") or {})
+
+            await wait_until(pilot, watcher_met_it, message="the job watcher to meet the unreadable job")
+            started = other.call("jobs.submit", {"argv": ["sleep", "600"], "name": "started from the CLI"})
+            # Running, so that nothing about it changes once the watcher has looked at it again.
+            await wait_until(pilot, lambda: other.call("jobs.get", {"id": started["id"]})["process_state"] == "running",
+                             message="the new job running")
+            os.unlink(os.path.join(damaged, "job.json"))
+            os.rmdir(damaged)
+            removed_at = time.time()
+            await wait_until(pilot, lambda: job_watcher(other)["state"] == "running"
+                             and (job_watcher(other)["last_ok_at"] or 0) > removed_at, message="the watcher healthy again")
+
+            # Events come in order: once a job submitted after all this is listed, the one
+            # started before it would have been too, had it been announced.
+            marker = other.call("jobs.submit", {"argv": ["true"], "name": "marker"})
+            await wait_until(pilot, lambda: marker["id"] in job_rows(app), message="the marker job in the table")
+            rows = job_rows(app)
+            assert started["id"] in rows, "the job started from the CLI is missing from the open console"
+            assert rows[started["id"]]["name"] == "started from the CLI" and rows[started["id"]]["state"] == "running"
+            assert "j31" not in rows
+    finally:
+        if started is not None:
+            other.call("jobs.stop", {"id": started["id"], "grace_s": 0})
         other.close()
 
 

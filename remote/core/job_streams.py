@@ -3,11 +3,14 @@ events of the whole host (submitted, started, progress, ended, removed), publish
 watcher, a daemon service that looks at the job directories twice a second, so that consoles
 subscribe once instead of polling `jobs.list`."""
 
+import logging
 import time
 
 from .protocol import NotFound
 from .services import Service
 from .streams import Batch, Source
+
+log = logging.getLogger("specdeck.jobs")
 
 LOG_CHUNK_BYTES = 65536
 LOG_POLL_S = 0.1
@@ -52,7 +55,14 @@ class LogSource(Source):
 class JobWatcher(Service):
     """Publishes a record to the `jobs` topic whenever a job changes:
     `{event: submitted|started|progress|ended|changed|removed, id, job}` (`job` is the job as
-    `jobs.get` describes it; absent for `removed`)."""
+    `jobs.get` describes it; absent for `removed`).
+
+    Every job that appears after the baseline is announced, whatever fails meanwhile: a job
+    that cannot be described (a record hand-edited into something else) is named in the
+    service's status and tried again at each scan, without stopping the others' events; and a
+    restart after a failed step keeps what was known, so the first scan after it announces
+    what came meanwhile (taking it in as a new baseline would hide it from every console
+    already open, whose list only ever grows by these records)."""
 
     name = "job-events"
     interval_s = 0.5
@@ -61,17 +71,24 @@ class JobWatcher(Service):
         self.jobs = jobs
         self.topic = topic
         self._known = {}  # id -> (signature, description)
+        self._baselined = False
+        self._unreadable = {}  # id -> why describing it failed, at the last scan
 
     def start(self):
         # What exists when the daemon starts is the baseline; a new subscriber gets it as a snapshot.
-        self._known = {}
-        self._scan(publish=False)
+        if not self._baselined:
+            self._known = {}
+            self._scan(publish=False)
+            self._baselined = True
 
     def step(self):
         self._scan(publish=True)
 
     def detail(self):
-        return {"jobs": len(self._known), "last_seq": self.topic.last_seq}
+        detail = {"jobs": len(self._known), "last_seq": self.topic.last_seq}
+        if self._unreadable:
+            detail["unreadable"] = dict(self._unreadable)
+        return detail
 
     def _scan(self, publish):
         seen = set()
@@ -86,14 +103,26 @@ class JobWatcher(Service):
                 job = self.jobs.describe(job_id)
             except NotFound:
                 continue  # being created this instant: next scan
+            except Exception as exc:
+                self._note_unreadable(job_id, exc)
+                continue  # kept as it was known (not removed), described again next scan
+            self._unreadable.pop(job_id, None)
             self._known[job_id] = (signature, job)
             if publish:
                 for event in _events(old[1] if old else None, job):
                     self.topic.publish({"event": event, "id": job_id, "job": job})
+        for job_id in set(self._unreadable) - seen:
+            del self._unreadable[job_id]
         for job_id in set(self._known) - seen:
             del self._known[job_id]
             if publish:
                 self.topic.publish({"event": "removed", "id": job_id})
+
+    def _note_unreadable(self, job_id, exc):
+        why = "%s: %s" % (type(exc).__name__, exc)
+        if self._unreadable.get(job_id) != why:  # once per job and reason, not twice a second
+            log.warning("job %s cannot be described (%s); its events wait until it can", job_id, why, exc_info=True)
+        self._unreadable[job_id] = why
 
 
 def _events(old, new):
