@@ -119,7 +119,7 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 20), "--json", home=home, check=0)
     reply = json.loads(result.stdout)
     assert set(reply) == {"accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps",
-                          "drafted_tps", "generation_tps", "window_s", "source", "age_s", "stale", "error"}
+                          "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error"}
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
     assert reply["stale"] is False and reply["age_s"] < 3
 
@@ -179,6 +179,7 @@ def test_live_stream_shows_the_server(served):
         served.burst([[50, 51, 52]], max_tokens=32)
         mine = wait_for(lambda: [r for r in records if r["server"] == served.job["id"] and r.get("accept_length")], 30)
         assert mine[-1]["accept_length"] == K + 1 and mine[-1]["source"] == "metrics" and mine[-1]["accepted_tps"] > 0
+        assert mine[-1]["recent"]["accept_length"] == K + 1 and mine[-1]["recent"]["window_s"] <= 10.0
     finally:
         subscription.cancel()
 

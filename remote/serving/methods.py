@@ -201,7 +201,10 @@ def serving_follow(call):
     """Stream every server's speculation figures, one record per server per second. Params:
     `stream`, `after` (a seq; absent: from now). Frames: first `{snapshot: {id: record},
     records: []}`, then `{records: [record...]}` with records as `serving.stats` (over the last
-    second) plus `server`, each with `age_s` and `stale`; when a server's figure turns stale (its
+    second) plus `server`, each with `age_s` and `stale`, and `recent`: the figures over the last
+    10 s, exactly as `serving.stats` with `window_s` 10 gives them at that moment (what to show
+    as "now": vLLM's counters grow in bursts, so one second's rates swing from 0 to several
+    times the true rate); when a server's figure turns stale (its
     reads fail or hang) a record of its last figures comes with `stale: true`, `age_s` and
     `error`, again every 5 s while it lasts. Reply: `{stream, seq, snapshot}` (as a stream's
     opening reply)."""
