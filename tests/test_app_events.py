@@ -7,7 +7,7 @@ import json
 import os
 import time
 
-from tests.test_app_jobs import SIZE, connected, job_rows, pane_key, wait_until
+from tests.test_app_jobs import SIZE, connected, job_rows, notifications, pane_key, wait_until
 from tui.app import SpecdeckApp
 from tui.panes.jobs import JobsTable
 from tui.widgets.log_view import LogView
@@ -161,3 +161,29 @@ async def test_a_fast_log_is_painted_ten_times_a_second_and_whole(agent_home):
         assert len(gaps) >= 2 and min(gaps) >= 0.09, "batches %.3f s apart" % min(gaps)
         numbers = [int(line.split()[1]) for line in log.lines if line.startswith("line ")]
         assert numbers == list(range(numbers[0], 40001)), "lines lost or repeated"
+
+
+async def test_job_events_that_end_with_an_error_are_asked_for_again(agent_home):
+    """A host that cannot read its jobs for the first snapshot (a job directory hand-edited
+    into something else) ends the console's job events stream with the reason; the console
+    says so and asks again, and lists the jobs once the host can read them."""
+    from tui.connection import open_client
+
+    other = open_client("local")
+    try:
+        job = other.call("jobs.submit", {"argv": ["true"], "name": "listed once readable"})
+        damaged = os.path.join(other.call("daemon.info")["state_dir"], "jobs", "j2")
+        os.mkdir(damaged, 0o700)
+        with open(os.path.join(damaged, "job.json"), "w") as f:
+            json.dump({"id": "j2", "argv": ["true"], "submitted_at": "yesterday"}, f)
+        app = SpecdeckApp(host="local")
+        async with app.run_test(size=SIZE) as pilot:
+            await connected(pilot)
+            await wait_until(pilot, lambda: any(title == "job events" for title, _, _ in notifications(app)),
+                             message="the console to say its job events stopped")
+            assert not app.book.loaded
+            os.unlink(os.path.join(damaged, "job.json"))
+            os.rmdir(damaged)
+            await wait_until(pilot, lambda: job["id"] in job_rows(app), message="the job listed once the host can read them")
+    finally:
+        other.close()

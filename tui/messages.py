@@ -55,6 +55,13 @@ class JobEvents(Message):
 
 
 @dataclass
+class JobEventsEnded(Message):
+    """The host ended the job events stream; `data` is its end frame's (`error` says why)."""
+
+    data: Dict[str, Any]
+
+
+@dataclass
 class OpenCheckpoint(Message):
     """Open `path` (a directory or file on the host) in the Tensors pane."""
 

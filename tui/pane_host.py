@@ -12,8 +12,10 @@ from remote.core.protocol import RemoteError
 
 from .client import ConnectError
 from .job_book import JobBook
-from .messages import AgentError, JobEvents, OpenCheckpoint
+from .messages import AgentError, JobEvents, JobEventsEnded, OpenCheckpoint
 from .panes.base import Pane
+
+RESUBSCRIBE_S = 2.0
 
 
 class PaneHost(App):
@@ -33,11 +35,23 @@ class PaneHost(App):
     @work(thread=True, exclusive=True, group="job-events", exit_on_error=False)
     def _subscribe_job_events(self, client):
         try:
-            self._events = client.subscribe("jobs.events", {}, lambda data, seq: self.post_message(JobEvents(data)))
+            self._events = client.subscribe("jobs.events", {}, lambda data, seq: self.post_message(JobEvents(data)),
+                                            lambda data: self.post_message(JobEventsEnded(data)))
         except RemoteError as exc:
             self.post_message(AgentError(exc.message, "job events"))
         except ConnectError:
             pass  # the next connection tries again
+
+    def on_job_events_ended(self, message: JobEventsEnded):
+        """The host ended the stream (an error while it read the jobs): a console that stopped
+        hearing about jobs would look current while it is not, so ask again, from now (a new
+        snapshot comes first)."""
+        self._events = None
+        if self.client is None or not self.is_running:
+            return  # closing
+        self.notify("job events stopped (%s): asking again" % (message.data.get("error") or "the stream ended"),
+                    title="job events", severity="warning", markup=False)
+        self.set_timer(RESUBSCRIBE_S, self.follow_job_events)
 
     def on_job_events(self, message: JobEvents):
         changed, records = self.book.apply(message.data)
