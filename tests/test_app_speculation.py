@@ -83,7 +83,6 @@ def host(tmp_path_factory):
     subprocess.run([python, "-c", BREAK_DRAFTER, str(broken / "model.safetensors")], check=True, capture_output=True, timeout=300)
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("SPECDECK_HOME", str(agent_home))
-        patch.setenv("XDG_CONFIG_HOME", str(root / "config"))  # the pane writes the laptop's config here
         host = Host(root, python, models)
         client = open_client("local")
         try:
@@ -170,7 +169,8 @@ def test_a_dead_server_quotes_the_engines_first_error_line(host):
     assert alerts[0]["message"].startswith("server %s exited 1: %s at " % (host.dead, ROOT_CAUSE))
 
 
-async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keeps_break_even(host):
+async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keeps_break_even(host, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", host.config_env["XDG_CONFIG_HOME"])  # the module's laptop config
     app = OnePane(SpeculationPane(), client=host.client)
     async with app.run_test(size=(130, 40)) as pilot:
         pane = app.query_one(SpeculationPane)

@@ -23,11 +23,9 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
-from remote.serving.breakeven import break_even
-
-from .. import config
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
+from . import break_evens
 from .base import Pane
 from .gpus import freshness, stale_text
 
@@ -38,7 +36,6 @@ WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
 ALERT_AFTER_S = 60.0  # accept length under break-even this long (while drafting) raises the alert
 BAR_WIDTH = 30
 LIVE = ("running", "starting")
-CONFIG_KEY = "break_even"  # hosts."HOST".break_even."TARGET" = {accept_length, how}
 
 
 def window_name(seconds):
@@ -52,10 +49,6 @@ def bars(per_position):
         filled = int(round(max(0.0, min(1.0, rate)) * BAR_WIDTH))
         lines.append("pos %d  %s%s %5.1f%%" % (position, "█" * filled, "·" * (BAR_WIDTH - filled), 100.0 * rate))
     return "\n".join(lines)
-
-
-def target_key(target):
-    return target.rstrip("/") if target else None
 
 
 class SpeculationPane(Pane):
@@ -88,8 +81,7 @@ class SpeculationPane(Pane):
         self.records = collections.defaultdict(collections.deque)  # id -> the host's `recent` figures, oldest first
         self.backfill = {}  # id -> {metric: points} from the history store
         self.window_figures = {}  # id -> serving.stats over the chosen window
-        self.manual_break_even = {}  # target -> (accept length, how): set with b, kept in the config
-        self.bench_break_even = {}  # (target, drafter) -> (accept length, "bench jN")
+        self._break_evens = None
         self.below_since = {}  # id -> when accept length went under break-even
         self.alerted = set()
         self.alert_after_s = ALERT_AFTER_S
@@ -107,8 +99,14 @@ class SpeculationPane(Pane):
             yield Static(Text(""), id="spec-throughput-text")
         yield self.status_line()
 
+    @property
+    def break_even_lines(self):
+        """The break-even lines (read from the config of the app's host when first needed)."""
+        if self._break_evens is None:
+            self._break_evens = break_evens.BreakEvens(getattr(self.app, "host", None))
+        return self._break_evens
+
     def on_mount(self):
-        self._load_break_evens()
         self.follow("serving.follow", {}, self._on_records)
         self.set_interval(1.0, self._age_tick)
         self.set_interval(WINDOW_REFRESH_S, self._ask_window)
@@ -141,7 +139,7 @@ class SpeculationPane(Pane):
             result = (job.get("progress") or {}).get("result") or {}
             meta = job.get("meta") or {}
             if result.get("break_even_accept_length"):
-                self.bench_break_even[(target_key(meta.get("target")), meta.get("drafter"))] = (result["break_even_accept_length"], "bench %s" % job["id"])
+                self.break_even_lines.bench_result(meta.get("target"), meta.get("drafter"), result["break_even_accept_length"], "bench %s" % job["id"])
         self._choose()
 
     def _live(self, server_id):
@@ -245,11 +243,7 @@ class SpeculationPane(Pane):
 
     def break_even_for(self, server_id):
         """(accept length, where it came from) of the server's target, or (None, None)."""
-        info = self.server_info.get(server_id, {})
-        target = target_key(info.get("target")) or server_id
-        if target in self.manual_break_even:
-            return self.manual_break_even[target]
-        return self.bench_break_even.get((target, info.get("drafter")), (None, None))
+        return self.break_even_lines.of(server_id, self.server_info.get(server_id, {}))
 
     def _check_alert(self, server_id, figures):
         line = self.break_even_for(server_id)[0]
@@ -378,47 +372,22 @@ class SpeculationPane(Pane):
         if not answer:
             return
         try:
-            if "@" in answer:
-                cycle_ms, baseline_tps = (float(part) for part in answer.split("@", 1))
-                value = break_even(cycle_ms, baseline_tps)["break_even_accept_length"]
-                how = "%g ms x %g tok/s" % (cycle_ms, baseline_tps)
-            else:
-                value, how = float(answer), "set by hand"
+            value, how = break_evens.parse(answer)
         except ValueError:
             self.notify("break-even is a number (2.46) or CYCLE_MS@BASELINE_TPS (30@82), not %r" % answer, severity="error")
             return
-        target = target_key(self.server_info.get(self.selected, {}).get("target"))
-        self.manual_break_even[target or self.selected] = (value, how)
-        if target:
-            self._save_break_even(target, value, how)
+        info = self.server_info.get(self.selected, {})
+        problem = self.break_even_lines.set_by_hand(self.selected, info, value, how)
+        if problem:
+            self.notify("break-even kept for this session only: %s" % problem, severity="warning")
+        target = break_evens.target_key(info.get("target"))
         for server_id in self.servers:  # judge the kept seconds of every server of it against the new line
-            if server_id == self.selected or (target and target_key(self.server_info.get(server_id, {}).get("target")) == target):
+            if server_id == self.selected or (target and break_evens.target_key(self.server_info.get(server_id, {}).get("target")) == target):
                 self.below_since.pop(server_id, None)
                 self.alerted.discard(server_id)
                 for figures in self.records.get(server_id, ()):
                     self._check_alert(server_id, figures)
         self.refresh_view()
-
-    # -- break-even kept on the laptop, per host and target
-
-    def _host(self):
-        return getattr(self.app, "host", None)
-
-    def _load_break_evens(self):
-        table = config.host_settings(self._host()).get(CONFIG_KEY)
-        for target, entry in (table.items() if isinstance(table, dict) else ()):
-            value = entry.get("accept_length") if isinstance(entry, dict) else entry
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                how = entry.get("how") if isinstance(entry, dict) and isinstance(entry.get("how"), str) else "set by hand"
-                self.manual_break_even[target] = (float(value), how)
-
-    def _save_break_even(self, target, value, how):
-        try:
-            table = dict(config.host_settings(self._host()).get(CONFIG_KEY) or {})
-            table[target] = {"accept_length": value, "how": how}
-            config.remember(self._host(), {CONFIG_KEY: table})
-        except (OSError, config.ConfigError) as exc:
-            self.notify("break-even kept for this session only: %s" % exc, severity="warning")
 
 
 def _number(value, pattern="%.2f"):
