@@ -158,6 +158,7 @@ def main():
         time.sleep(1.0)
         log_times = measure(terminal, (KEY_COUNT + len(KEYS) - 1) // len(KEYS))
         results["log"] = [t for key in log_times for t in log_times[key]]
+        results["log_by_key"] = log_times
         job = client.call("jobs.get", {"id": stream["id"]})
         results["lines_per_s"] = job["log_bytes"] / 28.0 / max(1.0, time.time() - job["started_at"])
         client.call("jobs.stop", {"id": stream["id"], "grace_s": 1})
@@ -190,6 +191,8 @@ def main():
           % (args.idle_seconds, 100 * results["idle_console"], 100 * results["idle_agent"]))
     print("  key answered, median / worst over %d keys (target < 50 / < 100 ms):" % KEY_COUNT)
     print("    while a log streams (~%d lines/s)            %5.1f / %5.1f ms   (f, 3, ?)" % ((results["lines_per_s"],) + figures(results["log"])))
+    for key, times in results["log_by_key"].items():
+        print("      %s  %5.1f / %5.1f ms" % ((key,) + figures(times)))
     print("    while 3 servers + 2 training runs stream     %5.1f / %5.1f ms   (] next server, w next window)" % figures(results["figures"]))
     for key, times in results["figures_by_key"].items():
         print("      %s  %5.1f / %5.1f ms" % ((key,) + figures(times)))
