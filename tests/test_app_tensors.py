@@ -394,3 +394,25 @@ async def test_two_huge_targets_are_compared_on_the_host_and_only_the_result_com
         assert "INCOMPATIBLE" in verdict and "20000 of 139583 tensor rows shown" in verdict
         assert screen.query_one("#compare-rows", DataTable).row_count == 20000
         assert "A is not an EAGLE-3 drafter" in text_of(screen.query_one("#compare-reasons", Static))
+
+
+async def test_an_empty_file_opened_after_a_good_one_leaves_no_detail_of_the_good_one(client, tmp_path):
+    """The line under the table names the highlighted tensor's role; an empty .safetensors file
+    has no tensor to highlight, so the line must not go on naming one of the file before."""
+    drafter = build_drafter(tmp_path / "good")
+    empty = tmp_path / "empty.safetensors"
+    empty.write_bytes(b"")
+    app = TensorsHost(client)
+    async with app.run_test(size=(140, 45)) as pilot:
+        pane = app.query_one(TensorsPane)
+        role = pane.query_one("#tensors-role", Static)
+        pane.open_path(str(drafter))
+        await wait_until(pilot, lambda: pane.report is not None and text_of(role))
+        assert ": " in text_of(role)
+        pane.open_path(str(empty))
+        await wait_until(pilot, lambda: pane.path == str(empty) and pane.report.get("path", "").endswith("empty.safetensors"))
+        await pilot.pause()
+        assert table_rows(pane) == []
+        assert text_of(role) == "", "the detail line still names a tensor of the file opened before"
+        problems = text_of(pane.query_one("#tensors-problems", Static))
+        assert problems, "the empty file's problem is said"

@@ -1,5 +1,6 @@
 """What every pane shares: the client, requests run off the UI thread with failures reported in
-one place, a status line, job events from the app, and streams paused while the pane is hidden.
+one place (tui/requests.py, which screens use too), a status line, job events from the app, and
+streams, paused while the pane is hidden unless they must not be (alerts).
 
 A pane is a `Pane` subclass with a `PANE_TITLE` (its tab, and the id other code switches to),
 its `BINDINGS`, and optionally `HELP_BINDINGS` (keys of its child widgets to list in help).
@@ -20,15 +21,9 @@ from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
 from ..messages import AgentError
+from ..requests import NOT_CONNECTED, RequestDone, Requests
 
-
-class RequestDone(Message):
-    """A request a pane made in the background came back; `callback(result)` runs on the UI."""
-
-    def __init__(self, callback, result):
-        super().__init__()
-        self.callback = callback
-        self.result = result
+__all__ = ["Pane", "PaneStream", "RequestDone", "StreamData"]
 
 
 class StreamData(Message):
@@ -44,10 +39,12 @@ class StreamData(Message):
 
 class PaneStream:
     """A stream a pane follows while it is shown: cancelled when hidden, asked again from the
-    last seq it delivered when shown again (so nothing is missed or repeated)."""
+    last seq it delivered when shown again (so nothing is missed or repeated). One that is
+    `while_hidden` runs as long as the pane is mounted (alerts must ring on any pane)."""
 
-    def __init__(self, pane, method, params, on_data, on_end=None, prepare=None, every=0.0):
+    def __init__(self, pane, method, params, on_data, on_end=None, prepare=None, every=0.0, while_hidden=False):
         self.pane = pane
+        self.while_hidden = while_hidden
         self.every = every  # at most one delivery to the UI this often: a fast log is one repaint per 0.1 s
         self.delivered = 0.0  # monotonic time of the last delivery
         self.waiting = False  # a timer will deliver what is pending
@@ -114,7 +111,7 @@ class PaneStream:
         self.pane.post_message(StreamData(self, None, ended=data))
 
 
-class Pane(Widget):
+class Pane(Requests, Widget):
     """Base of the console's panes."""
 
     PANE_TITLE = "Pane"
@@ -154,43 +151,12 @@ class Pane(Widget):
     def pane_id(cls):
         return cls.PANE_TITLE.lower().replace(" ", "-")
 
-    @property
-    def client(self):
-        return getattr(self.app, "client", None)
+    # -- requests (request() itself: tui/requests.py)
 
-    # -- requests
-
-    def request(self, method, params=None, done=None, failed=None, title=None, timeout=60.0):
-        """Call `method` on a worker thread; `done(result)` runs on the UI thread. A failure is shown
-        once, as a notification titled `title`, nowhere else; `failed(message)`, if given, lets the
-        pane put its own state right (not show the message again)."""
-        client = self.client
-        if client is None:
-            # The header already says why; a pane asking on its own must not add a toast each time.
-            self.set_status("not connected to the host yet", error=True)
-            if failed is not None:
-                failed("not connected to the host yet")
-            return None
-        return self.run_worker(
-            lambda: self._request(client, method, params or {}, done, failed, title or method, timeout),
-            thread=True, exit_on_error=False, group="pane-request",
-        )
-
-    def _request(self, client, method, params, done, failed, title, timeout):
-        try:
-            result = client.call(method, params, timeout=timeout)
-        except (RemoteError, ConnectError) as exc:
-            message = exc.message if isinstance(exc, RemoteError) else str(exc)
-            self.post_message(AgentError(message, title))
-            if failed is not None:
-                self.post_message(RequestDone(failed, message))
-            return
-        if done is not None:
-            self.post_message(RequestDone(done, result))
-
-    def on_request_done(self, message: RequestDone):
-        message.stop()
-        message.callback(message.result)
+    def not_connected(self, failed):
+        # The header already says why; a pane asking on its own must not add a toast each time.
+        self.set_status(NOT_CONNECTED, error=True)
+        super().not_connected(failed)
 
     # -- the status line
 
@@ -206,13 +172,14 @@ class Pane(Widget):
 
     # -- streams
 
-    def follow(self, method, params, on_data, on_end=None, prepare=None, every=0.0):
-        """Follow a stream while this pane is shown. `on_data(items)` gets [(data, seq)] batches on
-        the UI thread, at most one batch per `every` seconds; `prepare(data, seq)`, if given,
-        turns each frame into an item on the client's thread first."""
-        stream = PaneStream(self, method, params, on_data, on_end, prepare, every)
+    def follow(self, method, params, on_data, on_end=None, prepare=None, every=0.0, while_hidden=False):
+        """Follow a stream while this pane is shown (`while_hidden`: while it is mounted).
+        `on_data(items)` gets [(data, seq)] batches on the UI thread, at most one batch per
+        `every` seconds; `prepare(data, seq)`, if given, turns each frame into an item on the
+        client's thread first."""
+        stream = PaneStream(self, method, params, on_data, on_end, prepare, every, while_hidden)
         self._streams.append(stream)
-        if self.active and self.client is not None:
+        if (self.active or while_hidden) and self.client is not None:
             self._start_streams([stream])
         return stream
 
@@ -260,17 +227,24 @@ class Pane(Widget):
             if stream.on_end is not None:
                 stream.on_end(message.ended)
 
+    def _idle_streams(self, shown):
+        """The streams to (re)start: not following, or following a client that was replaced (r
+        after a failure makes a new one); only those that run hidden when not `shown`."""
+        client = self.client
+        return [stream for stream in self._streams if (shown or stream.while_hidden)
+                and (stream.subscription is None or stream.subscription.client is not client)]
+
     def watch_active(self, active):
         if active:
-            self._start_streams([stream for stream in self._streams if stream.subscription is None])
+            self._start_streams(self._idle_streams(True))
             self.pane_shown()
         else:
             for stream in self._streams:
-                stream.pause()
+                if not stream.while_hidden:
+                    stream.pause()
 
     def on_client_ready(self, message):
-        if self.active:
-            self._start_streams([stream for stream in self._streams if stream.subscription is None])
+        self._start_streams(self._idle_streams(self.active))
         self.client_ready()
 
     # -- what subclasses override

@@ -8,16 +8,14 @@ with a second checkpoint on the host, where both lie (`checkpoint.compare`: only
 crosses the wire; see tui/screens/compare.py).
 """
 
+import functools
+
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.binding import Binding
-from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
-from remote.core.protocol import RemoteError
-
-from ..client import ConnectError
 from ..display import format_bytes
 from ..screens.compare import CompareScreen
 from ..screens.file_picker import FilePicker
@@ -48,8 +46,6 @@ class TensorsPane(Pane):
     TensorsPane #tensors-table { height: 1fr; }
     TensorsPane #tensors-role { height: auto; color: $text-muted; }
     TensorsPane #tensors-totals { height: auto; }
-    TensorsPane #tensors-status { height: auto; color: $text-muted; }
-    TensorsPane #tensors-status.error { color: $error; }
     """
 
     BINDINGS = [
@@ -64,40 +60,6 @@ class TensorsPane(Pane):
     path: reactive[str] = reactive("", init=False)
     filter_text: reactive[str] = reactive("", init=False)
     sort_key: reactive[str] = reactive("name", init=False)
-
-    class Inspected(Message):
-        """A checkpoint report arrived from the host."""
-
-        def __init__(self, path, report):
-            super().__init__()
-            self.path = path
-            self.report = report
-
-    class Compared(Message):
-        """Both checkpoints were read and compared."""
-
-        def __init__(self, result, report_a, report_b):
-            super().__init__()
-            self.result = result
-            self.report_a = report_a
-            self.report_b = report_b
-
-    class Paged(Message):
-        """A page of a huge checkpoint's tensors arrived (filtered and sorted on the host)."""
-
-        def __init__(self, handle, page, append):
-            super().__init__()
-            self.handle = handle
-            self.page = page
-            self.append = append
-
-    class Failed(Message):
-        """Reading a checkpoint failed: one line for the user."""
-
-        def __init__(self, path, message):
-            super().__init__()
-            self.path = path
-            self.message = message
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -120,7 +82,7 @@ class TensorsPane(Pane):
         yield Input(placeholder="filter: part of a name or a role (Enter keeps it, Esc clears)", id="tensors-filter")
         yield Static(id="tensors-role")  # the highlighted tensor's role in full: the column is cut at 80 columns
         yield Static(id="tensors-totals")
-        yield Static("o open  / filter  s sort  c compare  g patterns", id="tensors-status")
+        yield self.status_line("o open  / filter  s sort  c compare  g patterns", id="tensors-status")
 
     # -- public
 
@@ -128,87 +90,52 @@ class TensorsPane(Pane):
         """Inspect the checkpoint at `path` on the host (a directory or a .safetensors file)."""
         self.path = path
         self.query_one("#tensors-path", Static).update(Text(path))
-        self._set_status("reading %s on the host ..." % path)
+        self.set_status("reading %s on the host ..." % path)
         self._inspect(path)
 
-    # -- workers
+    # -- requests (the pane base runs them; a failure is said in the status line, not a toast)
 
-    def _client(self):
-        return getattr(self.app, "client", None)
-
-    @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-inspect")
     def _inspect(self, path):
-        client = self._client()
-        if client is None:
-            self.post_message(self.Failed(path, "not connected to a host"))
-            return
-        try:
-            report = client.call("checkpoint.inspect", {"path": path, "sha256": False}, timeout=INSPECT_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.Failed(path, getattr(exc, "message", None) or str(exc)))
-            return
-        self.post_message(self.Inspected(path, report))
+        self.request("checkpoint.inspect", {"path": path, "sha256": False}, done=functools.partial(self._inspected, path),
+                     failed=functools.partial(self._failed, path), timeout=INSPECT_TIMEOUT_S, group="tensors-inspect",
+                     exclusive=True, notify=False)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-page")
     def _fetch_page(self, handle, path, offset, filter_text, sort_key, append):
-        client = self._client()
-        if client is None:
-            self.post_message(self.Failed(path, "not connected to a host"))
-            return
-        params = {"handle": handle, "path": path, "offset": offset, "limit": PAGE_TENSORS,
-                  "filter": filter_text, "sort": sort_key}
-        try:
-            page = client.call("checkpoint.tensors", params, timeout=INSPECT_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.Failed(path, getattr(exc, "message", None) or str(exc)))
-            return
-        self.post_message(self.Paged(handle, page, append))
+        params = {"handle": handle, "path": path, "offset": offset, "limit": PAGE_TENSORS, "filter": filter_text, "sort": sort_key}
+        self.request("checkpoint.tensors", params, done=functools.partial(self._paged, handle, append),
+                     failed=functools.partial(self._failed, path), timeout=INSPECT_TIMEOUT_S, group="tensors-page",
+                     exclusive=True, notify=False)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="tensors-compare")
     def _compare(self, path_a, path_b):
-        client = self._client()
-        if client is None:
-            self.post_message(self.Failed(path_b, "not connected to a host"))
-            return
-        try:
-            # The comparison the CLI's `compare` prints, made on the host: neither listing crosses the wire.
-            result = client.call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=INSPECT_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.Failed(path_b, getattr(exc, "message", None) or str(exc)))
-            return
-        self.post_message(self.Compared(result, result.get("a"), result.get("b")))
-
-    def on_worker_state_changed(self, event):
-        if event.worker.group in ("tensors-inspect", "tensors-compare", "tensors-page") and event.worker.error is not None:
-            self._set_status("reading the checkpoint failed: %s" % event.worker.error, error=True)
+        # The comparison the CLI's `compare` prints, made on the host: neither listing crosses the wire.
+        self.request("checkpoint.compare", {"a": path_a, "b": path_b}, done=self._compared, failed=functools.partial(self._failed, path_b),
+                     timeout=INSPECT_TIMEOUT_S, group="tensors-compare", exclusive=True, notify=False)
 
     # -- results
 
-    def on_tensors_pane_inspected(self, message):
-        if message.path != self.path:
+    def _inspected(self, path, report):
+        if path != self.path:
             return  # an answer for a path the user has since left
-        self.report = message.report
-        report = message.report
+        self.report = report
         self.paged = not report.get("complete", True)
         self.page_total = report.get("tensor_count", len(report.get("tensors") or []))
         self.page_loading = False
         self.showing_groups = False
         self.shown_tensors = list(report.get("tensors") or []) if self.paged else []
-        self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or message.path, "bold")))
+        self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or path, "bold")))
         self.query_one("#tensors-problems", CheckpointProblems).show(report.get("problems"))
         self.query_one("#tensors-summary", Eagle3Summary).show(report, self.page_total if self.paged else None)
         self._fill_table()
-        self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+        self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
 
-    def on_tensors_pane_paged(self, message):
+    def _paged(self, handle, append, page):
         self.page_loading = False
-        if self.report is None or message.handle != self.report.get("handle"):
+        if self.report is None or handle != self.report.get("handle"):
             return  # a page of a checkpoint since closed
-        page = message.page
         if page.get("filter", "") != self.filter_text.strip() or page.get("sort") != self.sort_key:
             return  # asked for before the filter or the sort changed; the newer request follows
         self.page_total = page["total"]
-        if message.append:
+        if append:
             self.shown_tensors = self.shown_tensors + page["tensors"]
             self.query_one("#tensors-table", TensorTable).add_tensors(page["tensors"])
             self._show_totals()
@@ -216,16 +143,17 @@ class TensorsPane(Pane):
             self.shown_tensors = page["tensors"]
             self._fill_table()
 
-    def on_tensors_pane_compared(self, message):
-        self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
-        self.app.push_screen(CompareScreen(message.result, message.report_a, message.report_b))
+    def _compared(self, result):
+        self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+        self.app.push_screen(CompareScreen(result, result.get("a"), result.get("b")))
 
-    def on_tensors_pane_failed(self, message):
-        if message.path == self.path and self.report is not None:
+    def _failed(self, path, message):
+        self.page_loading = False
+        if path == self.path and self.report is not None:
             # Keep showing the checkpoint that is open, under its own name.
             self.path = self.report.get("path") or self.path
             self.query_one("#tensors-path", Static).update(Text(self.path, style="bold"))
-        self._set_status("%s: %s" % (message.path, message.message), error=True)
+        self.set_status("%s: %s" % (path, message), error=True)
 
     # -- the table
 
@@ -239,6 +167,9 @@ class TensorsPane(Pane):
             tensors = (self.report or {}).get("tensors") or []
             self.shown_tensors = sort_tensors(filter_tensors(tensors, self.filter_text), self.sort_key)
         table.show_tensors(self.shown_tensors)
+        if not self.shown_tensors:
+            # No row is highlighted, so none says its role: the last checkpoint's must not stay.
+            self.query_one("#tensors-role", Static).update("")
         self._show_totals()
 
     def _show_totals(self):
@@ -285,7 +216,7 @@ class TensorsPane(Pane):
         else:
             self._fill_table()
         if self.report is not None:
-            self._set_status("o open  / filter  s sort (%s)  c compare  g patterns" % value)
+            self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % value)
 
     @on(DataTable.RowHighlighted, "#tensors-table")
     def _row_highlighted(self, event):
@@ -345,13 +276,13 @@ class TensorsPane(Pane):
 
     def action_compare(self):
         if self.report is None:
-            self._set_status("open a checkpoint first (o), then c compares it with another", error=True)
+            self.set_status("open a checkpoint first (o), then c compares it with another", error=True)
             return
         self.app.push_screen(FilePicker(self._picker_start(), "Compare %s with ..." % self.path), self._compare_picked)
 
     def _compare_picked(self, path):
         if path and self.report is not None:
-            self._set_status("reading %s on the host to compare ..." % path)
+            self.set_status("reading %s on the host to compare ..." % path)
             self._compare(self.report.get("path") or self.path, path)
 
     def _picker_start(self):
@@ -359,8 +290,3 @@ class TensorsPane(Pane):
         if not self.path:
             return "~"
         return self.path.rstrip("/").rsplit("/", 1)[0] or "/"
-
-    def _set_status(self, text, error=False):
-        status = self.query_one("#tensors-status", Static)
-        status.update(Text(text))  # host paths and messages are not markup
-        status.set_class(error, "error")
