@@ -207,7 +207,7 @@ async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keep
             assert len(matched) >= 2, "the pane never showed the moment `spec` read"
             for (accept, generated), reply in matched:
                 assert accept == "%.2f" % reply["accept_length"] and generated == "%.1f" % reply["generation_tps"]
-                assert 1.0 < reply["accept_length"] <= K + 1 and reply["generation_tps"] > 0 and 5.0 <= reply["window_s"] <= 10.0
+                assert 1.0 < reply["accept_length"] <= K + 1 and reply["generation_tps"] > 0 and 0 < reply["window_s"] <= 10.0
 
         # The dead one, a key away, marked dead with the engine's first error line.
         await pilot.press("left_square_bracket")

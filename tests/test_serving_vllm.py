@@ -179,7 +179,9 @@ def test_live_stream_shows_the_server(served):
         served.burst([[50, 51, 52]], max_tokens=32)
         mine = wait_for(lambda: [r for r in records if r["server"] == served.job["id"] and r.get("accept_length")], 30)
         assert mine[-1]["accept_length"] == K + 1 and mine[-1]["source"] == "metrics" and mine[-1]["accepted_tps"] > 0
-        assert mine[-1]["recent"]["accept_length"] == K + 1 and mine[-1]["recent"]["window_s"] <= 10.0
+        # The last 10 s hold this second's drafts and maybe earlier ones (a spoiled burst of another test).
+        recent = mine[-1]["recent"]
+        assert 1.0 < recent["accept_length"] <= K + 1 and recent["num_drafts"] >= mine[-1]["num_drafts"] and recent["window_s"] <= 10.0
     finally:
         subscription.cancel()
 
