@@ -32,6 +32,15 @@ def start(client, tmp_path, name, body, *args, **params):
     return client.call("training.start", dict({"argv": argv, "name": name}, **params))["id"]
 
 
+@pytest.fixture
+def release(tmp_path):
+    """A file the tests' jobs wait for before they end: written when the test ends, pass or fail,
+    so no job outlives its test."""
+    path = tmp_path / "release"
+    yield path
+    path.write_text("")
+
+
 def curves(client, job_id, points=2000):
     return client.call("training.curves", {"id": job_id, "points": points})
 
@@ -103,8 +112,7 @@ HOSTILE = """
 """
 
 
-def test_hostile_lines_are_cut_or_refused_and_the_curves_keep_up(client, agent_home, tmp_path):
-    release = tmp_path / "release"
+def test_hostile_lines_are_cut_or_refused_and_the_curves_keep_up(client, agent_home, tmp_path, release):
     pinger = Pinger()
     try:
         job_id = start(client, tmp_path, "hostile", HOSTILE, release, 40)
@@ -127,7 +135,6 @@ def test_hostile_lines_are_cut_or_refused_and_the_curves_keep_up(client, agent_h
     assert training_service(client)["state"] == "running"
     other = wait_for(lambda: (lambda r: r if len(r["steps"]) == 30 else None)(curves(client, healthy)), 60)
     assert [s["step"] for s in other["steps"]] == list(range(30))
-    release.write_text("")
 
 
 def reply_cut_at(home, job_id):
@@ -176,8 +183,7 @@ BURST = """
 """
 
 
-def test_a_burst_of_a_million_records_keeps_every_one_and_none_in_the_future(client, tmp_path):
-    release = tmp_path / "release"
+def test_a_burst_of_a_million_records_keeps_every_one_and_none_in_the_future(client, tmp_path, release):
     job_id = start(client, tmp_path, "burst", BURST, release)
 
     def read():
@@ -186,7 +192,6 @@ def test_a_burst_of_a_million_records_keeps_every_one_and_none_in_the_future(cli
 
     reply = wait_for(read, 540, interval_s=2.0)
     now = client.call("ping", {})["time"]
-    release.write_text("")
     steps = reply["steps"]
     assert len(steps) == 5000 and all(s["count"] == 200 for s in steps)
     assert [s["step_min"] for s in steps] == list(range(0, 1000000, 200))
@@ -255,11 +260,10 @@ def journal(home, job_id):
     return data.count(b"\n"), len(data)
 
 
-def test_ten_thousand_checkpoints_journal_one_line_each(client, agent_home, tmp_path):
+def test_ten_thousand_checkpoints_journal_one_line_each(client, agent_home, tmp_path, release):
     save = tmp_path / "save"
     for number in range(10000):
         write_checkpoint(str(save / str(number)))
-    release = tmp_path / "release"
     job_id = start(client, tmp_path, "many", WAIT, release, save_dir=str(save))
     first = wait_for(lambda: (lambda j: j if j[0] >= 200 else None)(journal(agent_home, job_id)), 300, interval_s=0.2)
     second = wait_for(lambda: (lambda j: j if j[0] >= first[0] + 1000 else None)(journal(agent_home, job_id)), 300, interval_s=0.2)
@@ -274,10 +278,9 @@ def test_ten_thousand_checkpoints_journal_one_line_each(client, agent_home, tmp_
     # A healthy run beside it is read all the while.
     healthy = start(client, tmp_path, "beside", "for n in range(20):\n    print('step=%d loss=1.0' % n, flush=True)\n")
     wait_for(lambda: len(curves(client, healthy)["steps"]) == 20, 120, interval_s=0.2)
-    release.write_text("")
 
 
-def test_links_out_of_the_save_directory_are_never_read(client, tmp_path):
+def test_links_out_of_the_save_directory_are_never_read(client, tmp_path, release):
     save, outside = tmp_path / "save", tmp_path / "outside"
     write_checkpoint(str(save / "0"))
     # Outside, weights that block whoever opens them (a FIFO): a checkpoint read through a link
@@ -289,7 +292,6 @@ def test_links_out_of_the_save_directory_are_never_read(client, tmp_path):
     os.makedirs(str(save / "2"))
     (save / "2" / "config.json").write_text("{}")
     os.symlink(str(outside / "ckpt" / "model.safetensors"), str(save / "2" / "model.safetensors"))
-    release = tmp_path / "release"
     job_id = start(client, tmp_path, "links", WAIT, release, save_dir=str(save))
 
     def listed():
@@ -302,19 +304,19 @@ def test_links_out_of_the_save_directory_are_never_read(client, tmp_path):
     assert entries["0"]["format"] is not None or entries["0"]["verdict"] in ("broken", "unreadable")
     reply = wait_for(lambda: (lambda r: r if r["notices"] else None)(curves(client, job_id)), 30, interval_s=0.2)
     assert reply["notices"] == ["checkpoint directory 1 -> %s leads out of the save directory: not read" % (outside / "ckpt")]
-    release.write_text("")
 
 
-def test_a_run_whose_reading_fails_shows_its_error_and_the_others_go_on(client, agent_home, tmp_path):
-    release = tmp_path / "release"
+def test_a_run_whose_reading_fails_shows_its_error_and_the_others_go_on(client, agent_home, tmp_path, release):
+    go = tmp_path / "go"
     broken = start(client, tmp_path, "broken", "import os, sys, time\nwhile not os.path.exists(sys.argv[1]):\n    time.sleep(0.05)\n"
-                                               "print('step=0 loss=1.0', flush=True)\nwhile True:\n    time.sleep(1)\n", release)
+                                               "print('step=0 loss=1.0', flush=True)\nwhile not os.path.exists(sys.argv[2]):\n"
+                                               "    time.sleep(0.05)\n", go, release)
     # Where the run keeps how far it read is a directory now: every save of it fails.
     state = os.path.join(job_dir(agent_home, broken), "training-state.json")
     if os.path.exists(state):
         os.remove(state)
     os.mkdir(state)
-    release.write_text("")
+    go.write_text("")
     reply = wait_for(lambda: (lambda r: r if r["error"] else None)(curves(client, broken)), 60, interval_s=0.2)
     assert "training-state.json" in reply["error"]
     healthy = start(client, tmp_path, "fine", "for n in range(25):\n    print('step=%d loss=1.0' % n, flush=True)\n")
@@ -323,7 +325,6 @@ def test_a_run_whose_reading_fails_shows_its_error_and_the_others_go_on(client, 
     assert training_service(client)["state"] == "running"
     job = client.call("jobs.get", {"id": broken})
     assert "training-state.json" in (job["progress"] or {}).get("error", "")
-    client.call("jobs.stop", {"id": broken})
 
 
 def test_train_without_a_command_is_a_json_error(agent_home):
