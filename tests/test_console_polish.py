@@ -108,6 +108,10 @@ async def test_new_job_form_has_env_interpreter_and_kind_refuses_bad_input_and_k
         form = await open_new_job_form(pilot)
         assert field(app, "command").value == str(script) and field(app, "name").value == "greeter"
         assert field(app, "env").value == "GREETING='hello there" and field(app, "interpreter").value == sys.executable
+        # The kind is not typed text: each form starts on `command`, as it shows.
+        assert form.query_one("#kind", Select).value == "command"
+        form.query_one("#kind", Select).focus()
+        await pilot.press("enter", "down", "down", "enter")
         assert form.query_one("#kind", Select).value == "training"
 
         field(app, "env").value = "GREETING='hello there' OTHER=1"

@@ -1,5 +1,6 @@
 """The Jobs pane: every job on the host with its state and runtime, and the log of one of them
-(its last 256 KiB, then followed live while the pane is shown), with search and save.
+(its last 256 KiB, then followed live while the pane is shown), with search and save; an
+ended job can be forgotten (its directory and log removed from the host).
 
 The job list comes from the app's job events (no polling). Log lines are prepared on the
 client's reader thread and written to the view in batches, so keys answer while a job
@@ -32,6 +33,8 @@ SAVE_WINDOW_BYTES = 1024 * 1024
 LOG_MAX_LINES = 200_000
 STOP_GRACE_S = 10.0
 RUNTIME_COLUMN = [key for _, key in COLUMNS].index("runtime")
+NAME_COLUMN = [key for _, key in COLUMNS].index("name")
+LIVE_STATES = ("running", "starting")
 
 
 class JobsPane(Pane):
@@ -45,6 +48,7 @@ class JobsPane(Pane):
         Binding("slash", "search", "search", tooltip="search the log; ] next match, [ previous"),
         Binding("f", "toggle_follow", "follow", tooltip="follow the log (keep the newest line in view) on/off"),
         Binding("w", "save_log", "save", tooltip="save the whole log to a local file"),
+        Binding("x", "forget_job", "forget", tooltip="forget the selected ended job: its directory and log are removed from the host"),
         Binding("escape", "close_search", "close search", show=False),
     ]
 
@@ -56,7 +60,8 @@ class JobsPane(Pane):
         self._book = None
         self._stale = False  # job events arrived while hidden: redraw when shown
         self._select_when_listed = None
-        self._opened_on_newest = False
+        self._opened_on_first_list = False
+        self._name_width = None  # the name column's width the cells were cut to
 
     def compose(self) -> ComposeResult:
         table = JobsTable(id="jobs-table", cursor_type="row", zebra_stripes=True)
@@ -94,8 +99,22 @@ class JobsPane(Pane):
         table = self.query_one(JobsTable)
         now = time.time()
         for job_id, job in self.jobs.items():
-            if job.get("process_state") in ("running", "starting") and job_id in table.rows:
+            if job.get("process_state") in LIVE_STATES and job_id in table.rows:
                 table.update_cell(job_id, "runtime", job_cells(job, now)[RUNTIME_COLUMN])
+
+    def on_resize(self, event):
+        # The name column takes the width there is: cut the names again once the table has its size.
+        self.call_after_refresh(self._fit_names)
+
+    def _fit_names(self):
+        table = self.query_one(JobsTable)
+        width = table.name_width()
+        if width == self._name_width:
+            return
+        self._name_width = width
+        for job_id, job in self.jobs.items():
+            if job_id in table.rows:
+                table.update_cell(job_id, "name", job_cells(job, name_width=width)[NAME_COLUMN], update_width=True)
 
     def _show_jobs(self, jobs):
         table = self.query_one(JobsTable)
@@ -105,25 +124,35 @@ class JobsPane(Pane):
         shown = {key.value for key in table.rows}
         for job_id in shown - set(listed):
             table.remove_row(job_id)
+        log = self.query_one(LogView)
+        if log.subject in shown - set(listed):
+            log.note, log.ended = "forgotten: no longer on the host", True
+            log.show_title()
+        name_width = self._name_width or table.name_width()
         for job in jobs:
-            cells = job_cells(job, now)
+            cells = job_cells(job, now, name_width)
             if job["id"] not in self.jobs or job["id"] not in shown:
                 table.add_row(*cells, key=job["id"])
                 continue
-            old = job_cells(self.jobs[job["id"]], now)
+            old = job_cells(self.jobs[job["id"]], now, name_width)
             for (_, column), new_cell, old_cell in zip(COLUMNS, cells, old):
                 if new_cell != old_cell or column == "runtime":
                     table.update_cell(job["id"], column, new_cell, update_width=True)
         self.jobs = listed
         target = self._select_when_listed or cursor_key
-        if not self._opened_on_newest and jobs:
-            self._opened_on_newest = True
-            target = jobs[-1]["id"]  # open on the newest job: the one people come to look at
+        if not self._opened_on_first_list and jobs:
+            self._opened_on_first_list = True
+            # Open on what people come to look at: the newest running job, else the newest.
+            running = [job for job in jobs if job.get("process_state") in LIVE_STATES]
+            target = (running or jobs)[-1]["id"]
         if target in listed and table.row_count and target != self.selected_job_id():
             table.move_cursor(row=table.get_row_index(target))
         if self._select_when_listed in listed:
             self._select_when_listed = None
             self.open_log(target)
+            table.focus()  # the arrow keys go on choosing jobs, not scrolling the new job's log
+        # A state or a runtime that grew its column leaves the name less room (or more).
+        self.call_after_refresh(self._fit_names)
 
     def selected_job_id(self):
         table = self.query_one(JobsTable)
@@ -253,7 +282,9 @@ class JobsPane(Pane):
     def _submitted(self, job):
         self.notify("started %s: %s" % (job["id"], job.get("name") or ""), title="new job", markup=False)
         self._select_when_listed = job["id"]
-        self.query_one(JobsTable).focus()
+        # After the form has gone (it gives the focus back to what had it, the log maybe): the
+        # table, so the arrow keys move among the jobs.
+        self.call_after_refresh(self.query_one(JobsTable).focus)
         if self._book is not None and job["id"] in self._book.jobs:
             self._show_jobs(self._book.ordered())  # its event came before the reply
 
@@ -273,6 +304,30 @@ class JobsPane(Pane):
                              done=lambda stopped: self.notify("stopping %s" % stopped["id"], markup=False), title="could not stop %s" % job["id"])
 
         self.app.push_screen(ConfirmScreen(question, yes_label="Stop"), answered)
+
+    def action_forget_job(self):
+        job = self.jobs.get(self.selected_job_id())
+        if self._require_client() is None or job is None:
+            return
+        if job.get("process_state") in LIVE_STATES:
+            self.notify("%s is still running: s stops it, then x forgets it" % job["id"], severity="warning", markup=False)
+            return
+        question = "Forget %s (%s)?\nIts directory and its whole log are removed from the host; this cannot be undone." % (
+            job["id"], job.get("name") or "")
+
+        def answered(yes):
+            if yes:
+                self.request("jobs.forget", {"ids": [job["id"]]}, done=functools.partial(self._forgotten, job["id"]),
+                             title="could not forget %s" % job["id"])
+
+        self.app.push_screen(ConfirmScreen(question, yes_label="Forget"), answered)
+
+    def _forgotten(self, job_id, reply):
+        # The row goes when the host's job events say `removed`; the reply says what happened.
+        if job_id in (reply.get("forgotten") or ()):
+            self.notify("forgot %s" % job_id, markup=False)
+        elif job_id in (reply.get("not_found") or ()):
+            self.notify("%s was already gone from the host" % job_id, severity="warning", markup=False)
 
     def action_save_log(self):
         job_id = self.query_one(LogView).subject or self.selected_job_id()

@@ -4,7 +4,9 @@ directory, environment additions, an interpreter and a kind, as `specdeck run` t
 Bad input (an unfinished quote, an env entry without `=`) is refused in one line inside the
 form; the form then submits `jobs.submit` itself, so a refusal by the host is shown there too
 and what was typed stays. What was typed also outlives a cancel: opening the form again in
-the same console shows it (until a job is started from it).
+the same console shows it (until a job is started from it). The kind does not: a kind picked
+for one command and left in a cancelled form made the next `echo hello` a training job; each
+form starts on `command`, and what is submitted is what the form shows.
 """
 
 import shlex
@@ -37,6 +39,7 @@ FIELDS = (
 
 # What was typed, per console (app): kept across cancels and refusals, dropped once a job starts.
 _drafts = weakref.WeakKeyDictionary()
+DEFAULT_KIND = "command"
 
 
 def parse_command_line(text):
@@ -123,7 +126,7 @@ class NewJobScreen(ModalScreen[dict]):
                     yield Input(value=draft.get(key, ""), placeholder=placeholder, id=key, compact=True)
             with Horizontal(classes="form-row"):
                 yield Label("kind", classes="form-label")
-                yield Select([(kind, kind) for kind in KINDS], value=draft.get("kind") or "command", allow_blank=False,
+                yield Select([(kind, kind) for kind in KINDS], value=DEFAULT_KIND, allow_blank=False,
                              id="kind", compact=True)
                 yield Checkbox("tell me when it ends", value=bool(draft.get("notify")), id="notify", compact=True)
             yield Static("", id="new-job-error", classes="dialog-error")
@@ -136,7 +139,9 @@ class NewJobScreen(ModalScreen[dict]):
         return values
 
     def _keep_draft(self):
-        _drafts[self.app] = self.values()
+        draft = self.values()
+        del draft["kind"]  # typed text is kept; the kind is chosen again for each job
+        _drafts[self.app] = draft
 
     # -- submitting
 

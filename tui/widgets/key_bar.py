@@ -4,12 +4,35 @@ Textual's Footer builds a widget for each key and builds them all again whenever
 moves or a pane changes; on a 2-core machine that was a good part of a pane switch (~30 widgets
 composed and styled per switch). This bar renders the same line as text and only redraws:
 the keys come from the screen's active bindings, a group (the number keys) is one entry, and a
-click on an entry runs its action as the Footer's would.
+click on an entry runs its action as the Footer's would. A narrow terminal drops pane keys
+from the end, never the app's own (`1-6 panes`, `? help`).
 """
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import events
 from textual.widget import Widget
+
+
+def entry_width(entry):
+    key, description = entry[0], entry[1]
+    return cell_len(" %s %s " % (key, description))
+
+
+def fit(entries, width, kept):
+    """The entries that fit in `width` cells. The app's own keys (`kept(node)`: quit, the
+    panes, help) stay whatever the width, so `? help`, which lists every key, is always on
+    the bar; the pane's keys that do not fit are left out from the last one back."""
+    if not width:
+        return entries
+    entries = list(entries)
+    total = sum(entry_width(entry) for entry in entries)
+    for index in range(len(entries) - 1, -1, -1):
+        if total <= width:
+            break
+        if not kept(entries[index][4]):
+            total -= entry_width(entries.pop(index))
+    return entries
 
 
 class KeyBar(Widget):
@@ -30,10 +53,8 @@ class KeyBar(Widget):
         self.screen.bindings_updated_signal.subscribe(self, lambda screen: self.refresh())
 
     def render(self):
-        text = Text(no_wrap=True, overflow="ellipsis")
-        spans = []
+        entries = []  # (key, description, enabled, action, node)
         seen_actions, seen_groups = set(), set()
-        key_style = "bold %s" % self.app.get_css_variables().get("footer-key-foreground", "")
         for node, binding, enabled, _tooltip in self.screen.active_bindings.values():
             if not binding.show or binding.action in seen_actions:
                 continue
@@ -42,11 +63,17 @@ class KeyBar(Widget):
                 if binding.group in seen_groups:
                     continue
                 seen_groups.add(binding.group)
-            start = len(text)
             key = binding.key_display or self.app.get_key_display(binding)
+            entries.append((key, binding.description, enabled, binding.action, node))
+        entries = fit(entries, self.size.width, lambda node: node is self.app)
+        text = Text(no_wrap=True, overflow="ellipsis")
+        spans = []
+        key_style = "bold %s" % self.app.get_css_variables().get("footer-key-foreground", "")
+        for key, description, enabled, action, node in entries:
+            start = len(text)
             text.append(" %s " % key, style=key_style if enabled else "dim")
-            text.append("%s " % binding.description, style="" if enabled else "dim")
-            spans.append((start, len(text), binding.action, node))
+            text.append("%s " % description, style="" if enabled else "dim")
+            spans.append((start, len(text), action, node))
         self._spans = spans
         return text
 

@@ -100,7 +100,7 @@ class LogView(ScrollView, can_focus=True):
         self.subject = None  # what the log is of: a job id
         self.note = ""  # e.g. "opening", "ended: stopped, signal 15"
         self.ended = False
-        self.search_note = ""
+        self.wrapped = False  # the last jump went round the end of the log
         self.partial = ""  # the unfinished last line, shown below the lines until it ends
         self._line_style = None
         self._strips = LRUCache(1024)  # (line index, scroll_x, width) -> Strip, while no search is shown
@@ -113,11 +113,12 @@ class LogView(ScrollView, can_focus=True):
         self.partial = ""
         self.width = 0
         self.pattern = None
-        self.term = self.search_note = ""
+        self.term = ""
         self.match_line = None
         self.virtual_size = Size(0, 0)
         self.scroll_to(0, 0, animate=False, immediate=True)
         self.refresh()
+        self.refresh_bindings()  # a search of the log before is gone, and its keys with it
 
     def set_partial(self, text):
         """Show `text` as the log's unfinished last line (a progress bar as it is redrawn)."""
@@ -144,6 +145,8 @@ class LogView(ScrollView, can_focus=True):
         self._grow_to(Size(max(self.width, partial_width) + 1, len(self.lines) + (1 if self.partial else 0)))
         if self.following:
             self.scroll_end(animate=False, immediate=True, x_axis=False)
+        if self.pattern is not None:
+            self.show_title()  # `line 14 of 26` follows the log as it grows, to its end
         self.refresh()
 
     def _grow_to(self, size):
@@ -178,6 +181,15 @@ class LogView(ScrollView, can_focus=True):
         if self.search_note:
             title += "  " + self.search_note
         self.border_title = escape(title)  # a search term or an error may hold [brackets]
+
+    @property
+    def search_note(self):
+        """Where the search stands, counted in the log as it is now: `/loss: line 14 of 260`."""
+        if self.pattern is None:
+            return ""
+        if self.match_line is None:
+            return "/%s: no match" % self.term
+        return "/%s: line %d of %d%s" % (self.term, self.match_line + 1, len(self.lines), ", wrapped" if self.wrapped else "")
 
     # -- drawing
 
@@ -225,6 +237,11 @@ class LogView(ScrollView, can_focus=True):
             return self.pattern is not None  # else n belongs to the pane again (new job)
         return True
 
+    def _search_changed(self):
+        self.refresh()
+        self.show_title()
+        self.refresh_bindings()  # ] and [ come and go with the search in the key bar
+
     def search(self, term):
         """Highlight every match of `term` and jump to the next one below the top line in view."""
         if not term:
@@ -236,13 +253,13 @@ class LogView(ScrollView, can_focus=True):
             self.match_line = None
         self.pattern, self.term = pattern, term
         self.jump(+1)
+        self.refresh_bindings()
 
     def action_clear_search(self):
         self.pattern = None
-        self.term = self.search_note = ""
+        self.term = ""
         self.match_line = None
-        self.refresh()
-        self.show_title()
+        self._search_changed()
 
     def action_next_match(self):
         self.jump(+1)
@@ -262,12 +279,11 @@ class LogView(ScrollView, can_focus=True):
                 found = index
                 break
         if found is None:
-            self.search_note = "/%s: no match" % self.term
+            self.match_line = None
         else:
-            wrapped = found <= start if step > 0 else found >= start
+            self.wrapped = found <= start if step > 0 else found >= start
             self.match_line = found
             self.following = False  # else the next lines would scroll the match away
             self.scroll_to(y=max(0, found - self.size.height // 2), animate=False, immediate=True)
-            self.search_note = "/%s: line %d of %d%s" % (self.term, found + 1, len(lines), ", wrapped" if wrapped else "")
         self.refresh()
         self.show_title()
