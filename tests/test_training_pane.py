@@ -43,12 +43,15 @@ async def test_pane_follows_a_run_its_checkpoint_and_its_end(client, tmp_path):
         await wait_until(pilot, lambda: pane.selected == job["id"])
         last = steps[-1]
         await wait_until(pilot, lambda: "step %d" % last["step"] in text_of(pane, "#training-summary"))
+        # The run has validation records: its one prediction is the last validation's, said so.
+        last_validation = [r for r in records if r["kind"] == "validation"][-1]
+        said = "predicted accept length %.2f (validation, epoch %d)" % (1 + sum(last_validation["full_acc"]), last_validation["epoch"])
+        await wait_until(pilot, lambda: said in text_of(pane, "#training-summary"))
         summary = text_of(pane, "#training-summary")
-        assert "predicted %.2f" % (1 + sum(last["full_acc"])) in summary and "break-even 2.46" in summary
-        assert "BELOW" in summary  # a barely trained drafter: ~1.0 against 2.46
+        assert "break-even 2.46" in summary and "BELOW" in summary  # a barely trained drafter: ~1.0 against 2.46
         chart = pane.query_one("#training-accept-chart", TimeChart)
         assert "threshold break-even 2.46" in chart.series_text()
-        assert "predicted: %d points" % len(steps) in chart.series_text()
+        assert "predicted (validation): 2 points, last %.3g" % (1 + sum(last_validation["full_acc"])) in chart.series_text()
         metric = pane.query_one("#training-metric-chart", TimeChart)
         assert "loss: %d points, last %.3g" % (len(steps), last["loss"]) in metric.series_text()
         table = pane.query_one("#training-checkpoints", DataTable)

@@ -9,10 +9,18 @@ per position, loss_nan (1 when the loss was not a number: the store keeps finite
 Validation: val_step, val_epoch, val_loss, val_predicted_accept_length, val_full_acc/val_cond_acc
 per position. Data generation: samples_done, samples_total, samples_per_s.
 
-Predicted accept length: speculators' `full_acc_k` is the chance that drafts 0..k are all right,
-so a greedy chain of K drafts yields 1 + sum_k full_acc_k tokens per cycle. SpecForge logs
-`acc_k` per position (each position's accuracy given the ones before it, as its training
-unrolls the draft), so full_acc_k is taken as the product of acc_0..acc_k.
+Predicted accept length, one definition for every place that shows it (the Training pane's
+headline, chart and checkpoint rows, `specdeck curves`, the checkpoints' verdicts): 1 + the sum
+over positions k of full_acc_k, the chance that drafts 0..k are all right, so a greedy chain of
+K drafts yields that many tokens per cycle. speculators logs `full_acc_k` (cumulative) beside
+`cond_acc_k`: its full accuracies are summed as they are. SpecForge logs `acc_k` per position
+(each position's accuracy given the ones before it, as its training unrolls the draft), and a log
+with only `cond_acc_k` gives the same: full_acc_k is then the product of the conditional
+accuracies of positions 0..k (`full_acc`).
+
+A run has ONE predicted accept length (`prediction`): its newest validation's when it has
+validation records (accuracies on held-out data, what serving will see), else its newest training
+step's, always said with which it is ("validation" or "training steps").
 """
 
 import math
@@ -23,12 +31,16 @@ VALIDATION_SERIES = ("val_step", "val_epoch", "val_loss", "val_predicted_accept_
 VALIDATION_POSITION_SERIES = ("val_full_acc", "val_cond_acc")
 
 
+PREDICTED_FROM = ("validation", "training steps")
+
+
 def full_acc(record):
-    """P(drafts 0..k all right) per position k, from whichever form the record has."""
+    """P(drafts 0..k all right) per position k, from whichever form the record has: cumulative
+    `full_acc` as it is, else the running product of the conditional `acc` (or `cond_acc`)."""
     if record.get("full_acc"):
         return list(record["full_acc"])
     chain, product = [], 1.0
-    for accuracy in record.get("acc") or []:
+    for accuracy in record.get("acc") or record.get("cond_acc") or []:
         product *= accuracy
         chain.append(product)
     return chain
@@ -40,6 +52,29 @@ def predicted_accept_length(record, chain=None):
     if not chain or any(not math.isfinite(v) for v in chain):
         return None
     return 1.0 + sum(chain)
+
+
+def prediction(latest, validation):
+    """The run's one predicted accept length from its newest step record and newest validation
+    record (either may be None; each as public_record gives it, its prediction computed by
+    predicted_accept_length): `{accept_length, from: "validation" | "training steps" | None, step,
+    epoch, full_acc}`, `full_acc` being the accuracies it was computed from."""
+    for source, record in zip(PREDICTED_FROM, (validation, latest)):
+        if record and isinstance(record.get("predicted_accept_length"), (int, float)):
+            return {"accept_length": record["predicted_accept_length"], "from": source, "step": record.get("step"),
+                    "epoch": record.get("epoch"), "full_acc": list(record.get("full_acc") or [])}
+    return {"accept_length": None, "from": None, "step": None, "epoch": None, "full_acc": []}
+
+
+def against_break_even(predicted, checkpoints, break_even):
+    """Where the run stands against break-even: `{verdict: "ABOVE" | "BELOW", judged: "measured"
+    | "predicted", accept_length}` of the newest measured checkpoint, else the run's prediction
+    (`prediction`'s reply); None when either side is unknown."""
+    measured = [c for c in checkpoints if c.get("measured_accept_length") is not None]
+    judged, what = (measured[-1]["measured_accept_length"], "measured") if measured else (predicted["accept_length"], "predicted")
+    if judged is None or break_even is None:
+        return None
+    return {"verdict": "ABOVE" if judged >= break_even else "BELOW", "judged": what, "accept_length": judged}
 
 
 def history_points(job_id, record, time_s):

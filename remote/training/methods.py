@@ -82,6 +82,7 @@ def checkpoint_list(job_dir, meta):
             "format": entry.get("format"), "verdict": checkpoints.judge(entry, break_even),
             "reasons": entry.get("reasons", []), "best": entry.get("best", False), "bytes": entry.get("bytes"),
             "validation": entry.get("validation"), "predicted_accept_length": entry.get("predicted_accept_length"),
+            "predicted_from": entry.get("predicted_from"),
             "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
             "against_target": entry.get("against_target"), "complete_at": entry.get("complete_at"),
             "measure": measure.public(entry.get("measure")),
@@ -101,9 +102,14 @@ def training_curves(call):
     [...], predicted_accept_length, count, step_min, step_max, loss_min, loss_max,
     predicted_accept_length_min, predicted_accept_length_max}], validation: [{time, epoch,
     step, loss, full_acc, cond_acc, predicted_accept_length}], latest, predicted_accept_length
-    (the latest validation's, else the latest step's), steps_per_s, eta_s, progress,
+    (the run's one prediction: the newest validation's when the run has validation records,
+    else the newest step's; remote/training/curves.py defines it), prediction: {accept_length,
+    from (validation | training steps | null), step, epoch, full_acc (what it was computed
+    from)}, steps_per_s, eta_s, progress,
     break_even (the run's, else the one its last checkpoint measurement found),
-    break_even_source (run|measured|null), alerts: [text], notices: [text] (log lines cut,
+    break_even_source (run|measured|null), verdict: {verdict (ABOVE | BELOW), judged (measured:
+    the newest measured checkpoint; predicted: the prediction above), accept_length} or null,
+    alerts: [text], notices: [text] (log lines cut,
     checkpoint links refused), error (following the run failed: why, else null), checkpoints:
     [as training.checkpoints], bucket_steps (1: whole)}`. `plateau_s` (default 1800): the loss
     not falling for this long raises an alert."""
@@ -124,18 +130,20 @@ def training_curves(call):
         rate, eta = progress.get("steps_per_s") or rate, progress["eta_s"]
     if job["process_state"] not in ("running", "starting"):
         eta = 0.0 if job.get("exit_code") == 0 else None
-    predicted = (last_validation or {}).get("predicted_accept_length") or (latest or {}).get("predicted_accept_length")
+    predicted = curves.prediction(latest, last_validation)
     listed = checkpoint_list(job_dir, job["meta"])
     break_even, source = job["meta"].get("break_even"), "run"
     if break_even is None:
         measured = [c["measure"]["result"]["break_even_accept_length"] for c in listed
                     if ((c.get("measure") or {}).get("result") or {}).get("break_even_accept_length")]
         break_even, source = (measured[-1], "measured") if measured else (None, None)
+    verdict = curves.against_break_even(predicted, listed, break_even)
     feed = call.daemon.services.get(TrainingFeed.name)
     return {
         "id": job["id"], "process_state": job["process_state"], "exit_code": job.get("exit_code"), "steps": steps,
-        "validation": validation, "latest": latest, "predicted_accept_length": predicted, "steps_per_s": rate, "eta_s": eta,
-        "progress": progress, "break_even": break_even, "break_even_source": source,
+        "validation": validation, "latest": latest, "predicted_accept_length": predicted["accept_length"], "prediction": predicted,
+        "steps_per_s": rate, "eta_s": eta,
+        "progress": progress, "break_even": break_even, "break_even_source": source, "verdict": verdict,
         "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0), nan_step),
         "notices": list((state.get("notices") or {}).values()), "error": feed.run_error(job["id"]) if feed else None,
         "checkpoints": listed, "bucket_steps": width,
@@ -176,8 +184,11 @@ def alerts(job, steps, plateau_s, nan_step=None):
 @method("training.checkpoints")
 def training_checkpoints(call):
     """The checkpoints a run wrote, each inspected once complete. Params: `id`. Reply:
-    `{checkpoints: [...]}`, each `{path, name, step, epoch, format, verdict (ok, broken, incompatible, above break-even,
-    below break-even), reasons, best, bytes, validation, predicted_accept_length,
+    `{checkpoints: [...]}`, each `{path, name, step (the last step its weights hold: from its
+    training_state.json, else its name, else its epoch's last step), epoch, format, verdict (ok,
+    broken, incompatible, above break-even, below break-even: measured, else predicted), reasons,
+    best, bytes, validation (its epoch's), predicted_accept_length, predicted_from (validation:
+    its epoch's validation; training steps: the step record at its step),
     measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
     reasons}, complete_at, measure: {state (queued, running, done, failed, skipped), job (the
     benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,

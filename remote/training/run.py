@@ -15,7 +15,9 @@ step store already holds (keyed by their offset in the log) and keeps as they we
 previous daemon published are not published again.
 """
 
+import json
 import os
+import re
 import time
 
 from ..core.records import read_json, write_json
@@ -24,6 +26,9 @@ from .datagen import Samples
 from .logreader import LogReader
 
 STATE_FILE = "training-state.json"
+TRAINING_STATE = "training_state.json"  # speculators' own, in each checkpoint: {epoch, local_step, global_step}
+MAX_TRAINING_STATE_BYTES = 65536
+STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[_-]?(\d+)$")
 PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
 
 
@@ -59,6 +64,7 @@ class Run:
         self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
         self.ended = False
         self.error = None
+        self.validated_epochs = []  # epochs whose validation was read since checkpoints_validated()
 
     def log_size(self):
         try:
@@ -115,6 +121,8 @@ class Run:
                 if public["step"] is None and self.latest:
                     public["step"] = self.latest.get("step")
                 self.validation = public
+                if public["epoch"] is not None:
+                    self.validated_epochs.append(public["epoch"])
             self.newest[record["kind"]] = record
             offset = record.get("offset")
             if offset is not None:
@@ -166,13 +174,56 @@ class Run:
         return changed
 
     def checkpoint_done(self, entry):
-        """A checkpoint just inspected: what the run knew when it came (validation, prediction, step)."""
+        """A checkpoint just inspected: the step its weights hold and what the run predicts for it,
+        by the rule of curves.prediction: its epoch's validation when there is one, else the step
+        record at its step (else the newest step's), each saying which it is. Taken from the
+        checkpoint itself, not from what the run is at: two checkpoints found at one look (a run
+        that wrote both before the look, a restarted daemon) each keep their own step."""
+        entry["step"] = self.saved_step(entry)
+        validation = None
         if self.validation and self.validation.get("epoch") == entry.get("epoch"):
-            entry["validation"] = self.validation
-            entry["predicted_accept_length"] = self.validation.get("predicted_accept_length")
-        elif self.latest:
-            entry["predicted_accept_length"] = self.latest.get("predicted_accept_length")
-        entry["step"] = (self.latest or {}).get("step")
+            validation = self.validation
+        elif self.writer is not None and entry.get("epoch") is not None:
+            validation = self.writer.validation_of(entry["epoch"])
+        at_step = None
+        if self.writer is not None and entry["step"] is not None:
+            at_step = self.writer.step_at(entry["step"])
+        if validation is not None:
+            entry["validation"] = validation
+        predicted = curves.prediction(at_step or self.latest, validation)
+        entry["predicted_accept_length"], entry["predicted_from"] = predicted["accept_length"], predicted["from"]
+
+    def checkpoints_validated(self):
+        """The checkpoints inspected before their epoch's validation was read (speculators saves
+        an epoch's checkpoint, then validates it), their prediction now taken from it: the
+        entries that changed, for the caller to journal and announce."""
+        epochs, self.validated_epochs = set(self.validated_epochs), []
+        changed = []
+        for entry in self.watcher.entries if self.watcher is not None and epochs else []:
+            if entry.get("epoch") in epochs and entry.get("predicted_from") != "validation" and entry.get("verdict") != "unreadable":
+                self.checkpoint_done(entry)
+                if entry.get("predicted_from") == "validation":
+                    changed.append(entry)
+        return changed
+
+    def saved_step(self, entry):
+        """The last step a checkpoint's weights hold: speculators' own training_state.json in the
+        checkpoint (its global_step counts the steps done, the log numbers them from 0), else a
+        step in its name (`checkpoint-500`, `epoch0_step500`), else its epoch's last step, else
+        the newest step read (a run that names neither)."""
+        state_path = os.path.join(entry["path"], TRAINING_STATE)
+        if entry.get("verdict") != "unreadable" and checkpoints.inside(os.path.realpath(self.meta.get("save_dir") or entry["path"]), state_path):
+            state = _small_json(state_path)
+            done = state.get("global_step") if isinstance(state, dict) else None
+            if isinstance(done, int) and not isinstance(done, bool) and done > 0:
+                return done - 1
+        named = STEP_IN_NAME.search(entry["name"])
+        if named:
+            return int(named.group(1))
+        epoch = entry.get("epoch")
+        if epoch is not None and str(epoch + 1) in self.epoch_starts:
+            return self.epoch_starts[str(epoch + 1)] - 1
+        return (self.latest or {}).get("step")
 
     def write_progress(self):
         write_json(os.path.join(self.job_dir, "progress.json"), progress_of(self))
@@ -190,6 +241,21 @@ class Run:
         if self.writer is not None:
             self.writer.close()
             self.writer = None
+
+
+def _small_json(path):
+    """A small JSON file's value, or None (missing, not JSON, or larger than a state file is)."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(MAX_TRAINING_STATE_BYTES + 1)
+    except OSError:
+        return None
+    if len(raw) > MAX_TRAINING_STATE_BYTES:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):  # deep nesting within the size is refused as well
+        return None
 
 
 def rate_of(run):

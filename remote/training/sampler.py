@@ -89,6 +89,9 @@ class RunSource(FeedSource):
                 break
         self._points = run.take_history_points(time.time())
         if run.watcher is not None:
+            for entry in run.checkpoints_validated():
+                run.watcher.save(entry)
+                self._announce(entry)
             for entry in run.watcher.look():
                 run.checkpoint_done(entry)
                 if run.meta.get("measure") and measure.servable(entry):

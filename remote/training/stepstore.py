@@ -75,6 +75,21 @@ class StepWriter:
             self.conn.execute("ROLLBACK")
             raise
 
+    def validation_of(self, epoch):
+        """The newest validation record of `epoch` (as training.curves gives it), or None."""
+        return self._one("SELECT * FROM records WHERE kind = 1 AND epoch = ? ORDER BY offset DESC LIMIT 1", (epoch,),
+                         _validation_entry)
+
+    def step_at(self, step):
+        """The step record of `step` (the newest, should the log repeat it), or None."""
+        return self._one("SELECT * FROM records WHERE kind = 0 AND step = ? ORDER BY offset DESC LIMIT 1", (step,), _step_entry)
+
+    def _one(self, query, args, entry):
+        cursor = self.conn.cursor()
+        cursor.row_factory = sqlite3.Row
+        row = cursor.execute(query, args).fetchone()
+        return entry(row) if row is not None else None
+
     def close(self):
         self.conn.close()
 

@@ -96,11 +96,21 @@ def cmd_curves(args):
 
     def text():
         latest = reply.get("latest") or {}
+        predicted = reply.get("prediction") or {}
+        said = _length(predicted.get("accept_length"))
+        if predicted.get("from") == "validation":
+            said += " (validation, epoch %s)" % predicted.get("epoch", "-")
+        elif predicted.get("from"):
+            said += " (training steps, step %s)" % predicted.get("step", "-")
         lines = ["step %s  epoch %s  loss %s  predicted accept length %s  eta %s" % (
-            latest.get("step", "-"), latest.get("epoch", "-"), latest.get("loss", "-"),
-            _length(reply.get("predicted_accept_length")), _eta(reply.get("eta_s")))]
-        if latest.get("full_acc"):
-            lines.append("full acc " + " ".join("%.3f" % v for v in latest["full_acc"]))
+            latest.get("step", "-"), latest.get("epoch", "-"), latest.get("loss", "-"), said, _eta(reply.get("eta_s")))]
+        if predicted.get("full_acc"):
+            # The accuracies the prediction is 1 + the sum of, from the record it was taken from.
+            lines.append("full acc (%s) %s" % (predicted["from"], " ".join("%.3f" % v for v in predicted["full_acc"])))
+        judged = reply.get("verdict")
+        if reply.get("break_even") is not None:
+            lines.append("break-even %.2f (%s): %s" % (reply["break_even"], reply.get("break_even_source"), (
+                "%s (%s %.2f)" % (judged["verdict"], judged["judged"], judged["accept_length"]) if judged else "-")))
         for entry in reply.get("validation", []):
             lines.append("validation epoch %s: loss %s, predicted accept length %s" % (entry.get("epoch"), entry.get("loss"),
                                                                                       _length(entry.get("predicted_accept_length"))))
@@ -136,8 +146,11 @@ def _checkpoint_line(entry):
     measuring = ""
     if measure.get("state") in ("queued", "running", "failed", "skipped"):
         measuring = "  (measurement %s%s)" % (measure["state"], ": " + measure["error"] if measure.get("error") else "")
+    predicted = _length(entry.get("predicted_accept_length"))
+    if entry.get("predicted_accept_length") is not None and entry.get("predicted_from"):
+        predicted += " (%s)" % entry["predicted_from"]
     return "checkpoint %s  step %s  %s  predicted %s  measured %s  %s%s%s" % (
-        entry["path"], entry.get("step", "-"), entry.get("format") or "-", _length(entry.get("predicted_accept_length")),
+        entry["path"], entry.get("step", "-"), entry.get("format") or "-", predicted,
         _length(entry.get("measured_accept_length")), entry.get("verdict"), "  (best)" if entry.get("best") else "", measuring)
 
 

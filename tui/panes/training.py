@@ -5,6 +5,13 @@ epoch progress, step rate, ETA, tokens/s; the checkpoint list with validation me
 and measured accept length and verdict; the run's alerts (a NaN loss, a loss that stopped
 falling, a non-zero exit).
 
+It opens on the newest live training run (else the newest run) and follows the newest live one
+until a run is picked with [ or ]. A run has one predicted accept length, its newest
+validation's when it has validation records, else its newest training step's (the rule and
+the formula are remote/training/curves.py's, which `specdeck curves` prints too): the headline
+says which it is, the chart draws that one, and the verdict against break-even judges it (or
+the newest measured checkpoint, said so).
+
 It loads a run's curves from the host (`training.curves`: every step, or buckets of steps with
 their loss min and max for a long run) and follows `training.follow` for the records after them, so a console that connects after
 a night sees the night. Drawing is at most twice a second: a run logging 10 steps a second must
@@ -17,11 +24,14 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.widgets import DataTable, Static
 
+from remote.training import curves as run_curves
+
 from ..display import format_duration
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from .base import Pane
-from .training_series import accept_series, checkpoint_row, loss_text, metric_series, number
+from .training_series import (CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, loss_text, metric_series, number,
+                              run_prediction)
 
 KINDS = ("training", "datagen")
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
@@ -49,6 +59,7 @@ class TrainingPane(Pane):
     TrainingPane #training-charts { height: 1fr; }
     TrainingPane #training-charts TimeChart { width: 1fr; }
     TrainingPane #training-checkpoints { height: auto; max-height: 8; }
+    TrainingPane #training-legend { height: 1; color: $text-muted; }
     """
 
     def __init__(self, **kwargs):
@@ -56,6 +67,7 @@ class TrainingPane(Pane):
         self.runs = []  # job ids, oldest first
         self.jobs = {}  # id -> the job (book)
         self.selected = None
+        self.picked = False  # a run picked with [ or ]: no longer follow the newest live one
         self.metric = METRICS[0]
         self.curves = {}  # id -> {steps, validation, checkpoints, alerts, break_even, ...} (training.curves + live)
         self.progress = {}  # id -> the sampler's latest progress (stream snapshot, job events)
@@ -70,11 +82,12 @@ class TrainingPane(Pane):
             yield TimeChart(title="loss", time_axis=False, id="training-metric-chart")
             yield TimeChart(title="accept length", time_axis=False, id="training-accept-chart")
         yield DataTable(id="training-checkpoints", cursor_type="row", zebra_stripes=True)
+        yield Static(Text(LEGEND), id="training-legend")
         yield self.status_line()
 
     def on_mount(self):
         table = self.query_one("#training-checkpoints", DataTable)
-        table.add_columns("ckpt", "step", "val loss", "predicted", "measured", "verdict")
+        table.add_columns(*CHECKPOINT_COLUMNS)
         self.follow("training.follow", {}, self._on_records)
         self.set_interval(DRAW_EVERY_S, self._draw_if_dirty)
         self.set_interval(RELOAD_S, self._reload_running)
@@ -95,11 +108,21 @@ class TrainingPane(Pane):
                 if job["id"] == self.selected:
                     self._load(job["id"])  # the end's alerts and the last checkpoints
         self.runs.sort(key=lambda job_id: int(job_id[1:]) if job_id[1:].isdigit() else 0)
-        if self.selected is None and self.runs:
-            self.select(self.runs[-1])
+        preferred = self._preferred()
+        if preferred is not None and preferred != self.selected and not self.picked:
+            self.select(preferred)
         else:
             self._dirty = True
             self._draw_if_dirty()
+
+    def _preferred(self):
+        """The run to open on: the newest live training run, else the newest live one, else the newest."""
+        live = [job_id for job_id in self.runs if self.jobs[job_id]["process_state"] in LIVE]
+        training = [job_id for job_id in live if self.jobs[job_id]["kind"] == "training"]
+        for candidates in (training, live, self.runs):
+            if candidates:
+                return candidates[-1]
+        return None
 
     def select(self, job_id):
         self.selected = job_id
@@ -183,8 +206,6 @@ class TrainingPane(Pane):
                 self._check_alerts(record["job"], extra="the loss became NaN at step %s" % record.get("step"))
             if len(kept) - curves.get("loaded_steps", 0) > MAX_LIVE_STEPS:
                 self._load(record["job"])  # many live steps: the store's buckets draw them as well
-        else:
-            curves["predicted_accept_length"] = record.get("predicted_accept_length")
 
     def _alerts(self, job_id):
         curves = self.curves.get(job_id) or {}
@@ -255,19 +276,24 @@ class TrainingPane(Pane):
             number(step, "%d"), "/%d" % steps_total if steps_total else "", number(epoch, "%d"),
             "/%d" % epochs_total if epochs_total else "", number(rate, "%.2f"), format_duration(eta) if eta is not None else "-",
             number(latest.get("tokens_per_s"), "%.0f"), loss_text(latest.get("loss", progress.get("loss")))))
-        predicted = latest.get("predicted_accept_length", progress.get("predicted_accept_length"))
-        validated = curves.get("predicted_accept_length") if curves.get("validation") else progress.get("validation_predicted_accept_length")
-        measured = [c for c in curves.get("checkpoints") or [] if c.get("measured_accept_length") is not None]
-        text.append("accept length predicted %s (val %s) measured %s" % (
-            number(predicted), number(validated), "%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
-            if measured else "-"))
+        predicted = run_prediction(curves, progress)
+        checkpoints = curves.get("checkpoints") or []
+        measured = [c for c in checkpoints if c.get("measured_accept_length") is not None]
+        where = ("epoch %s" % number(predicted["epoch"], "%d")) if predicted["from"] == "validation" else (
+            "step %s" % number(predicted["step"], "%d"))
+        text.append("predicted accept length %s" % number(predicted["accept_length"]))
+        if predicted["from"] is not None:
+            text.append(" (%s, %s)" % (predicted["from"], where))
+        text.append("  measured %s" % ("%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
+                                       if measured else "-"))
         line, source = self._break_even(job, curves)
         if line is not None:
             text.append("  break-even %.2f (%s)" % (line, source))
-            judged = measured[-1]["measured_accept_length"] if measured else (validated or predicted)
+            judged = run_curves.against_break_even(predicted, checkpoints, line)
             if judged is not None:
-                above = judged >= line
-                text.append(" %s" % ("above" if above else "BELOW"), style="green" if above else "bold yellow")
+                text.append(" %s" % judged["verdict"], style="green" if judged["verdict"] == "ABOVE" else "bold yellow")
+                if judged["judged"] == "measured":
+                    text.append(" (measured)")
         else:
             text.append("  break-even not known: m measures a checkpoint")
         return text
@@ -286,7 +312,10 @@ class TrainingPane(Pane):
         accept_chart = self.query_one("#training-accept-chart", TimeChart)
         line, _ = self._break_even(self.jobs.get(self.selected) or {}, curves)
         accept_chart.thresholds = [(line, "break-even")] if line is not None else []
-        series = accept_series(steps, curves.get("validation") or [], curves.get("checkpoints") or [])
+        predicted = run_prediction(curves, self.progress.get(self.selected) or {})
+        # The legend shows labels only beside another series: the title says which prediction it is.
+        accept_chart.title = "accept length, predicted from %s" % predicted["from"] if predicted["from"] else "accept length"
+        series = accept_series(steps, curves.get("validation") or [], curves.get("checkpoints") or [], predicted)
         values = [p[1] for points in series.values() for p in points] + ([line] if line is not None else [])
         # Room above the line: the legend sits top left, where the line's label would be.
         accept_chart.y_range = (min(values + [1.0]), max(values) * 1.4) if values else None
@@ -317,6 +346,7 @@ class TrainingPane(Pane):
             self.notify("no training run to show", severity="warning")
             return
         index = self.runs.index(self.selected) if self.selected in self.runs else 0
+        self.picked = True
         self.select(self.runs[(index + step) % len(self.runs)])
 
     def action_next_metric(self):

@@ -1,4 +1,12 @@
-"""What the Training pane draws, from a run's records: the curves against steps, a checkpoint's row."""
+"""What the Training pane draws, from a run's records: the curves against steps, the run's one
+predicted accept length (remote/training/curves.py's `prediction`, the same `specdeck curves`
+prints), where it stands against break-even, a checkpoint's row."""
+
+from remote.training import curves as run_curves
+
+SHORT_FROM = {"validation": "val", "training steps": "train"}  # a checkpoint row's predicted cell
+CHECKPOINT_COLUMNS = ("ckpt (* best)", "step", "val loss", "predicted", "measured", "verdict")
+LEGEND = "* best: checkpoint_best   predicted: val = its epoch's validation, train = the training steps'"
 
 
 def number(value, pattern="%.2f"):
@@ -31,13 +39,35 @@ def metric_series(steps, metric):
     return series
 
 
-def accept_series(steps, validation, checkpoints):
-    """Predicted accept length per step and per validation epoch, measured per checkpoint, against steps."""
+def run_prediction(curves, progress):
+    """The run's one predicted accept length (`{accept_length, from, step, epoch, full_acc}`),
+    from its loaded and live records, else from its progress before they are loaded."""
+    steps, validation = curves.get("steps") or [], curves.get("validation") or []
+    latest = curves.get("latest") or (steps[-1] if steps else None)
+    last_validation = validation[-1] if validation else None
+    if latest is None and last_validation is None and progress:
+        latest = {"predicted_accept_length": progress.get("predicted_accept_length"), "step": progress.get("step"),
+                  "epoch": progress.get("epoch")}
+        if progress.get("validation_predicted_accept_length") is not None:
+            last_validation = {"predicted_accept_length": progress["validation_predicted_accept_length"]}
+    return run_curves.prediction(latest, last_validation)
+
+
+def accept_series(steps, validation, checkpoints, predicted):
+    """The run's one predicted accept length over steps (validation per epoch, or the training
+    steps' when the run has no validation yet: `predicted["from"]` says which), ending at the
+    value the headline shows, and the measured one per checkpoint, against steps."""
+    records = validation if predicted["from"] == "validation" else steps
+    line = [[e["step"], e["predicted_accept_length"]] for e in records
+            if e.get("step") is not None and e.get("predicted_accept_length") is not None]
+    if predicted["accept_length"] is not None and predicted["step"] is not None:
+        # A long run's steps come in buckets (their mean): its last point is the newest step itself.
+        if line and line[-1][0] >= predicted["step"]:
+            line[-1] = [line[-1][0], predicted["accept_length"]]
+        else:
+            line.append([predicted["step"], predicted["accept_length"]])
     series = {
-        "predicted": [[e["step"], e["predicted_accept_length"]] for e in steps
-                      if e.get("step") is not None and e.get("predicted_accept_length") is not None],
-        "validation": [[e["step"], e["predicted_accept_length"]] for e in validation
-                       if e.get("step") is not None and e.get("predicted_accept_length") is not None],
+        "predicted (%s)" % predicted["from"]: line,
         "measured": [[c["step"], c["measured_accept_length"]] for c in checkpoints
                      if c.get("step") is not None and c.get("measured_accept_length") is not None],
     }
@@ -45,15 +75,19 @@ def accept_series(steps, validation, checkpoints):
 
 
 def checkpoint_row(entry):
+    """The cells of one checkpoint in CHECKPOINT_COLUMNS' order."""
     validation = entry.get("validation") or {}
     measure = entry.get("measure") or {}
-    verdict = entry.get("verdict") or "-"
+    verdict_text = entry.get("verdict") or "-"
     if measure.get("state") == "queued":
-        verdict += ", to measure"
+        verdict_text += ", to measure"
     elif measure.get("state") == "running":
-        verdict += ", bench %s" % (measure.get("phase") or "running")
+        verdict_text += ", bench %s" % (measure.get("phase") or "running")
     elif measure.get("state") == "failed":
-        verdict += ", measure failed"
+        verdict_text += ", measure failed"
+    predicted = number(entry.get("predicted_accept_length"))
+    if entry.get("predicted_accept_length") is not None and entry.get("predicted_from") in SHORT_FROM:
+        predicted += " " + SHORT_FROM[entry["predicted_from"]]
     return (entry["name"] + (" *" if entry.get("best") else ""), number(entry.get("step"), "%d"), loss_text(validation.get("loss")),
-            number(entry.get("predicted_accept_length")), number(entry.get("measured_accept_length")), verdict)
+            predicted, number(entry.get("measured_accept_length")), verdict_text)
 
