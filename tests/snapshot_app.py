@@ -65,6 +65,7 @@ def training_curves():
         listed.append({"path": "/data/runs/tiny-eagle3/%d" % epoch, "name": str(epoch), "step": entry["step"], "epoch": epoch,
                        "format": "speculators", "verdict": "below break-even", "best": epoch == 1,
                        "validation": {"loss": entry["loss"]}, "predicted_accept_length": entry["predicted_accept_length"],
+                       "predicted_from": "validation",
                        "measured_accept_length": None,
                        "measure": {"state": "running", "phase": "baseline", "job": "j12"} if epoch == 1 else None})
     return {"id": "j11", "steps": steps, "validation": validation, "latest": steps[-1],

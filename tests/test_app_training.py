@@ -12,15 +12,18 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
 from textual.widgets import DataTable, Static
 
 from remote.training import logparse
 from tests import checkpoint_fixtures
 from tests.conftest import run_cli
 from tests.one_pane import OnePane
+from tests.snapshot_app import SnapshotApp, freeze
 from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import wait_until
 from tests.test_training_run import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tui.app import PANES
 from tui.panes.training import TrainingPane
 from tui.widgets.chart import TimeChart
 
@@ -64,7 +67,7 @@ def assert_pane_tells_what_curves_tells(pane, reply):
         short = {"validation": "val", "training steps": "train"}[checkpoint["predicted_from"]]
         assert table.get_row_at(index)[3] == "%.2f %s" % (checkpoint["predicted_accept_length"], short)
     legend = text_of(pane, "#training-legend")
-    assert "* best" in legend and "val = its epoch's validation" in legend and "train = the training steps'" in legend
+    assert "* best (checkpoint_best)" in legend and "val = epoch's validation" in legend and "train = steps" in legend
 
 
 def replayed_log():
@@ -148,3 +151,18 @@ async def test_pane_on_a_real_speculators_run(speculators_python, client, agent_
             state = json.loads((Path(checkpoint["path"]) / "training_state.json").read_text())
             assert checkpoint["step"] == state["global_step"] - 1
         assert len(set(c["step"] for c in reply["checkpoints"])) == 2
+
+
+@pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
+def test_training_pane_snapshot(snap_compare, monkeypatch, size):
+    """The Training pane of the snapshot console (tests/snapshot_app.py): the live run j11 (not the
+    older failed j9), its validation's prediction said so, both checkpoints at their own steps,
+    the legend under them."""
+    freeze(monkeypatch)
+
+    async def show_training(pilot):
+        await pilot.pause()
+        await pilot.press(str(next(n for n, pane in enumerate(PANES, 1) if pane is TrainingPane)))
+        await pilot.pause(0.3)
+
+    assert snap_compare(SnapshotApp(host="gpu01"), terminal_size=size, run_before=show_training)

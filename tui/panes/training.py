@@ -314,7 +314,7 @@ class TrainingPane(Pane):
         accept_chart.thresholds = [(line, "break-even")] if line is not None else []
         predicted = run_prediction(curves, self.progress.get(self.selected) or {})
         # The legend shows labels only beside another series: the title says which prediction it is.
-        accept_chart.title = "accept length, predicted from %s" % predicted["from"] if predicted["from"] else "accept length"
+        accept_chart.title = "accept length (%s)" % predicted["from"] if predicted["from"] else "accept length"
         series = accept_series(steps, curves.get("validation") or [], curves.get("checkpoints") or [], predicted)
         values = [p[1] for points in series.values() for p in points] + ([line] if line is not None else [])
         # Room above the line: the legend sits top left, where the line's label would be.

@@ -6,7 +6,7 @@ from remote.training import curves as run_curves
 
 SHORT_FROM = {"validation": "val", "training steps": "train"}  # a checkpoint row's predicted cell
 CHECKPOINT_COLUMNS = ("ckpt (* best)", "step", "val loss", "predicted", "measured", "verdict")
-LEGEND = "* best: checkpoint_best   predicted: val = its epoch's validation, train = the training steps'"
+LEGEND = "* best (checkpoint_best)  predicted: val = epoch's validation, train = steps"  # fits 80 columns
 
 
 def number(value, pattern="%.2f"):
