@@ -77,7 +77,10 @@ def build_parser():
     for area in AREAS:
         area.add_commands(commands)
     for p in commands.choices.values():
-        connection_options(p)
+        if p.get_default("host_options") is False:  # reaches no host: options for one would mean nothing
+            p.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr as well")
+        else:
+            connection_options(p)
         p.add_argument("--json", action="store_true", help="machine-readable output (errors too, as JSON on stderr)")
     parser.command_names = frozenset(commands.choices)
     return parser

@@ -62,7 +62,7 @@ def add_commands(commands):
     p.add_argument("--window", default=None, metavar="DURATION", help="over the last 30s, 5m, 8h, 1d (default: all the sampler has, an hour at most)")
 
     p = commands.add_parser("breakeven", help="the accept length speculation needs to pay off")
-    p.set_defaults(func=cmd_breakeven)
+    p.set_defaults(func=cmd_breakeven, host_options=False)  # arithmetic on this machine: no --python, --accept-new
     p.add_argument("--cycle-ms", type=float, required=True, metavar="MS", help="one draft+verify cycle of the speculative server")
     p.add_argument("--baseline-tps", type=float, required=True, metavar="TPS", help="the baseline's tokens/s per sequence")
     p.add_argument("--k", type=int, metavar="N", help="tokens drafted per cycle (the most a cycle yields is K+1)")
