@@ -50,13 +50,36 @@ def _value(key, value):
     return value
 
 
-def capabilities_text(capabilities):
+def capabilities_text(capabilities, services=()):
+    """What the host can use, `name version` each, `name -` for what it cannot; and why NVML
+    cannot when its bindings are there but it did not load (no driver library, no GPU): a host
+    without GPUs must not read as one whose GPUs can be watched."""
     found = []
+    nvml_failure = _nvml_failure(capabilities, services)
     for name, value in sorted((capabilities or {}).items()):
         if name == "python":
             continue
-        found.append("%s %s" % (name, value.get("version", "")) if value else "%s -" % name)
-    return "  ".join(found)
+        usable = value and not (name == "nvml" and nvml_failure)
+        found.append("%s %s" % (name, value.get("version", "")) if usable else "%s -" % name)
+    text = "  ".join(found)
+    if nvml_failure:
+        text += "\nnvml cannot be used: %s" % nvml_failure
+    return text
+
+
+def _nvml_failure(capabilities, services):
+    """Why NVML does not work on the host (the telemetry service's word, else the missing
+    driver library), or None when it does or its bindings are not installed at all."""
+    nvml = (capabilities or {}).get("nvml")
+    if not nvml:
+        return None
+    for service in services or ():
+        state = ((service.get("detail") or {}).get("nvml") or {}) if service.get("name") == "telemetry" else {}
+        if state.get("available") is False:
+            return state.get("reason") or "it did not start"
+    if nvml.get("driver_library") is False:
+        return "the NVIDIA driver's library (libnvidia-ml) is not on this host"
+    return None
 
 
 class HostInfoScreen(ModalScreen[None]):
@@ -78,7 +101,7 @@ class HostInfoScreen(ModalScreen[None]):
                 info.get("agent_version"), info.get("build"), info.get("protocol"), python.get("version"), python.get("executable"),
                 info.get("daemon_pid"), format_duration(info.get("uptime_s")), info.get("state_dir"))))
             yield Label("Can use", classes="help-section")
-            yield Static(Text(capabilities_text(info.get("capabilities"))))
+            yield Static(Text(capabilities_text(info.get("capabilities"), info.get("services"))), id="host-capabilities")
             yield Label("Services", classes="help-section")
             yield Static(services_table(info.get("services") or []), id="host-services")
             yield Label("n notifications (phone, chat), escape or i to close", classes="dialog-hint")

@@ -1,0 +1,28 @@
+"""The host view (`i`) on a host without a working NVML (this machine: the bindings are
+installed, the driver's library is not): NVML is not among what the host can use, and the
+view says why."""
+
+import ctypes.util
+
+import pytest
+from textual.widgets import Static
+
+from tests.test_app_jobs import SIZE, connected, wait_until
+from tui.app import SpecdeckApp
+from tui.screens.host_info import HostInfoScreen
+
+
+@pytest.mark.skipif(bool(ctypes.util.find_library("nvidia-ml")), reason="this machine has NVIDIA's driver library")
+async def test_the_host_view_does_not_list_nvml_as_usable_when_it_failed_to_load(agent_home):
+    app = SpecdeckApp(host="local")
+    async with app.run_test(size=SIZE) as pilot:
+        await connected(pilot)
+        # The telemetry service has tried NVML once its first sample is out.
+        await wait_until(pilot, lambda: (app.client.call("telemetry.latest") or {}).get("nvml") is not None, message="a first sample")
+        await pilot.press("i")
+        await wait_until(pilot, lambda: isinstance(app.screen, HostInfoScreen), message="the host screen")
+        can_use = str(app.screen.query_one("#host-capabilities", Static).render())
+        first_line, _, why = can_use.partition("\n")
+        assert "nvml -" in first_line.split("  "), first_line
+        assert "safetensors" in first_line and "safetensors -" not in first_line  # what does load is still listed
+        assert why.startswith("nvml cannot be used: ") and "NVML" in why, why
