@@ -19,7 +19,6 @@ from remote.telemetry.alerts import alert_text, alert_title
 from remote.telemetry.sample import apply_delta
 
 from .. import display
-from ..messages import AgentError
 from ..widgets.chart import TimeChart
 from .base import Pane
 
@@ -312,39 +311,35 @@ class GpusPane(Pane):
     # -- connection, alerts
 
     def client_ready(self):
-        client = self.client
         if self.active:
             self._query_history()
-        self.run_worker(lambda: self._connect_alerts(client), thread=True, exit_on_error=False, group="gpu-alerts")
+        # Send this host's alert settings, show what fired while nobody watched, then follow
+        # (a lost link is said by the header; the next connection tries again).
+        self.request("telemetry.configure", self._alert_settings, title="GPU alerts", notify="refusals",
+                     done=lambda _: self.request("telemetry.alerts", {"unseen": True}, title="GPU alerts", notify="refusals",
+                                                 done=self._follow_alerts))
 
-    def _connect_alerts(self, client):
-        """Send this host's alert settings, show what fired while nobody watched, then follow."""
-        from remote.core.protocol import RemoteError
-
-        from ..client import ConnectError
+    def _alert_settings(self):
+        """telemetry.configure's params from this host's settings (a file: on the request's
+        worker), or None when there is nothing to send."""
         from ..config import host_settings
 
         host = getattr(self.app, "host", None)
         settings = host_settings(host) if host else {}
-        try:
-            configure = {}
-            if isinstance(settings.get("alerts"), dict):
-                configure["alerts"] = settings["alerts"]
-            if settings.get("checkpoint_dir"):
-                configure["checkpoint_dirs"] = [settings["checkpoint_dir"]]
-            if configure:
-                client.call("telemetry.configure", configure)
-            unseen = client.call("telemetry.alerts", {"unseen": True})["alerts"]
-            if unseen:
-                self.app.call_from_thread(self._announce, unseen, True)
-            if self._alerts is not None:
-                self._alerts.cancel()
-            self._alerts = client.subscribe("telemetry.alerts_follow", {},
-                                            lambda data, seq: self.app.call_from_thread(self._announce, data.get("records") or [], False))
-        except RemoteError as exc:
-            self.post_message(AgentError(exc.message, "GPU alerts"))
-        except ConnectError:
-            pass  # the next connection tries again
+        configure = {}
+        if isinstance(settings.get("alerts"), dict):
+            configure["alerts"] = settings["alerts"]
+        if settings.get("checkpoint_dir"):
+            configure["checkpoint_dirs"] = [settings["checkpoint_dir"]]
+        return configure or None
+
+    def _follow_alerts(self, unseen):
+        self._announce(unseen["alerts"], True)
+        # Alerts ring whichever pane is shown: this stream runs while the pane is hidden, and
+        # the pane base starts it again on a new client.
+        if self._alerts is None or self._alerts.ended:
+            self._alerts = self.follow("telemetry.alerts_follow", {}, while_hidden=True,
+                                       on_data=lambda items: self._announce([r for data, _ in items for r in data.get("records") or []], False))
 
     def _announce(self, alerts, missed):
         if not alerts:
@@ -357,11 +352,3 @@ class GpusPane(Pane):
         self.notify("\n".join(lines), title=title, severity="warning", timeout=30 if missed else 15, markup=False)
         until = max(max(a["fired_at"], a.get("ended_at") or 0) for a in alerts)
         self.request("telemetry.alerts_seen", {"until": until}, title="alerts")
-
-    def on_unmount(self):
-        super().on_unmount()
-        if self._alerts is not None:
-            subscription, self._alerts = self._alerts, None
-            import threading
-
-            threading.Thread(target=subscription.cancel, daemon=True).start()
