@@ -50,7 +50,8 @@ class Requests:
                 notify=True, prepare=None):
         """Call `method` on a worker thread; `done(result)` runs on the UI thread.
 
-        `params` may be a function, called on the worker (a token read from a file);
+        `params` may be a function, called on the worker (settings read from a file; when it
+        returns None there is nothing to send, and `done` gets None);
         `prepare(result)`, if given, also runs there and its return goes to `done` (work that
         must not block the UI, such as writing the config). A failure is shown once, as a
         notification titled `title` (with `notify=False`, or a lost link when `notify` is
@@ -90,8 +91,8 @@ class _Call:
 
     def run(self):
         try:
-            params = self.params() if callable(self.params) else self.params
-            result = self.client.call(self.method, params or {}, timeout=self.timeout)
+            params = self.params() if callable(self.params) else self.params or {}
+            result = None if params is None else self.client.call(self.method, params, timeout=self.timeout)
             if self.prepare is not None:
                 result = self.prepare(result)
         except (RemoteError, ConnectError) as exc:

@@ -13,20 +13,18 @@ started through the daemon would not see). The hub token of the console's enviro
 the request (never into the params the form hands back).
 """
 
+import functools
 import os
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, Static
 
-from remote.core.protocol import RemoteError
-
 from .. import config, display
-from ..client import ConnectError
+from ..requests import Requests
 
 START_TIMEOUT_S = 180.0  # the agent may take up to 120 s to resolve the file list
 
@@ -79,7 +77,7 @@ def form_params(values):
     }
 
 
-class DownloadForm(ModalScreen):
+class DownloadForm(Requests, ModalScreen):
     """Ask for a repo and a directory, start the download on the host."""
 
     DEFAULT_CSS = """
@@ -98,22 +96,6 @@ class DownloadForm(ModalScreen):
     """
 
     BINDINGS = [Binding("escape", "cancel", "cancel")]
-
-    class Started(Message):
-        """download.start accepted the request."""
-
-        def __init__(self, job, params):
-            super().__init__()
-            self.job = job
-            self.params = params
-
-    class Refused(Message):
-        """download.start refused: the agent's one line."""
-
-        def __init__(self, error_type, message):
-            super().__init__()
-            self.error_type = error_type
-            self.message = message
 
     def __init__(self, values=None, host=None):
         super().__init__()
@@ -181,21 +163,14 @@ class DownloadForm(ModalScreen):
         remember = self.query_one("#form-remember", Checkbox).value and bool(params["python"])
         self._start(params, self._host(), remember)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="download-form")
     def _start(self, params, host, remember):
-        client = getattr(self.app, "client", None)
-        if client is None:
-            self.post_message(self.Refused("NotConnected", "not connected to a host"))
-            return
-        try:
-            job = client.call("download.start", dict(params, token=config.hub_token()), timeout=START_TIMEOUT_S)
-        except RemoteError as exc:
-            message = config.name_host(display.console_next_step(exc.message, in_download_form=True), host)
-            self.post_message(self.Refused(exc.type, console_hint(exc.type, message, in_form=True)))
-            return
-        except ConnectError as exc:
-            self.post_message(self.Refused("NotConnected", str(exc)))
-            return
+        # A refusal is said in the form (what was typed stays), so no notification besides.
+        self.request("download.start", dict(params, token=config.hub_token()), timeout=START_TIMEOUT_S, group="download-form",
+                     exclusive=True, notify=False, prepare=lambda job: self._remember(job, params, host, remember),
+                     done=lambda job: self._started(job, params), failed=functools.partial(self._refused, host))
+
+    def _remember(self, job, params, host, remember):
+        """On the request's worker (the config is a file): what this download should leave behind."""
         remembered = {"ml_python": params["python"]} if remember else {}
         if params["endpoint"] != config.remembered(host, "hub_endpoint"):
             remembered["hub_endpoint"] = params["endpoint"]  # the endpoint used last, per host (None forgets it)
@@ -205,20 +180,21 @@ class DownloadForm(ModalScreen):
             except (OSError, config.ConfigError) as exc:
                 self.app.call_from_thread(self.app.notify, "could not remember %s: %s" % (" and ".join(remembered), exc),
                                           severity="warning", markup=False)
-        self.post_message(self.Started(job, params))
+        return job
 
-    def on_worker_state_changed(self, event):
-        if event.worker.group == "download-form" and event.worker.error is not None:
-            self.busy = False
-            self._show_error("starting the download failed: %s" % event.worker.error)
-
-    def on_download_form_started(self, message):
+    def _started(self, job, params):
         self.busy = False
-        self.dismiss({"job": message.job, "params": message.params})
+        self.dismiss({"job": job, "params": params})
 
-    def on_download_form_refused(self, message):
+    def _refused(self, host, failure):
         self.busy = False
-        self._show_error(message.message)
+        if failure.error_type == "InternalError":
+            self._show_error("starting the download failed: %s" % failure)
+        elif failure.error_type == "NotConnected":
+            self._show_error(failure)
+        else:
+            message = config.name_host(display.console_next_step(failure, in_download_form=True), host)
+            self._show_error(console_hint(failure.error_type, message, in_form=True))
 
     def _show_error(self, text, busy=False):
         error = self.query_one("#form-error", Static)

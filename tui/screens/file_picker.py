@@ -6,21 +6,19 @@ path (typing "/" or "~" in the list starts one): Enter there picks it, or opens 
 ends with "/".
 """
 
+import functools
 import posixpath
 
 from rich.text import Text
-from textual import on, work
+from textual import on
 from textual.binding import Binding
 from textual.containers import Vertical
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from remote.core.protocol import RemoteError
-
-from ..client import ConnectError
 from ..display import format_bytes, format_time
+from ..requests import Requests
 
 LIST_TIMEOUT_S = 30.0
 # Two short lines (the dialog is 68 cells wide inside at 80 columns), saying what each key does.
@@ -28,7 +26,7 @@ HINT = "Enter open dir/pick file   o pick highlighted   Backspace up\n/ or ~ typ
 PARENT = ".."
 
 
-class FilePicker(ModalScreen):
+class FilePicker(Requests, ModalScreen):
     """Pick a file or directory on the host; dismisses with its path, or None on Escape."""
 
     DEFAULT_CSS = """
@@ -50,21 +48,6 @@ class FilePicker(ModalScreen):
         Binding("slash", "type_path('/')", "type a path", show=False),
         Binding("tilde", "type_path('~')", "type a path", show=False),
     ]
-
-    class Listed(Message):
-        """A directory listing arrived from the host."""
-
-        def __init__(self, listing):
-            super().__init__()
-            self.listing = listing
-
-    class ListFailed(Message):
-        """The host refused to list a directory."""
-
-        def __init__(self, path, message):
-            super().__init__()
-            self.path = path
-            self.message = message
 
     def __init__(self, start_path="~", title="Pick a checkpoint on the host"):
         super().__init__()
@@ -93,21 +76,12 @@ class FilePicker(ModalScreen):
         self._set_status("listing %s ..." % path)
         self._fetch(path)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="picker-list")
     def _fetch(self, path):
-        client = getattr(self.app, "client", None)
-        if client is None:
-            self.post_message(self.ListFailed(path, "not connected to a host"))
-            return
-        try:
-            listing = client.call("fs.list", {"path": path}, timeout=LIST_TIMEOUT_S)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.ListFailed(path, getattr(exc, "message", None) or str(exc)))
-            return
-        self.post_message(self.Listed(listing))
+        # A refusal (no such directory) is said in the picker's status line, not as a notification.
+        self.request("fs.list", {"path": path}, done=self._listed, failed=functools.partial(self._list_failed, path),
+                     timeout=LIST_TIMEOUT_S, group="picker-list", exclusive=True, notify=False)
 
-    def on_file_picker_listed(self, message):
-        listing = message.listing
+    def _listed(self, listing):
         self.directory = listing["path"]
         self.parent_directory = listing.get("parent")
         self.query_one("#picker-path", Input).value = self.directory
@@ -127,8 +101,8 @@ class FilePicker(ModalScreen):
         note = " (only the first %d shown)" % count if listing.get("truncated") else ""
         self._set_status("%d entr%s%s\n%s" % (count, "y" if count == 1 else "ies", note, HINT))
 
-    def on_file_picker_list_failed(self, message):
-        self._set_status("%s: %s" % (message.path, message.message), error=True)
+    def _list_failed(self, path, message):
+        self._set_status("%s: %s" % (path, message), error=True)
 
     @staticmethod
     def _entry_label(entry):

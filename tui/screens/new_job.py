@@ -13,18 +13,14 @@ import shlex
 import weakref
 
 from rich.text import Text
-from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import Checkbox, Input, Label, Select, Static
 
-from remote.core.protocol import RemoteError
-
 from ..cli.common import env_entries
-from ..client import ConnectError
+from ..requests import Requests
 
 KINDS = ("command", "server", "training", "benchmark")  # as `specdeck run --kind`
 SUBMIT_TIMEOUT_S = 60.0
@@ -78,7 +74,7 @@ def submit_params(values):
     return params
 
 
-class NewJobScreen(ModalScreen[dict]):
+class NewJobScreen(Requests, ModalScreen[dict]):
     """Asks for a command line and the rest of `specdeck run`'s options, starts the job on the
     host; dismisses with the job the host started, or None when cancelled."""
 
@@ -96,20 +92,6 @@ class NewJobScreen(ModalScreen[dict]):
     NewJobScreen #new-job-error.busy { color: $text-muted; }
     NewJobScreen .dialog-title { margin-bottom: 0; }
     """
-
-    class Started(Message):
-        """jobs.submit accepted the job."""
-
-        def __init__(self, job):
-            super().__init__()
-            self.job = job
-
-    class Refused(Message):
-        """jobs.submit refused, or the host could not be asked: the one line why."""
-
-        def __init__(self, message):
-            super().__init__()
-            self.message = message
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -162,37 +144,21 @@ class NewJobScreen(ModalScreen[dict]):
         self._show_error("starting %s on the host ..." % shlex.join(params["argv"]), busy=True)
         self._submit(params)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="new-job")
     def _submit(self, params):
-        client = getattr(self.app, "client", None)
-        if client is None:
-            self.post_message(self.Refused("not connected to the host yet"))
-            return
-        try:
-            job = client.call("jobs.submit", params, timeout=SUBMIT_TIMEOUT_S)
-        except RemoteError as exc:
-            self.post_message(self.Refused(exc.message))
-            return
-        except ConnectError as exc:
-            self.post_message(self.Refused(str(exc)))
-            return
-        self.post_message(self.Started(job))
+        # The form shows a refusal itself (what was typed stays), so no notification besides.
+        self.request("jobs.submit", params, done=self._started, failed=self._refused, timeout=SUBMIT_TIMEOUT_S,
+                     group="new-job", exclusive=True, notify=False)
 
-    def on_worker_state_changed(self, event):
-        if event.worker.group == "new-job" and event.worker.error is not None:
-            self.busy = False
-            self._show_error("starting the job failed: %s" % event.worker.error)
-
-    @on(Started)
-    def _started(self, message):
+    def _started(self, job):
         self.busy = False
         _drafts.pop(self.app, None)  # the job is on its way: the next form starts empty
-        self.dismiss(message.job)
+        self.dismiss(job)
 
-    @on(Refused)
-    def _refused(self, message):
+    def _refused(self, failure):
         self.busy = False
-        self._show_error(message.message)
+        if failure.error_type == "InternalError":
+            failure = "starting the job failed: %s" % failure
+        self._show_error(failure)
 
     def _show_error(self, text, busy=False):
         error = self.query_one("#new-job-error", Static)
