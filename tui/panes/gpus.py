@@ -126,8 +126,18 @@ def process_lines(processes, now, limit):
     return "\n".join(lines) if lines else "no GPU processes"
 
 
+# What the chart shows of a host without GPUs, in % (of all cores, of the memory): series -> host field.
+HOST_CHART = {"cpu": "cpu_percent", "memory": "memory_used_bytes"}
+
+
+def host_percents(host):
+    """{series name: percent or None} of one host sample, for the chart of a host without GPUs."""
+    used, total = host.get("memory_used_bytes"), host.get("memory_total_bytes")
+    return {"cpu": host.get("cpu_percent"), "memory": 100.0 * used / total if used is not None and total else None}
+
+
 class GpusPane(Pane):
-    """GPU rows, a history chart, the GPU processes."""
+    """GPU rows, a history chart (the host's CPU and memory when it has no GPU), the GPU processes."""
 
     PANE_TITLE = "GPUs"
     can_focus = True
@@ -153,6 +163,7 @@ class GpusPane(Pane):
         self._shown_stale = False
         self._alerts = None
         self._queried_at = None
+        self._charting_host = False  # the chart shows the host's CPU and memory (no GPUs)
 
     def compose(self):
         yield Static(Text("connecting…"), id="gpu-host")
@@ -196,6 +207,7 @@ class GpusPane(Pane):
             return
         self.sample = samples[-1]
         self._received_at = time.monotonic()
+        self._chart_source_changed()
         if WINDOWS_S[self.window_index] <= LIVE_WINDOW_MAX_S:
             for sample in samples:
                 self._append(sample)
@@ -231,6 +243,9 @@ class GpusPane(Pane):
     # -- the chart
 
     def _append(self, sample):
+        if self._charting_host:
+            self._append_host(sample)
+            return
         _, field, _, _ = METRICS[self.metric_index]
         cutoff = sample["time"] - WINDOWS_S[self.window_index]
         for gpu in sample["gpus"]:
@@ -245,6 +260,9 @@ class GpusPane(Pane):
                 points.pop(0)
 
     def _draw_chart(self):
+        if self._charting_host:
+            self._draw_host_chart()
+            return
         name, field, label, scale = METRICS[self.metric_index]
         chart = self.query_one(TimeChart)
         chart.title = "%s, last %s" % (label, display.format_age(WINDOWS_S[self.window_index]))
@@ -262,6 +280,9 @@ class GpusPane(Pane):
 
     def _query_history(self):
         if self.client is None:
+            return
+        if self._charting_host:
+            self._query_host_history()
             return
         window_s = WINDOWS_S[self.window_index]
         metric_index, window_index = self.metric_index, self.window_index
@@ -302,11 +323,70 @@ class GpusPane(Pane):
         text = "m metric: %s   w window: %s" % (METRICS[self.metric_index][0], display.format_age(WINDOWS_S[self.window_index]))
         if gpus:
             text += "   %d GPU%s, driver %s" % (gpus, "" if gpus == 1 else "s", nvml.get("driver_version") or "?")
+        if self._charting_host:
+            text = "w window: %s   no GPUs: the chart shows the host's CPU and memory" % display.format_age(WINDOWS_S[self.window_index])
         self.set_status(text)
 
     def pane_shown(self):
         # The chart missed the samples of the time the pane was hidden: ask the store again.
         self._query_history()
+
+    # -- the chart of a host without GPUs: its CPU and memory instead of an empty GPU chart
+
+    def _charts_host(self):
+        """True when there is no GPU to chart (no NVML on the host): CPU and memory instead."""
+        sample = self.sample
+        return sample is not None and not sample.get("gpus") and not (sample.get("nvml") or {}).get("available")
+
+    def _chart_source_changed(self):
+        """After a sample: when it turns out the host has no GPU (or has one again), the chart
+        starts over from the store with what there is to chart."""
+        host = self._charts_host()
+        if host != self._charting_host:
+            self._charting_host = host
+            self.series = {}
+            self._draw_chart()
+            self.refresh_bindings()  # m (a GPU metric) comes and goes
+            if self.active:
+                self._query_history()
+
+    def check_action(self, action, parameters):
+        if action == "next_metric" and self._charting_host:
+            return None  # shown dimmed: there is no GPU metric to pick
+        return True
+
+    def _append_host(self, sample):
+        cutoff = sample["time"] - WINDOWS_S[self.window_index]
+        for name, percent in host_percents(sample.get("host") or {}).items():
+            points = self.series.setdefault(name, [])
+            if percent is None or (points and points[-1][0] >= sample["time"]):
+                continue
+            points.append([sample["time"], percent, percent, percent])
+            while points and points[0][0] < cutoff:
+                points.pop(0)
+
+    def _draw_host_chart(self):
+        chart = self.query_one(TimeChart)
+        chart.title = "CPU and memory %% of the host (no GPUs), last %s" % display.format_age(WINDOWS_S[self.window_index])
+        chart.thresholds = []
+        chart.show({name: self.series.get(name, []) for name in HOST_CHART}, WINDOWS_S[self.window_index],
+                   now=self.sample["time"] if self.sample else None)
+
+    def _query_host_history(self):
+        window_s, window_index = WINDOWS_S[self.window_index], self.window_index
+        total = ((self.sample or {}).get("host") or {}).get("memory_total_bytes")
+        for name, field in HOST_CHART.items():
+            def done(result, name=name, field=field):
+                if window_index != self.window_index or not self._charts_host():
+                    return  # the user (or the host) moved on meanwhile
+                scale = 1.0 if field == "cpu_percent" else (100.0 / total if total else None)
+                points = [p for s in result["series"] for p in s["points"]]
+                self.series[name] = [[p[0]] + [None if v is None or scale is None else v * scale for v in p[1:]] for p in points]
+                self._draw_chart()
+
+            self.request("telemetry.history", {"metric": field, "host": True, "since_s": float(window_s),
+                                               "resolution_s": max(1.0, window_s / CHART_POINTS)},
+                         done=done, title="host history")
 
     # -- connection, alerts
 
