@@ -123,3 +123,20 @@ def freeze(monkeypatch):
         monkeypatch.setattr(module, "time", clock)
     monkeypatch.setattr(display, "format_time", lambda epoch: "-" if not epoch else "%02d:%02d" % divmod(int((epoch % 86400) // 60), 60))
     return types.SimpleNamespace(now=NOW)
+
+
+class NoGpuSnapshotApp(SnapshotApp):
+    """The same console on a host without GPUs (NVML did not load): the same 20 s of host
+    figures, with a CPU that climbs, and no GPU, so the GPUs pane charts the host."""
+
+    def _connect(self):
+        super()._connect()
+        samples = json.loads((Path(__file__).parent / "data" / "snapshot_gpus.json").read_text())
+        for number, sample in enumerate(samples):
+            sample["gpus"], sample["processes"] = [], []
+            sample["nvml"] = {"available": False, "reason": "NVML did not start: NVML Shared Library Not Found", "driver_version": None}
+            sample["host"]["cpu_percent"] = 10.0 + 4 * number
+        pane = self.query_one(GpusPane)
+        pane.sample = None
+        pane.series = {}
+        pane._on_samples([(sample, number) for number, sample in enumerate(samples)])
