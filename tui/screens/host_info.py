@@ -62,8 +62,8 @@ def capabilities_text(capabilities, services=()):
         usable = value and not (name == "nvml" and nvml_failure)
         found.append("%s %s" % (name, value.get("version", "")) if usable else "%s -" % name)
     text = "  ".join(found)
-    if nvml_failure:
-        text += "\nnvml cannot be used: %s" % nvml_failure
+    if nvml_failure:  # on the same line: the services below must stay in view at 80x24
+        text += "   (nvml did not load: %s)" % nvml_failure.replace("NVML did not start: ", "")
     return text
 
 
