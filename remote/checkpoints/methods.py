@@ -93,3 +93,102 @@ def checkpoint_compare(call):
         raise RemoteError("NotACheckpoint", str(exc))
     except listing.report.CheckpointIOError as exc:
         raise RemoteError("IOError", str(exc))
+
+
+# The coverage job's entry, run under the ML interpreter: the agent's package (or zipapp) first
+# on sys.path, never the current directory (as paths.package_argv does for the agent itself).
+_COVERAGE_BOOTSTRAP = ("import sys; sys.path[:] = [%r] + [p for p in sys.path if p != '']; "
+                       "from remote.checkpoints.coverage_job import main; sys.exit(main(sys.argv[1:]))")
+MAX_TEXT_BYTES = 12 * 1024 * 1024  # text sent over the wire (a frame holds 16 MiB); larger: text_path
+
+
+@method("checkpoint.coverage")
+def checkpoint_coverage(call):
+    """Start a coverage job (kind `coverage`, under the ML interpreter, which needs
+    transformers): the share of the target's tokens inside an EAGLE-3 drafter's vocabulary.
+    Params: `drafter` (required), and either `target` with `text_path` (a text file on the
+    host) or `text` (the text itself, at most 12 MiB), or `server` (a running server job: its
+    target, and the tokens it generates for `prompts`, default the benchmark's built-in set,
+    `max_tokens` each, default 128); `python` (the ML interpreter), `top` (missing tokens
+    listed, default 20), `trust_remote_code` (for a tokenizer that ships its own code).
+    Reply: the job. Its progress's `result` (and `checkpoint.coverage_last`): `{coverage,
+    tokens, inside, outside, distinct_missing, top_missing: [{id, text, count, share}], bound:
+    [{k, accept_length}] (a drafter right whenever the token is in its vocabulary),
+    full_vocabulary, source (d2t|t2d|full), draft_vocab_size, target_vocab_size, note,
+    drafter, target, text, server, seconds, tokens_per_s, target_tokenizer_size, time}`."""
+    import hashlib
+    import json
+    import uuid
+
+    from ..core import paths
+    from ..core.jobs import login_path, resolve_executable
+    from ..serving import bench
+    from . import coverage
+
+    drafter = os.path.abspath(os.path.expanduser(call.param("drafter", str, required=True)))
+    if not os.path.exists(drafter):
+        raise NotFound("no drafter %s on the host" % drafter)
+    try:
+        _inside, info = coverage.draft_vocabulary(drafter)  # refused now rather than in a job
+    except (ValueError, OSError) as exc:
+        raise BadRequest("cannot read the drafter's vocabulary: %s" % exc)
+    spec = {"drafter": drafter, "top": call.param("top", int, coverage.TOP_MISSING), "trust_remote_code": bool(call.params.get("trust_remote_code")),
+            "result_path": coverage.result_path(paths.state_dir(), drafter)}
+    spec_dir = os.path.join(paths.state_dir(), "specs")
+    os.makedirs(spec_dir, mode=0o700, exist_ok=True)
+    server = call.param("server", str)
+    if server:
+        job = call.daemon.jobs.describe(server)
+        meta = job.get("meta") or {}
+        if job["kind"] != "server" or job["process_state"] != "running":
+            raise BadRequest("job %s is not a running server" % server)
+        prompts = call.param("prompts", list) or list(bench.BUILTIN_PROMPTS)
+        spec.update(server=server, url=meta["url"], model=meta["target"], target=call.param("target", str) or meta["target"],
+                    prompts=prompts, max_tokens=call.param("max_tokens", int, 128))
+    else:
+        spec["target"] = call.param("target", str, required=True)
+        text, text_path = call.param("text", str), call.param("text_path", str)
+        if (text is None) == (text_path is None):
+            raise BadRequest("give text or text_path (one of them), or a server")
+        if text is not None:
+            if len(text.encode("utf-8")) > MAX_TEXT_BYTES:
+                raise BadRequest("text is over %d MiB: copy it to the host and give text_path" % (MAX_TEXT_BYTES >> 20))
+            text_path = os.path.join(spec_dir, "coverage-%s.txt" % uuid.uuid4().hex)
+            with open(text_path, "w", encoding="utf-8") as f:
+                f.write(text)
+            spec["text_name"] = call.param("text_name", str) or "text of %d bytes (sha256 %s)" % (
+                len(text.encode("utf-8")), hashlib.sha256(text.encode("utf-8")).hexdigest()[:12])
+        else:
+            text_path = os.path.abspath(os.path.expanduser(text_path))
+            if not os.path.isfile(text_path):
+                raise NotFound("no text file %s on the host" % text_path)
+            spec["text_name"] = text_path
+        spec["text_path"] = text_path
+    target = os.path.expanduser(spec["target"])
+    if os.path.isabs(target) and not os.path.isdir(target):
+        raise NotFound("no target directory %s on the host (its tokenizer is read from it)" % target)
+    python = call.param("python", str) or call.daemon.hello["capabilities"]["python"]["executable"]
+    python = resolve_executable(python, os.path.expanduser("~"), login_path())
+    spec_path = os.path.join(spec_dir, "coverage-%s.json" % uuid.uuid4().hex)
+    with open(spec_path, "w") as f:
+        json.dump(spec, f)
+    argv = [python, "-c", _COVERAGE_BOOTSTRAP % paths.package_parent(), spec_path]
+    what = spec.get("server") or os.path.basename(spec.get("text_name") or "text")
+    meta = {"drafter": drafter, "target": spec["target"], "server": server, "text": spec.get("text_name"), "python": python,
+            "source": info["source"]}
+    job = call.daemon.jobs.submit(argv, name="coverage %s on %s (%s)" % (os.path.basename(drafter), os.path.basename(spec["target"].rstrip("/")), what),
+                                  kind="coverage", meta=meta)
+    call.daemon.services.wake("job-events")
+    return job
+
+
+@method("checkpoint.coverage_last")
+def checkpoint_coverage_last(call):
+    """The last coverage result of a drafter on this host. Params: `drafter`. Reply: `{drafter,
+    result}` with result as in `checkpoint.coverage` (null when none was measured)."""
+    from ..core import paths
+    from ..core.records import read_json
+    from . import coverage
+
+    drafter = os.path.abspath(os.path.expanduser(call.param("drafter", str, required=True)))
+    return {"drafter": drafter, "result": read_json(coverage.result_path(paths.state_dir(), drafter))}
