@@ -63,10 +63,47 @@ def compare_reports(report_a, report_b, max_rows=MAX_ROWS):
     return shaped
 
 
-def compare_paths(path_a, path_b, max_rows=MAX_ROWS):
+def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     """Compare the checkpoints at two paths of this machine. Raises NotACheckpoint, or
-    report.CheckpointIOError when a path cannot be read."""
+    report.CheckpointIOError when a path cannot be read. Beside the shape checks, `tokenizer`
+    says whether two targets share a tokenizer: the two compared, or, for a drafter against a
+    target, the target it was trained for (`trained_target`, else the verifier its speculators
+    config names when that directory is here) against the new one."""
     (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
     if needs_every_tensor(report_a, report_b):
         report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
-    return compare_reports(report_a, report_b, max_rows)
+    shaped = compare_reports(report_a, report_b, max_rows)
+    shaped["tokenizer"] = _tokenizers(path_a, report_a, path_b, report_b, trained_target)
+    return shaped
+
+
+def _tokenizers(path_a, report_a, path_b, report_b, trained_target):
+    """The tokenizer comparison that fits the two sides, or None when none does."""
+    from . import coverage, vocabularies
+
+    targets = (compatibility.is_target_model(report_a), compatibility.is_target_model(report_b))
+    if all(targets):
+        return vocabularies.compare(path_a, path_b)
+    drafter, new_target = (path_a, path_b) if targets[1] and report_a.get("eagle3") is not None else (
+        (path_b, path_a) if targets[0] and report_b.get("eagle3") is not None else (None, None))
+    if drafter is None:
+        return None
+    trained_target = trained_target or _verifier_path(report_a if drafter == path_a else report_b)
+    if not trained_target:
+        return {"same": None, "message": "tokenizers not compared: say which target the drafter was trained for (trained_target)"}
+    try:
+        draft_ids, _info = coverage.draft_vocabulary(drafter)
+    except (ValueError, OSError):
+        draft_ids = None
+    result = vocabularies.compare(trained_target, new_target, sorted(draft_ids) if draft_ids is not None else None)
+    result["drafter"] = drafter
+    return result
+
+
+def _verifier_path(report):
+    """The directory of the verifier a speculators config names, when it is on this machine."""
+    import os
+
+    verifier = ((report.get("config") or {}).get("speculators_config") or {}).get("verifier") or {}
+    name = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    return name if isinstance(name, str) and os.path.isdir(os.path.expanduser(name)) else None

@@ -75,10 +75,14 @@ def checkpoint_compare(call):
     """Compare two checkpoints of this host where they lie (nothing but the result crosses the
     wire): can A initialise B, or, when one is a drafter and the other a target model, can the
     drafter serve the target? Params: `a`, `b` (paths), `max_rows` (tensor rows in the reply, default
-    and most 20000). Reply: `verdict` `{status: compatible|incompatible, message}`, `reasons`,
+    and most 20000), `trained_target` (for a drafter against a target: the target it was
+    trained for, whose tokenizer the new one is checked against). Reply: `verdict` `{status: compatible|incompatible, message}`, `reasons`,
     `rows` (`{name, a, b, status: same|shape differs|dtype differs|only in A|only in B}`, the
     differing first when cut), `rows_total`, `config_diff` (`{field, a, b, in}`), `target` and
-    `checks` for a drafter against a target, and `a`, `b`: `{path, format, tensor_count}`.
+    `checks` for a drafter against a target, `a`, `b`: `{path, format, tensor_count}`, and
+    `tokenizer` (two targets, or the drafter's trained-for target against the new one; null
+    otherwise): `{same, message, same_id, other_id, only_old, only_new, examples,
+    draft_ids_changed, draft_vocab_size, old, new}` (`same` null when not compared).
     NotACheckpoint when a path holds no safetensors checkpoint, IOError when it cannot be read."""
     from . import comparison, listing
 
@@ -88,7 +92,8 @@ def checkpoint_compare(call):
     if not 1 <= max_rows <= comparison.MAX_ROWS:
         raise BadRequest("max_rows must be between 1 and %d" % comparison.MAX_ROWS)
     try:
-        return comparison.compare_paths(path_a, path_b, max_rows)
+        trained = call.param("trained_target", str)
+        return comparison.compare_paths(path_a, path_b, max_rows, os.path.expanduser(trained) if trained else None)
     except comparison.NotACheckpoint as exc:
         raise RemoteError("NotACheckpoint", str(exc))
     except listing.report.CheckpointIOError as exc:

@@ -1,0 +1,27 @@
+"""compare of a drafter with a new target, over the real sshd: whether the target it was trained
+for and the new one share a tokenizer (the same ids for the same strings), how many of the
+drafter's draft tokens land on ids that name other strings when they do not, and what coverage
+says that costs, on the targets and drafters test_coverage.py builds."""
+
+import pytest
+
+from tests.test_coverage import TEXT, client, coverage_of, made  # noqa: F401 (fixtures)
+
+pytestmark = pytest.mark.timeout(900)
+
+
+def test_targets_with_different_tokenizers_are_told_apart(client, made):
+    models = made["models"]
+    same = client.call("checkpoint.compare", {"a": models["target"], "b": models["target"]}, timeout=120)
+    assert same["tokenizer"]["same"] is True
+    # The agreeing drafter was trained for `target`; served with the other target, its d2t ids mean other strings.
+    moved = client.call("checkpoint.compare", {"a": models["drafter_agree"], "b": made["target_other"], "trained_target": models["target"]}, timeout=120)
+    tokenizer = moved["tokenizer"]
+    assert tokenizer["same"] is False and tokenizer["draft_ids_changed"] == made["agree_ids_changed"] > 0
+    assert "another string in the new target" in tokenizer["message"]
+    kept = client.call("checkpoint.compare", {"a": models["drafter_agree"], "b": models["target"], "trained_target": models["target"]}, timeout=120)
+    assert kept["tokenizer"]["same"] is True and kept["tokenizer"]["draft_ids_changed"] == 0
+    # What the change costs: the same drafter's coverage of the same text under the new target's tokenizer.
+    on_other = coverage_of(client, made["drafters"]["half"], made["target_other"], text=TEXT)
+    assert on_other["tokens"] == made["half_on_other"]["tokens"] and on_other["inside"] == made["half_on_other"]["inside"]
+    assert on_other["coverage"] != made["counts"]["half"]["inside"] / made["counts"]["half"]["tokens"]
