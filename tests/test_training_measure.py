@@ -65,9 +65,13 @@ def test_checkpoint_measured_against_the_target(agent_home, tmp_path):
     # Every draft of the agree drafter is accepted: K+1 tokens per cycle.
     assert entry["measured_accept_length"] == pytest.approx(4.0)
     assert entry["measure"]["result"]["k"] == 3 and entry["measure"]["result"]["spec_tps"] > 0
-    # The predicted length is the log's last step's (the checkpoint came after it).
-    last = [r for r in logparse.parse_text(LOG.read_text()) if r["kind"] == "step"][-1]
-    assert entry["predicted_accept_length"] == pytest.approx(1 + sum(last["full_acc"]))
+    # The predicted length is its epoch's validation's (the run's one rule, said so), its step the
+    # epoch's last: the log went on to epoch 1 before the checkpoint came.
+    records = logparse.parse_text(LOG.read_text())
+    validation = next(r for r in records if r["kind"] == "validation" and r["epoch"] == 0)
+    assert entry["predicted_accept_length"] == pytest.approx(1 + sum(validation["full_acc"]))
+    assert entry["predicted_from"] == "validation"
+    assert entry["step"] == max(r["step"] for r in records if r["kind"] == "step" and r["epoch"] == 0)
     assert entry["predicted_accept_length"] < 2.46
     # Judged by what was measured, not by the prediction.
     assert entry["verdict"] == "above break-even"
