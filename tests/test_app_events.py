@@ -163,27 +163,27 @@ async def test_a_fast_log_is_painted_ten_times_a_second_and_whole(agent_home):
         assert numbers == list(range(numbers[0], 40001)), "lines lost or repeated"
 
 
-async def test_job_events_that_end_with_an_error_are_asked_for_again(agent_home):
-    """A host that cannot read its jobs for the first snapshot (a job directory hand-edited
-    into something else) ends the console's job events stream with the reason; the console
-    says so and asks again, and lists the jobs once the host can read them."""
+async def test_a_hand_edited_job_never_keeps_the_others_from_the_console(agent_home):
+    """A job directory hand-edited into something that is not a job (a time that is not a
+    number) is skipped by the host's listing: the console lists the other jobs at once, and
+    the damaged one is named in the job watcher's status instead of ending the job events."""
     from tui.connection import open_client
 
     other = open_client("local")
     try:
-        job = other.call("jobs.submit", {"argv": ["true"], "name": "listed once readable"})
+        job = other.call("jobs.submit", {"argv": ["true"], "name": "listed beside a damaged one"})
         damaged = os.path.join(other.call("daemon.info")["state_dir"], "jobs", "j2")
         os.mkdir(damaged, 0o700)
         with open(os.path.join(damaged, "job.json"), "w") as f:
             json.dump({"id": "j2", "argv": ["true"], "submitted_at": "yesterday"}, f)
+        assert [j["id"] for j in other.call("jobs.list")["jobs"]] == [job["id"]]
         app = SpecdeckApp(host="local")
         async with app.run_test(size=SIZE) as pilot:
             await connected(pilot)
-            await wait_until(pilot, lambda: any(title == "job events" for title, _, _ in notifications(app)),
-                             message="the console to say its job events stopped")
-            assert not app.book.loaded
-            os.unlink(os.path.join(damaged, "job.json"))
-            os.rmdir(damaged)
-            await wait_until(pilot, lambda: job["id"] in job_rows(app), message="the job listed once the host can read them")
+            await wait_until(pilot, lambda: job["id"] in job_rows(app), message="the readable job listed")
+            assert app.book.loaded and "j2" not in job_rows(app)
+            assert not any(title == "job events" for title, _, _ in notifications(app))
+        unreadable = job_watcher(other)["detail"].get("unreadable") or {}
+        assert "TypeError" in unreadable.get("j2", ""), unreadable
     finally:
         other.close()

@@ -101,8 +101,10 @@ class JobWatcher(Service):
                 continue
             try:
                 job = self.jobs.describe(job_id)
-            except NotFound:
-                continue  # being created this instant: next scan
+            except NotFound as exc:
+                if getattr(exc, "damaged", False):
+                    self._note_unreadable(job_id, exc)
+                continue  # being created this instant (next scan), or damaged (named in the status)
             except Exception as exc:
                 self._note_unreadable(job_id, exc)
                 continue  # kept as it was known (not removed), described again next scan

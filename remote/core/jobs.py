@@ -44,7 +44,9 @@ LIVE_STATES = ("running", "starting")
 
 
 class DamagedJob(NotFound):
-    """A job directory whose job.json is not a job (hand-edited, or a stray directory)."""
+    """A job directory whose records are not a job's (hand-edited, or a stray directory)."""
+
+    damaged = True
 
 
 def utf8_boundary(data):
@@ -184,6 +186,16 @@ class JobStore:
         return path
 
     def describe(self, job_id):
+        try:
+            return self._describe(job_id)
+        except (TypeError, ValueError, AttributeError, KeyError) as exc:
+            # A hand-edited record (a time that is not a number, a field of the wrong type) is a
+            # damaged job, skipped like one whose job.json is not a job: never a failed listing.
+            reason = "a record holds %s (%s)" % (type(exc).__name__, exc)
+            self._note_damaged(job_id, reason)
+            raise DamagedJob("job %s is damaged: %s" % (job_id, reason))
+
+    def _describe(self, job_id):
         job_dir = self.job_dir(job_id)
         spec = read_json(os.path.join(job_dir, "job.json"))
         if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not isinstance(spec.get("meta", {}), dict):
