@@ -1,6 +1,8 @@
 """The A/B benchmark job: the same prompts through a baseline server (no drafter) and then a
 speculative one, on the same GPUs, one after the other; tokens/s of each, the accept length, the
-measured cycle time and where the drafter stands against break-even.
+measured cycle time and where the drafter stands against break-even. Given several Ks (`ks`),
+it is a K sweep: the baseline once, then one speculative server per K, and the result holds a
+row per K, the best K and the cost model (cycle time against K) of advice.py.
 
 Run as `agent serving-bench SPEC.json` (a job of kind `benchmark`); SPEC is what the
 `serving.bench` method wrote. Requests go one at a time, so tokens/s is one sequence's decode
@@ -22,7 +24,7 @@ import uuid
 
 from ..core import paths
 from ..core.jobs import write_json
-from . import breakeven, engines, metrics
+from . import advice, breakeven, engines, metrics
 
 READY_TIMEOUT_S = 900.0
 WARMUP_REQUESTS = 1
@@ -77,9 +79,9 @@ def _scrape(url):
     return metrics.parse(body.decode("utf-8", "replace"), time.time()) if status == 200 else None
 
 
-def _start(spec, drafter, log):
+def _start(spec, drafter, k, log):
     engine_args = spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], spec["python"], spec["engine_args"])
-    argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, spec["k"], spec["port"], engine_args=engine_args)
+    argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, k, spec["port"], engine_args=engine_args)
     env = dict(os.environ)
     env.update(engines.server_env(spec.get("gpus"), spec.get("env")))
     log.write(("specdeck bench: starting %s\n" % " ".join(argv)).encode())
@@ -110,14 +112,15 @@ def _stop(process):
             process.wait()
 
 
-def _phase(spec, drafter, prompts, progress, offset, state):
+def _phase(spec, drafter, k, prompts, progress, offset, state):
     url = engines.base_url(spec["port"])
-    log_path = os.path.join(os.environ.get("SPECDECK_JOB_DIR", "."), "%s.log" % state)
+    log_name = state if drafter is None or len(sweep_ks(spec)) == 1 else "%s-k%d" % (state, k)
+    log_path = os.path.join(os.environ.get("SPECDECK_JOB_DIR", "."), "%s.log" % log_name)
     with open(log_path, "ab") as log:
-        process = _start(spec, drafter, log)
+        process = _start(spec, drafter, k, log)
         try:
             _wait_ready(process, url, log_path)
-            progress.write(state=state)
+            progress.write(state=state, k=k if drafter else None)
             # Not timed: a fresh server's first request pays for warming up (allocations, kernel
             # selection), which one sequence's decode rate should not carry.
             run_requests(url, spec["target"], prompts[:WARMUP_REQUESTS], min(WARMUP_TOKENS, spec["max_tokens"]))
@@ -130,25 +133,41 @@ def _phase(spec, drafter, prompts, progress, offset, state):
     return tokens / elapsed_s if elapsed_s > 0 else None, figures
 
 
+def sweep_ks(spec):
+    """The Ks a benchmark runs: `ks` (a sweep) or its one `k`."""
+    return list(spec.get("ks") or [spec["k"]])
+
+
+def measured_k(k, spec_tps, figures, baseline_tps):
+    """One K's row: tokens/s, accept length, per-position rates, the cycle time they imply
+    (a cycle yields accept_length tokens in accept_length / tokens_per_s), the speedup and the
+    break-even this cycle time needs."""
+    accept_length = figures.get("accept_length")
+    cycle_s = accept_length / spec_tps if accept_length and spec_tps else None
+    break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
+    return {
+        "k": k, "tokens_per_s": spec_tps, "accept_length": accept_length, "per_position": figures.get("per_position"),
+        "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
+        "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
+        "break_even_accept_length": break_even_length, "verdict": breakeven.verdict(accept_length, break_even_length),
+    }
+
+
 def run(spec):
     prompts = list(spec.get("prompts") or BUILTIN_PROMPTS)
     prompts = [prompts[i % len(prompts)] for i in range(spec["requests"])]
-    progress = Progress(2 * len(prompts))
+    ks = sweep_ks(spec)
+    progress = Progress((1 + len(ks)) * len(prompts))
     try:
-        baseline_tps, _ = _phase(spec, None, prompts, progress, 0, "baseline")
-        progress.write(state="starting-speculative")
-        spec_tps, figures = _phase(spec, spec["drafter"], prompts, progress, len(prompts), "speculative")
-        accept_length = figures.get("accept_length")
-        cycle_s = accept_length / spec_tps if accept_length and spec_tps else None
-        break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
-        result = {
-            "baseline_tps": baseline_tps, "spec_tps": spec_tps,
-            "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
-            "accept_length": accept_length, "per_position": figures.get("per_position"),
-            "cycle_ms": cycle_s * 1000.0 if cycle_s else None, "break_even_accept_length": break_even_length,
-            "k": spec["k"], "requests": len(prompts), "max_tokens": spec["max_tokens"],
-            "verdict": breakeven.verdict(accept_length, break_even_length),
-        }
+        # One baseline for every K: it does not depend on K.
+        baseline_tps, _ = _phase(spec, None, None, prompts, progress, 0, "baseline")
+        rows = []
+        for index, k in enumerate(ks):
+            progress.write(state="starting-speculative", k=k)
+            spec_tps, figures = _phase(spec, spec["drafter"], k, prompts, progress, (1 + index) * len(prompts), "speculative")
+            rows.append(measured_k(k, spec_tps, figures, baseline_tps))
+        result = advice.sweep_result(rows, baseline_tps) if len(ks) > 1 else dict(rows[0], spec_tps=rows[0]["tokens_per_s"])
+        result.update(baseline_tps=baseline_tps, requests=len(prompts), max_tokens=spec["max_tokens"])
         progress.write(state="done", result=result)
         print(json.dumps(result))
         return 0
@@ -165,10 +184,10 @@ def main(argv):
 
 
 def submit(daemon, spec):
-    """Start the benchmark job for a SPEC already checked (engine, target, drafter, k, port, gpus,
-    env, engine_args, python, prompts, requests, max_tokens): the spec written under the state
-    directory, the job submitted; returns the job. For callers inside the daemon (training's
-    measurements) that have no wire call to go through."""
+    """Start the benchmark job for a SPEC already checked (engine, target, drafter, k or ks,
+    port, gpus, env, engine_args, python, prompts, requests, max_tokens): the spec written under
+    the state directory, the job submitted; returns the job. For callers inside the daemon
+    (training's measurements) that have no wire call to go through."""
     spec_dir = os.path.join(paths.state_dir(), "specs")
     os.makedirs(spec_dir, mode=0o700, exist_ok=True)
     spec_path = os.path.join(spec_dir, "bench-%s.json" % uuid.uuid4().hex)
@@ -178,8 +197,10 @@ def submit(daemon, spec):
     env = dict(spec["env"])
     if prefix[1:2] == ["-m"]:
         env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
-    meta = dict((k, spec[k]) for k in ("engine", "target", "drafter", "k", "port", "gpus", "requests", "max_tokens"))
-    name = "bench %s vs %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"])
+    meta = dict((k, spec.get(k)) for k in ("engine", "target", "drafter", "k", "ks", "port", "gpus", "requests", "max_tokens"))
+    ks = sweep_ks(spec)
+    name = "bench %s vs %s (K=%s)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")),
+                                      ",".join(str(k) for k in ks))
     job = daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta)
     daemon.services.wake("job-events")
     return job

@@ -2,16 +2,14 @@
 attach one started elsewhere, ask whether it is up, its speculation figures over a window, follow
 them live, the break-even arithmetic, and the A/B benchmark job."""
 
-import json
 import os
 import time
-import uuid
 
-from ..core import feed_wire, paths
+from ..core import feed_wire
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
-from . import breakeven, engines, root_cause
+from . import advice, bench, breakeven, engines, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -146,7 +144,7 @@ def serving_detach(call):
 @method("serving.stats")
 def serving_stats(call):
     """A server's speculation figures over a window. Params: `id`, `window_s` (absent: since the
-    sampler first read it; it keeps an hour). Reply: `{accept_length, per_position,
+    sampler first read it; it keeps an hour). Reply: `{accept_length, per_position, per_k,
     draft_acceptance_rate, num_drafts, accepted_tps, drafted_tps, generation_tps, window_s,
     source, engine, running, waiting, kv_cache_usage, reset, server, time, age_s, stale, error?,
     notes?}`; `source` is metrics, or log when only the server's log lines could be read;
@@ -156,10 +154,15 @@ def serving_stats(call):
     figures), so the figures are not current; `error`: why the last read failed (a scrape past
     its 0.8 s deadline or 4 MiB cap, a redirect to another host, a NaN or negative counter);
     `notes`: series the server exports beyond the caps (positions from 32, over 64 label
-    sets), left out. A server job that is not running is NotFound, saying how it ended and
+    sets), left out. `per_k`: `[{k, accept_length}]` for every K' up to the server's K, from the
+    per-position counts (the share of drafts reaching position i is its accepted count over
+    the drafts, so K' drafts yield 1 + the sum of the first K' shares); a K' beyond the running
+    K was not measured and is not given. A server job that is not running is NotFound, saying how it ended and
     the engine's first error line."""
-    server_id = call.param("id", str, required=True)
-    window_s = call.param("window_s", float)
+    return _window_figures(call, call.param("id", str, required=True), call.param("window_s", float))
+
+
+def _window_figures(call, server_id, window_s):
     if window_s is not None and window_s <= 0:
         raise BadRequest("window_s must be positive")
     _server_url(call, server_id)
@@ -227,15 +230,26 @@ def serving_breakeven(call):
 def serving_bench(call):
     """Start an A/B benchmark as a job of kind `benchmark`: the same prompts through a baseline
     server, then a speculative one, on the same GPUs, one after the other. Params: `target`,
-    `drafter` (required), `k`, `engine`, `port`, `gpus`, `python`, `env`, `engine_args`,
-    `prompts` (a list of strings; absent: a built-in set), `requests` (default 16),
-    `max_tokens` (per request, default 64). Reply: the job; its `progress` (in job events) is
-    `{state: starting-baseline|baseline|starting-speculative|speculative|done|failed, done,
-    total, result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, cycle_ms,
-    break_even_accept_length, verdict}`."""
+    `drafter` (required), `k`, `ks` (a list of Ks: a K sweep, the baseline once then one
+    server per K), `engine`, `port`, `gpus`, `python`, `env`, `engine_args`, `prompts` (a list
+    of strings; absent: a built-in set), `requests` (default 16), `max_tokens` (per request,
+    default 64). Reply: the job; its `progress` (in job events) is `{state:
+    starting-baseline|baseline|starting-speculative|speculative|done|failed, k, done, total,
+    result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, per_position,
+    per_k, cycle_ms, break_even_accept_length, verdict, k}`; a sweep's result gives those of
+    its best K and adds `sweep` (a row per K: `{k, tokens_per_s, accept_length, per_position,
+    per_k, cycle_ms, speedup, break_even_accept_length, verdict}`), `best_k` (the highest
+    measured tokens/s), `margin` `{over_baseline, next_k, over_next_k}` and `cost_model`
+    `{intercept_ms, slope_ms_per_k, points, max_residual_ms}` (cycle time against K, least
+    squares)."""
     spec = _server_params(call)
     if not spec["drafter"]:
         raise BadRequest("a benchmark needs a drafter")
+    ks = call.param("ks", list)
+    if ks is not None:
+        if not ks or not all(isinstance(k, int) and not isinstance(k, bool) and 1 <= k <= 32 for k in ks) or len(set(ks)) != len(ks):
+            raise BadRequest("ks must be distinct whole numbers from 1 to 32")
+        spec.update(ks=sorted(ks), k=max(ks))
     engines.check_paths(spec["target"], spec["drafter"])
     engines.check_drafter(spec["target"], spec["drafter"])
     prompts = call.param("prompts", list)
@@ -245,17 +259,41 @@ def serving_bench(call):
                 max_tokens=call.param("max_tokens", int, 64))
     if spec["requests"] < 1 or spec["max_tokens"] < 1:
         raise BadRequest("requests and max_tokens must be at least 1")
-    spec_dir = os.path.join(paths.state_dir(), "specs")
-    os.makedirs(spec_dir, mode=0o700, exist_ok=True)
-    spec_path = os.path.join(spec_dir, "bench-%s.json" % uuid.uuid4().hex)
-    with open(spec_path, "w") as f:
-        json.dump(spec, f)
-    prefix = paths.agent_argv()
-    env = dict(spec["env"])
-    if prefix[1:2] == ["-m"]:
-        env["PYTHONPATH"] = paths.agent_env()["PYTHONPATH"]
-    meta = dict((k, spec[k]) for k in ("engine", "target", "drafter", "k", "port", "gpus", "requests", "max_tokens"))
-    name = "bench %s vs %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"])
-    job = call.daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta)
-    call.daemon.services.wake("job-events")
-    return job
+    return bench.submit(call.daemon, spec)
+
+
+@method("serving.advise")
+def serving_advise(call):
+    """Which K to serve with, and why. Params: `id` (a running server job or attached server,
+    or a finished K sweep benchmark job), `sweep` (a sweep job whose cost model to use; absent:
+    the newest finished sweep of the server's target and drafter), `window_s` (the live figures'
+    window; absent: all the sampler has). Reply: `{k_current, per_k: [{k, accept_length,
+    cycle_ms, tokens_per_s, speedup, break_even_accept_length, measured, source,
+    estimate_from?}], best_k, reason, sweep, cost_model, baseline_tps}`: accept lengths up to
+    the running K are this server's (source live), beyond it the sweep's (source sweep) or,
+    with no sweep row, an estimate (measured false, `estimate_from` says from what); cycle
+    times come from the sweep's cost model, so without a sweep best_k is null and `reason`
+    says which sweep to run."""
+    job_id = call.param("id", str, required=True)
+    window_s = call.param("window_s", float)
+    jobs = call.daemon.jobs.list(kind="benchmark")
+    if not job_id.startswith("u") and call.daemon.jobs.describe(job_id)["kind"] == "benchmark":
+        job = call.daemon.jobs.describe(job_id)
+        result = (job.get("progress") or {}).get("result") or {}
+        if not result.get("sweep"):
+            raise BadRequest("benchmark %s is not a finished K sweep (bench --k 1,2,3,...)" % job_id)
+        return advice.advise(None, None, result, job_id)
+    figures = _window_figures(call, job_id, window_s)
+    _url, job, _log = _server_url(call, job_id)
+    meta = (job or {}).get("meta") or {}
+    per_position = figures.get("per_position") or []
+    sweep_id = call.param("sweep", str)
+    if sweep_id:
+        sweep = ((call.daemon.jobs.describe(sweep_id).get("progress") or {}).get("result") or {})
+        if not sweep.get("sweep"):
+            raise BadRequest("benchmark %s is not a finished K sweep" % sweep_id)
+    else:
+        sweep_id, sweep = advice.find_sweep(jobs, meta.get("target"), meta.get("drafter"))
+    reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
+    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"))
+    return reply

@@ -156,6 +156,18 @@ def parse(text, time_s):
     return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges, "notes": notes}
 
 
+def per_k(per_position):
+    """Accept length at every K' up to the K a server runs with, from its per-position rates:
+    the share of drafts that reach position i is a_i / D, so a chain cut after K' drafts
+    yields 1 + sum of a_i / D for i < K' on the same traffic. `[{k, accept_length}, ...]`;
+    nothing is said of K' beyond the positions measured."""
+    result, total = [], 1.0
+    for index, rate in enumerate(per_position or ()):
+        total += rate
+        result.append({"k": index + 1, "accept_length": total})
+    return result
+
+
 def _delta(old, new):
     """How much a counter grew; a counter that went down was reset (the server restarted), and
     then everything it holds counts as new, as Prometheus's rate() takes it."""
@@ -198,6 +210,7 @@ def window(old, new):
         result["per_position"] = [
             _delta(old["per_position"].get(p, 0.0), new["per_position"][p]) / drafts for p in positions
         ]
+        result["per_k"] = per_k(result["per_position"])
     if deltas.get("draft_tokens"):
         result["draft_acceptance_rate"] = deltas.get("accepted_tokens", 0.0) / deltas["draft_tokens"]
     if span_s > 0:
@@ -231,6 +244,7 @@ def parse_log_line(line):
     Keys as `window`, plus `accepted_tokens`/`drafted_tokens` (vLLM) and `engine`."""
     match = _VLLM_LINE.search(line)
     if match:
+        per_position = [float(v) for v in match.group("per_position").split(",") if v.strip()]
         return {
             "engine": "vllm",
             "accept_length": float(match.group("accept_length")),
@@ -238,7 +252,7 @@ def parse_log_line(line):
             "drafted_tps": float(match.group("drafted_tps")),
             "accepted_tokens": int(match.group("accepted")),
             "drafted_tokens": int(match.group("drafted")),
-            "per_position": [float(v) for v in match.group("per_position").split(",") if v.strip()],
+            "per_position": per_position, "per_k": per_k(per_position),
             "draft_acceptance_rate": float(match.group("rate")) / 100.0,
         }
     match = _SGLANG_LINE.search(line)

@@ -120,6 +120,7 @@ class ServerSource(FeedSource):
         figures = metrics.parse_log_line(lines[-1])
         figures["source"] = "log"
         figures["per_position"] = figures["per_position"][: metrics.MAX_POSITIONS]
+        figures["per_k"] = figures["per_k"][: metrics.MAX_POSITIONS]
         return figures
 
     def history_points(self, record):

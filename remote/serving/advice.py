@@ -1,0 +1,154 @@
+"""The K advisor: which K (tokens drafted per cycle) to serve with, from the two sides of the
+trade. The gain side is the accept length at each K' <= K, which a running vLLM's per-position
+counts give (metrics.per_k); the cost side is the cycle time at each K (K draft passes and one
+verification of K+1 tokens), which only a K sweep measures (bench.py, one server per K). A
+least-squares line through the sweep's cycle times lets the live accept lengths predict tokens/s
+at each K' while the server runs. Standard library only.
+"""
+
+import os
+
+
+def fit_cost_model(rows):
+    """Cycle time against K, least squares through the sweep's measured rows:
+    `{intercept_ms, slope_ms_per_k, points, max_residual_ms}`, or None with fewer than two Ks."""
+    points = [(float(row["k"]), row["cycle_ms"]) for row in rows if row.get("cycle_ms")]
+    if len({k for k, _ in points}) < 2:
+        return None
+    n = float(len(points))
+    mean_k = sum(k for k, _ in points) / n
+    mean_ms = sum(ms for _, ms in points) / n
+    spread = sum((k - mean_k) ** 2 for k, _ in points)
+    slope = sum((k - mean_k) * (ms - mean_ms) for k, ms in points) / spread
+    intercept = mean_ms - slope * mean_k
+    residual = max(abs(ms - (intercept + slope * k)) for k, ms in points)
+    return {"intercept_ms": intercept, "slope_ms_per_k": slope, "points": len(points), "max_residual_ms": residual}
+
+
+def cycle_ms_at(model, k):
+    return model["intercept_ms"] + model["slope_ms_per_k"] * k if model else None
+
+
+def sweep_result(rows, baseline_tps):
+    """A K sweep's result: the best K's figures under the single benchmark's keys (spec_tps,
+    speedup, accept_length, cycle_ms, break_even_accept_length, verdict, k), plus `sweep` (a row
+    per K), `best_k`, `margin` {over_baseline, next_k, over_next_k} (fractions of tokens/s) and
+    `cost_model`. The best K is the one with the highest measured tokens/s."""
+    ranked = sorted((row for row in rows if row.get("tokens_per_s")), key=lambda row: -row["tokens_per_s"])
+    result = {"sweep": rows, "cost_model": fit_cost_model(rows), "best_k": None, "margin": None}
+    if not ranked:
+        return dict(result, spec_tps=None, speedup=None, accept_length=None, cycle_ms=None, break_even_accept_length=None,
+                    verdict="no K gave tokens", k=None)
+    best = ranked[0]
+    result.update((key, best.get(key)) for key in ("accept_length", "per_position", "cycle_ms", "speedup", "break_even_accept_length", "verdict", "k"))
+    result.update(spec_tps=best["tokens_per_s"], best_k=best["k"])
+    margin = {"over_baseline": best["speedup"] - 1.0 if best.get("speedup") else None, "next_k": None, "over_next_k": None}
+    if len(ranked) > 1:
+        margin.update(next_k=ranked[1]["k"], over_next_k=best["tokens_per_s"] / ranked[1]["tokens_per_s"] - 1.0)
+    result["margin"] = margin
+    return result
+
+
+def find_sweep(jobs, target, drafter):
+    """(job id, result) of the newest finished K sweep of this target and drafter among `jobs`
+    (as jobs.list gives them, oldest first), or (None, None)."""
+    def same(a, b):
+        return bool(a) and bool(b) and os.path.normpath(a) == os.path.normpath(b)
+
+    for job in reversed(jobs):
+        meta = job.get("meta") or {}
+        result = (job.get("progress") or {}).get("result") or {}
+        if result.get("sweep") and same(meta.get("target"), target) and same(meta.get("drafter"), drafter):
+            return job["id"], result
+    return None, None
+
+
+def _estimate(per_position, k):
+    """Accept length at k beyond the measured positions: the last position's conditional
+    acceptance (its share over the one before) continued, the only thing a K run says about
+    positions it never drafted. (accept length, the words saying so)."""
+    shares = list(per_position)
+    if len(shares) >= 2 and shares[-2] > 0:
+        conditional = min(1.0, shares[-1] / shares[-2])
+    else:
+        conditional = shares[-1]
+    while len(shares) < k:
+        shares.append(shares[-1] * conditional)
+    words = "estimate: position %d's conditional acceptance %.2f continued past the measured K=%d" % (
+        len(per_position), conditional, len(per_position))
+    return 1.0 + sum(shares[:k]), words
+
+
+def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
+    """The advice for a server running at `k_current` with live `per_position` shares (either
+    may be None: advising from a sweep alone) and a sweep result (or None). Reply of
+    `serving.advise`: `{k_current, per_k: [{k, accept_length, cycle_ms, tokens_per_s, speedup,
+    break_even_accept_length, measured, source, estimate_from?}], best_k, reason, sweep,
+    cost_model, baseline_tps}`. `measured` says whether the accept length was measured at that
+    K (source live: this server's counts; sweep: the sweep's prompts) or estimated (source
+    estimate, K' beyond the server's K with no sweep row). Tokens/s for live rows are the
+    accept length over the cost model's cycle time; for sweep rows with no live figure they are
+    what the sweep measured. best_k is chosen among measured rows only."""
+    per_position = list(per_position or [])
+    sweep_rows = dict((row["k"], row) for row in (sweep or {}).get("sweep") or [])
+    model = (sweep or {}).get("cost_model")
+    baseline_tps = (sweep or {}).get("baseline_tps")
+    k_top = max([k_current or 0] + list(sweep_rows))
+    if per_position and not sweep_rows:
+        k_top = max(k_top, len(per_position) + extra_ks)
+    rows = []
+    for k in range(1, k_top + 1):
+        row = {"k": k, "accept_length": None, "cycle_ms": cycle_ms_at(model, k), "tokens_per_s": None, "speedup": None,
+               "break_even_accept_length": None, "measured": True, "source": None}
+        measured_row = sweep_rows.get(k)
+        if k <= len(per_position):
+            row.update(accept_length=1.0 + sum(per_position[:k]), source="live")
+        elif measured_row and measured_row.get("accept_length"):
+            row.update(accept_length=measured_row["accept_length"], source="sweep")
+            if not per_position:
+                row.update(cycle_ms=measured_row.get("cycle_ms"), tokens_per_s=measured_row.get("tokens_per_s"))
+        elif per_position:
+            length, words = _estimate(per_position, k)
+            row.update(accept_length=length, source="estimate", measured=False, estimate_from=words)
+        else:
+            continue
+        if row["tokens_per_s"] is None and row["cycle_ms"] and row["cycle_ms"] > 0:
+            row["tokens_per_s"] = 1000.0 * row["accept_length"] / row["cycle_ms"]
+        if baseline_tps and row["tokens_per_s"]:
+            row["speedup"] = row["tokens_per_s"] / baseline_tps
+        if baseline_tps and row["cycle_ms"]:
+            row["break_even_accept_length"] = row["cycle_ms"] / 1000.0 * baseline_tps
+        rows.append(row)
+    best_k, reason = _choose(rows, k_current, sweep, sweep_id)
+    return {"k_current": k_current, "per_k": rows, "best_k": best_k, "reason": reason, "sweep": sweep_id,
+            "cost_model": model, "baseline_tps": baseline_tps}
+
+
+def _choose(rows, k_current, sweep, sweep_id):
+    """(best K or None, one line saying why)."""
+    if not sweep:
+        lengths = ", ".join("K=%d %.2f" % (row["k"], row["accept_length"]) for row in rows if row["measured"])
+        return None, ("no K sweep of this target and drafter: accept length alone cannot choose K, since each K "
+                      "costs a longer cycle (%s); run a sweep: specdeck bench HOST TARGET --drafter DRAFTER --k 1,2,3,4,5"
+                      % (lengths or "no accept length yet"))
+    candidates = [row for row in rows if row["measured"] and row["tokens_per_s"]]
+    if not candidates:
+        return None, "no accept length measured yet: send the server requests"
+    best = max(candidates, key=lambda row: row["tokens_per_s"])
+    cost = "cycle %.1f ms (%s)" % (best["cycle_ms"], "cost model of sweep %s" % sweep_id if best["source"] == "live" else "measured by sweep %s" % sweep_id)
+    said = "K=%d: accept length %.2f (%s), %s: %.1f tok/s" % (best["k"], best["accept_length"], best["source"], cost, best["tokens_per_s"])
+    if best["speedup"] is not None:
+        said += ", %.2fx the baseline" % best["speedup"]
+        if best["speedup"] < 1.0:
+            said = "no K pays off: the best is " + said + "; serve without speculation, or train the drafter further"
+    current = next((row for row in candidates if row["k"] == k_current), None)
+    if current is not None and current is not best:
+        said += "; the running K=%d gives %.1f tok/s" % (k_current, current["tokens_per_s"])
+        if current["speedup"] is not None:
+            said += " (%.2fx)" % current["speedup"]
+    elif current is best:
+        said += " (the running K)"
+    better = [row for row in rows if not row["measured"] and row["tokens_per_s"] and row["tokens_per_s"] > best["tokens_per_s"]]
+    if better:
+        said += "; K=%d might give more (%s), unmeasured: sweep up to it" % (better[0]["k"], better[0]["estimate_from"])
+    return best["k"], said

@@ -1,0 +1,188 @@
+"""The K advisor over a real vLLM (CPU) and the real sshd, with the tiny target and drafters of
+tests/serving_fixtures.py: accept length at every K' <= K from one server's per-position counts
+(an agreeing pair at K=3 gives 2, 3, 4 exactly; a random drafter 1, 1, 1), a K sweep benchmark
+(the baseline once, one server per K) whose accept lengths equal those separate runs give, and
+the advice drawn from both. One agreeing server is shared by the module's tests."""
+
+import os
+import socket
+import time
+
+import pytest
+
+from tests import serving_fixtures
+from tests.sshd_fixtures import wait_for
+from tui.connection import open_client
+
+pytestmark = pytest.mark.timeout(2400)  # a sweep starts five vLLM servers one after the other
+K = 3
+SWEEP_KS = [1, 2, 3, 4]
+READY_TIMEOUT_S = 900
+PLAIN_PROMPTS = [[5, 6, 7, 8], [9, 10, 11, 12, 13], [20, 21, 22]]  # no spoiler token: every draft agrees
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def models():
+    python = serving_fixtures.require_vllm()
+    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
+
+
+@pytest.fixture(scope="module")
+def gpuhost(sshd, tmp_path_factory):
+    """(laptop HOME, a client of the agent on the host over ssh) for the whole module."""
+    home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("HOME", str(home))
+        patch.delenv("SSH_AUTH_SOCK", raising=False)
+        client = open_client("gpuhost")
+        try:
+            yield home, client
+        finally:
+            client.close()
+
+
+def start_server(client, models, drafter):
+    job = client.call("serving.start", {
+        "target": models["target"], "drafter": models[drafter], "k": K, "port": free_port(),
+        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
+    }, timeout=120)
+    status = wait_for(lambda: (lambda s: s["state"] != "starting" and s)(client.call("serving.status", {"id": job["id"]})),
+                      READY_TIMEOUT_S, interval_s=1.0)
+    assert status["state"] == "ready", "the server died while starting: %s" % status["reason"]
+    return job
+
+
+def stop_server(client, job):
+    client.call("jobs.stop", {"id": job["id"], "grace_s": 5})
+    wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["process_state"] not in ("running", "starting"), 60)
+
+
+def served_figures(client, job, models, prompts):
+    """The server's figures over a window holding exactly `prompts`' requests."""
+    wait_for(lambda: client.call("serving.stats", {"id": job["id"]}).get("window_s") is not None, 30)
+    time.sleep(1.2)  # the sampler reads the idle server once more: the window opens after it
+    start = time.time()
+    for prompt in prompts:
+        serving_fixtures.complete(job["meta"]["url"], models["target"], prompt, 32)
+    time.sleep(1.5)  # the sampler reads the end of the burst
+    return client.call("serving.stats", {"id": job["id"], "window_s": time.time() - start + 0.9})
+
+
+@pytest.fixture(scope="module")
+def agreeing(gpuhost, models):
+    _home, client = gpuhost
+    job = start_server(client, models, "drafter_agree")
+    try:
+        yield job
+    finally:
+        stop_server(client, job)
+
+
+@pytest.fixture(scope="module")
+def agreeing_figures(gpuhost, agreeing, models):
+    return served_figures(gpuhost[1], agreeing, models, PLAIN_PROMPTS)
+
+
+def test_agreeing_pair_gives_every_k_up_to_the_running_one(agreeing_figures):
+    figures = agreeing_figures
+    assert figures["num_drafts"] > 0 and figures["accept_length"] == K + 1
+    # K'=1, 2, 3 of one run at K=3; nothing said of K' > 3, which was never drafted.
+    assert figures["per_k"] == [{"k": 1, "accept_length": 2.0}, {"k": 2, "accept_length": 3.0}, {"k": 3, "accept_length": 4.0}]
+
+
+def test_random_drafter_gives_one_at_every_k(gpuhost, models):
+    _home, client = gpuhost
+    job = start_server(client, models, "drafter_random")
+    try:
+        figures = served_figures(client, job, models, PLAIN_PROMPTS)
+    finally:
+        stop_server(client, job)
+    assert figures["num_drafts"] > 0 and figures["accept_length"] == 1.0
+    assert [row["accept_length"] for row in figures["per_k"]] == [1.0, 1.0, 1.0]
+
+
+@pytest.fixture(scope="module")
+def sweep(gpuhost, models, agreeing_figures):
+    """A finished K sweep of the agreeing pair over K=1..4 (after the live server's figures were
+    taken: five servers one after the other, none beside another's start)."""
+    _home, client = gpuhost
+    job = client.call("serving.bench", {
+        "target": models["target"], "drafter": models["drafter_agree"], "ks": SWEEP_KS, "port": free_port(),
+        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
+        "prompts": PLAIN_PROMPTS, "requests": 3, "max_tokens": 32,
+    }, timeout=120)
+    assert job["kind"] == "benchmark" and job["meta"]["ks"] == SWEEP_KS
+    job = wait_for(lambda: (lambda j: j["process_state"] not in ("running", "starting") and j)(client.call("jobs.get", {"id": job["id"]})),
+                   5 * READY_TIMEOUT_S, interval_s=2.0)
+    result = (job.get("progress") or {}).get("result")
+    assert result, "the sweep failed: %s" % (job.get("progress") or {}).get("error")
+    return job["id"], result
+
+
+def test_sweep_accept_lengths_equal_separate_runs_and_best_k_is_fastest(sweep, agreeing_figures):
+    _job_id, result = sweep
+    rows = result["sweep"]
+    assert [row["k"] for row in rows] == SWEEP_KS
+    # Each K on its own server gives K+1 (every draft agrees) ...
+    assert [row["accept_length"] for row in rows] == [2.0, 3.0, 4.0, 5.0]
+    # ... which is what the one live server at K=3 said of K'=1, 2, 3 from its per-position counts.
+    assert [row["accept_length"] for row in rows[:K]] == [entry["accept_length"] for entry in agreeing_figures["per_k"]]
+    fastest = max(rows, key=lambda row: row["tokens_per_s"])
+    assert result["best_k"] == fastest["k"] and result["spec_tps"] == fastest["tokens_per_s"]
+    for row in rows:
+        assert row["cycle_ms"] == pytest.approx(1000.0 * row["accept_length"] / row["tokens_per_s"])
+        assert row["speedup"] == pytest.approx(row["tokens_per_s"] / result["baseline_tps"])
+    others = sorted((row["tokens_per_s"] for row in rows if row is not fastest), reverse=True)
+    assert result["margin"]["over_next_k"] == pytest.approx(fastest["tokens_per_s"] / others[0] - 1.0)
+    model = result["cost_model"]
+    assert model["points"] == len(SWEEP_KS)
+    # The least-squares line passes through the mean point of the measured cycle times.
+    mean_k = sum(SWEEP_KS) / len(SWEEP_KS)
+    assert model["intercept_ms"] + model["slope_ms_per_k"] * mean_k == pytest.approx(sum(r["cycle_ms"] for r in rows) / len(rows))
+
+
+def test_advice_on_the_live_server_uses_the_sweep_cost_model(gpuhost, agreeing, sweep):
+    _home, client = gpuhost
+    sweep_id, result = sweep
+    advice = client.call("serving.advise", {"id": agreeing["id"]}, timeout=30)
+    assert advice["k_current"] == K and advice["sweep"] == sweep_id
+    rows = advice["per_k"]
+    assert [(row["k"], row["source"], row["measured"]) for row in rows] == [(1, "live", True), (2, "live", True), (3, "live", True), (4, "sweep", True)]
+    assert [row["accept_length"] for row in rows] == [2.0, 3.0, 4.0, 5.0]
+    model = result["cost_model"]
+    for row in rows:
+        cycle_ms = model["intercept_ms"] + model["slope_ms_per_k"] * row["k"]
+        assert row["cycle_ms"] == pytest.approx(cycle_ms)
+        assert row["tokens_per_s"] == pytest.approx(1000.0 * row["accept_length"] / cycle_ms)
+        assert row["speedup"] == pytest.approx(row["tokens_per_s"] / result["baseline_tps"])
+    best = max(rows, key=lambda row: row["tokens_per_s"])
+    assert advice["best_k"] == best["k"] and advice["reason"].startswith(("K=%d:" % best["k"], "no K pays off: the best is K=%d:" % best["k"]))
+
+
+def test_advice_on_the_sweep_alone_picks_its_fastest_k(gpuhost, sweep):
+    _home, client = gpuhost
+    sweep_id, result = sweep
+    advice = client.call("serving.advise", {"id": sweep_id}, timeout=30)
+    assert advice["k_current"] is None and advice["best_k"] == result["best_k"]
+    assert [row["tokens_per_s"] for row in advice["per_k"]] == [row["tokens_per_s"] for row in result["sweep"]]
+
+
+def test_coverage_of_the_tokens_a_running_server_generates(gpuhost, agreeing, models):
+    """The coverage job on a server's own output: the agreeing target only ever emits AGREE_TOKEN,
+    which the drafter's vocabulary holds; the ids are the server's, one sequence per request."""
+    _home, client = gpuhost
+    job = client.call("checkpoint.coverage", {"drafter": models["drafter_agree"], "server": agreeing["id"], "prompts": PLAIN_PROMPTS,
+                                              "max_tokens": 16, "python": serving_fixtures.vllm_python()})
+    job = wait_for(lambda: (lambda j: j["process_state"] not in ("running", "starting") and j)(client.call("jobs.get", {"id": job["id"]})),
+                   300, interval_s=0.5)
+    result = (job.get("progress") or {}).get("result")
+    assert result, "the coverage job failed: %s" % (job.get("progress") or {}).get("error")
+    assert result["server"] == agreeing["id"] and result["target"] == models["target"]
+    assert result["tokens"] == len(PLAIN_PROMPTS) * 16 and result["coverage"] == 1.0 and result["top_missing"] == []
+    assert "tokenized again" not in result["note"]  # the engine's own token ids, not its text re-read
