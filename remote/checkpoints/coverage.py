@@ -46,20 +46,28 @@ def draft_vocabulary(drafter):
 
 def chain_bound(sequences, inside, ks=BOUND_KS):
     """The accept length at each K of a drafter that is right whenever the target's next token
-    is in its vocabulary, on these token sequences: each cycle accepts the drafts up to the
-    first token outside (at most K) and the target adds one, so a cycle yields the run of
-    inside tokens from where it starts, capped at K, plus one. `[{k, accept_length}]`."""
+    is in its vocabulary, on these token sequences (of in-vocabulary flags): each cycle accepts
+    the drafts up to the first token outside (at most K) and the target adds one, so a cycle
+    yields the run of inside tokens from where it starts, capped at K, plus one. `[{k,
+    accept_length}]`."""
+    runs = []
+    for flags in sequences:
+        # The run of inside tokens starting at each position, counted once from the end: each K
+        # then steps from cycle to cycle, not token by token.
+        run, length = [0] * (len(flags) + 1), len(flags)
+        for position in range(length - 1, -1, -1):
+            if flags[position]:
+                run[position] = run[position + 1] + 1
+        runs.append((run, length))
     result = []
     for k in ks:
         tokens = cycles = 0
-        for flags in sequences:
-            position, length = 0, len(flags)
+        for run, length in runs:
+            position = 0
             while position < length:
-                run = 0
-                while run < k and position + run < length and flags[position + run]:
-                    run += 1
-                tokens += min(run + 1, length - position)  # the text's end cuts the last cycle
-                position += run + 1
+                accepted = min(run[position], k)
+                tokens += min(accepted + 1, length - position)  # the text's end cuts the last cycle
+                position += accepted + 1
                 cycles += 1
         result.append({"k": k, "accept_length": tokens / cycles if cycles else None})
     return result
