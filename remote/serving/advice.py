@@ -106,7 +106,7 @@ def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
         elif measured_row and measured_row.get("accept_length"):
             row.update(accept_length=measured_row["accept_length"], source="sweep")
             if not per_position:
-                row.update(cycle_ms=measured_row.get("cycle_ms"), tokens_per_s=measured_row.get("tokens_per_s"))
+                row.update(cycle_ms=measured_row.get("cycle_ms"), tokens_per_s=measured_row.get("tokens_per_s"), cycle_measured=True)
         elif per_position:
             length, words = _estimate(per_position, k)
             row.update(accept_length=length, source="estimate", measured=False, estimate_from=words)
@@ -135,7 +135,7 @@ def _choose(rows, k_current, sweep, sweep_id):
     if not candidates:
         return None, "no accept length measured yet: send the server requests"
     best = max(candidates, key=lambda row: row["tokens_per_s"])
-    cost = "cycle %.1f ms (%s)" % (best["cycle_ms"], "cost model of sweep %s" % sweep_id if best["source"] == "live" else "measured by sweep %s" % sweep_id)
+    cost = "cycle %.1f ms (%s sweep %s)" % (best["cycle_ms"], "measured by" if best.get("cycle_measured") else "cost model of", sweep_id)
     said = "K=%d: accept length %.2f (%s), %s: %.1f tok/s" % (best["k"], best["accept_length"], best["source"], cost, best["tokens_per_s"])
     if best["speedup"] is not None:
         said += ", %.2fx the baseline" % best["speedup"]

@@ -269,7 +269,9 @@ def serving_advise(call):
     the newest finished sweep of the server's target and drafter), `window_s` (the live figures'
     window; absent: all the sampler has). Reply: `{k_current, per_k: [{k, accept_length,
     cycle_ms, tokens_per_s, speedup, break_even_accept_length, measured, source,
-    estimate_from?}], best_k, reason, sweep, cost_model, baseline_tps}`: accept lengths up to
+    estimate_from?, cycle_measured?}], best_k, reason, sweep, cost_model, baseline_tps}`
+    (`cycle_measured`: the sweep's own cycle time and tokens/s, when advising from a sweep
+    alone; else they come from its cost model): accept lengths up to
     the running K are this server's (source live), beyond it the sweep's (source sweep) or,
     with no sweep row, an estimate (measured false, `estimate_from` says from what); cycle
     times come from the sweep's cost model, so without a sweep best_k is null and `reason`
