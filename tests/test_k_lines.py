@@ -1,0 +1,57 @@
+"""What `specdeck advise`, `bench --k LIST` and `coverage` print, from the host's own arithmetic
+(remote/serving/advice.py, remote/checkpoints/coverage.py) on known figures: the K2 case of the
+notes (30 ms cycle at K=2, 82 tok/s baseline, accept length 2.0) and a sweep around it."""
+
+from remote.checkpoints import coverage
+from remote.serving import advice
+from tui.cli import advisor
+
+BASELINE_TPS = 82.0
+
+
+def sweep():
+    """A sweep whose cycle grows 6 ms a K from 18 ms, and whose accept length grows less and less."""
+    rows = []
+    for k, accept_length in ((1, 1.7), (2, 2.0), (3, 2.2), (4, 2.3)):
+        cycle_ms = 18.0 + 6.0 * k
+        tokens_per_s = 1000.0 * accept_length / cycle_ms
+        rows.append({"k": k, "tokens_per_s": tokens_per_s, "accept_length": accept_length, "cycle_ms": cycle_ms,
+                     "speedup": tokens_per_s / BASELINE_TPS, "break_even_accept_length": cycle_ms / 1000.0 * BASELINE_TPS})
+    return dict(advice.sweep_result(rows, BASELINE_TPS), baseline_tps=BASELINE_TPS)
+
+
+def test_the_notes_k2_case_is_said_to_be_slower_at_every_k():
+    result = sweep()
+    lines = advisor.sweep_lines(result)
+    assert lines[0] == "baseline      82.00 tok/s"
+    # K=2 of the notes: 30 ms a cycle needs 2.46; 2.0 is 19% slower than no speculation.
+    k2 = next(line for line in lines if line.startswith("   2"))
+    assert "0.81x" in k2 and "2.46" in k2
+    best = max(result["sweep"], key=lambda row: row["tokens_per_s"])
+    assert result["best_k"] == best["k"] == 1 and lines[1 + best["k"]].endswith("best")
+    assert "cycle time    18.0 ms + 6.0 ms per K" in "\n".join(lines)
+
+
+def test_advice_marks_what_the_server_did_not_measure():
+    text = "\n".join(advisor.advice_lines(advice.advise(2, [0.6, 0.4], None)))
+    assert "K' > 2: beyond what this server measured" in text
+    assert "estimate: position 2's conditional acceptance 0.67 continued" in text
+    assert "no K sweep of this target and drafter" in text and "--k 1,2,3,4,5" in text
+
+
+def test_advice_with_a_sweep_says_no_k_pays_off():
+    text = "\n".join(advisor.advice_lines(advice.advise(2, [0.6, 0.4], sweep(), "j12")))
+    assert "advice: no K pays off: the best is K=1" in text
+    assert "sweep j12 (its prompts)" in text  # K=3, 4: the sweep's accept lengths, not this server's
+
+
+def test_coverage_lines_name_the_tokens_never_proposed():
+    inside = {1, 2, 3}
+    result = coverage.summarize([[1, 2, 9, 3, 9, 7]], inside, lambda token: "<%d>" % token,
+                                {"source": "d2t", "draft_vocab_size": 3, "target_vocab_size": 10})
+    lines = advisor.coverage_lines(result)
+    assert lines[0].startswith("coverage      0.5000   3 of 6 target tokens")
+    assert "K=1 1.50" in lines[1]  # 1,2 | 9 | 3,9 | 7: cycles of 2, 1, 2, 1 tokens
+    assert lines[-2].strip().startswith("2  33.33%  id 9") and lines[-1].strip().endswith("'<7>'")
+    full = coverage.summarize([[1, 2]], None, str, {})
+    assert advisor.coverage_lines(full)[0].startswith("coverage      1 (the drafter has no d2t/t2d")
