@@ -76,7 +76,7 @@ def test_spine_figures(laptop, sshd, host_python, host_ml_python, host_user):
     subprocess.run(["chown", "-R", host_user.name, str(drafter.parent)], check=True)
 
     def ours():
-        from tui.checkpoint_view import format_inspect
+        from tui.checkpoints.view import format_inspect
 
         format_inspect(client.call("checkpoint.inspect", {"path": str(drafter)}))
 

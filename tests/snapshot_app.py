@@ -9,8 +9,8 @@ from pathlib import Path
 from tui import app as app_module
 from tui.messages import JobEvents
 from remote.training import curves, logparse
-from tui.panes.gpus import GpusPane
-from tui.panes.training import TrainingPane
+from tui.telemetry.pane import GpusPane
+from tui.training.pane import TrainingPane
 
 NOW = 1_780_000_000.0  # a fixed "now" for runtimes
 
@@ -115,11 +115,11 @@ def freeze(monkeypatch):
     import time as real_time
 
     from tui import display
-    from tui.panes import jobs
+    from tui.jobs import pane as jobs_pane
     from tui.widgets import header
 
     clock = FixedClock(real_time)
-    for module in (display, jobs, header):
+    for module in (display, jobs_pane, header):
         monkeypatch.setattr(module, "time", clock)
     monkeypatch.setattr(display, "format_time", lambda epoch: "-" if not epoch else "%02d:%02d" % divmod(int((epoch % 86400) // 60), 60))
     return types.SimpleNamespace(now=NOW)

@@ -14,11 +14,11 @@ from tests.hub_fixtures import blob
 from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import build_drafter, wait_until
 from tui import config
+from tui.checkpoints.pane import TensorsPane
+from tui.downloads.form import DownloadForm
+from tui.downloads.pane import DownloadsPane, FileProgress
 from tui.pane_host import PaneHost
-from tui.panes.downloads import DownloadsPane, FileProgress
-from tui.panes.tensors import TensorsPane
 from tui.screens.confirm import ConfirmScreen
-from tui.screens.download_form import DownloadForm
 
 
 @pytest.fixture(autouse=True)
@@ -312,7 +312,7 @@ async def test_r_on_a_verification_with_a_mismatch_repairs_the_files_it_found_wr
 
 async def test_a_host_that_does_not_resolve_is_named_in_the_header_and_in_the_panes(tmp_path, monkeypatch):
     from tui.app import SpecdeckApp
-    from tui.panes.gpus import GpusPane
+    from tui.telemetry.pane import GpusPane
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

@@ -9,7 +9,7 @@ import time
 
 from tests.test_app_jobs import SIZE, connected, job_rows, notifications, pane_key, wait_until
 from tui.app import SpecdeckApp
-from tui.panes.jobs import JobsTable
+from tui.jobs.pane import JobsTable
 from tui.widgets.log_view import LogView
 
 

@@ -5,7 +5,7 @@ the history store, and says so; m (a GPU metric) has nothing to pick."""
 from tests.test_app_jobs import wait_until
 from tests.test_telemetry_pane import GpusApp
 from tui.connection import open_client
-from tui.panes.gpus import GpusPane
+from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
 
 

@@ -13,14 +13,14 @@ import pytest
 from textual.css.query import NoMatches
 
 from tui.app import SpecdeckApp
-from tui.panes.jobs import JobsTable
-from tui.widgets.log_view import LogView
+from tui.jobs.new_job import NewJobScreen
+from tui.jobs.pane import JobsTable
 from tui.screens.confirm import ConfirmScreen
-from tui.screens.prompt import PromptScreen
 from tui.screens.help import HelpScreen
 from tui.screens.host_key import HostKeyScreen
-from tui.screens.new_job import NewJobScreen
+from tui.screens.prompt import PromptScreen
 from tui.widgets.header import ConnectionHeader, describe_state
+from tui.widgets.log_view import LogView
 
 SIZE = (110, 32)
 WAIT_S = 60

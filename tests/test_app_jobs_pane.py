@@ -9,9 +9,9 @@ from tests.test_app_jobs import (
     SIZE, connected, job_rows, notifications, pane_key, screen_text, start_job_from_dialog, type_text, wait_until,
 )
 from tui.app import SpecdeckApp
-from tui.panes.jobs import JobsTable
+from tui.jobs.new_job import NewJobScreen
+from tui.jobs.pane import JobsTable
 from tui.screens.confirm import ConfirmScreen
-from tui.screens.new_job import NewJobScreen
 from tui.widgets.key_bar import KeyBar
 from tui.widgets.log_view import LogView
 

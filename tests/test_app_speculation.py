@@ -27,7 +27,7 @@ from tests.conftest import run_cli, stop_daemon
 from tests.sshd_fixtures import wait_for
 from tests.test_app_jobs import wait_until
 from tui.connection import open_client
-from tui.panes.speculation import SpeculationPane
+from tui.serving.pane import SpeculationPane
 from tests.one_pane import OnePane
 
 pytestmark = pytest.mark.timeout(1200)  # the module's two vLLM starts come first

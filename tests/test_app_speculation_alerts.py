@@ -13,7 +13,7 @@ from tests.sshd_fixtures import wait_for
 from tests.test_app_jobs import wait_until
 from tests.test_telemetry_pane import GpusApp
 from tui.connection import open_client
-from tui.panes.gpus import GpusPane
+from tui.telemetry.pane import GpusPane
 
 
 async def test_a_failed_verification_is_announced_as_that_download_with_its_reason(agent_home, hub, tmp_path):

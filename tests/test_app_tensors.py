@@ -10,9 +10,9 @@ from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, OptionList, Static
 
 from tests.checkpoint_fixtures import write_drafter
-from tui.screens.compare import CompareScreen
+from tui.checkpoints.compare import CompareScreen
+from tui.checkpoints.pane import TensorsPane
 from tui.screens.file_picker import FilePicker
-from tui.panes.tensors import TensorsPane
 
 
 def _holds(predicate):
@@ -325,7 +325,7 @@ async def test_n_means_nothing_twice_in_the_tensors_pane(client, tmp_path):
 async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
     from tests.test_checkpoint_scale import FIXTURE_CACHE
     from tests.checkpoint_fixtures import cached_moe_target
-    from tui.panes.tensors import PAGE_TENSORS
+    from tui.checkpoints.pane import PAGE_TENSORS
 
     moe = cached_moe_target(FIXTURE_CACHE)
     app = TensorsHost(client)

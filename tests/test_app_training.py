@@ -24,7 +24,7 @@ from tests.sshd_fixtures import wait_for
 from tests.test_app_tensors import wait_until
 from tests.test_training_run import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
 from tui.app import PANES
-from tui.panes.training import TrainingPane
+from tui.training.pane import TrainingPane
 from tui.widgets.chart import TimeChart
 
 LOG = Path(__file__).parent / "data" / "speculators-train-200cols.log"

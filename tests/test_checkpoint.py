@@ -13,7 +13,7 @@ import pytest
 
 from remote.checkpoints import report as ck
 from tests.conftest import python39
-from tui.checkpoint_view import format_compare, format_inspect, format_size
+from tui.checkpoints.view import format_compare, format_inspect, format_size
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402
@@ -590,7 +590,7 @@ def test_broken_config_json_is_reported(tmp_path):
 
 
 def test_host_module_imports_only_the_standard_library():
-    code = ("import sys; sys.path.insert(0, %r); import remote.checkpoints.report, tui.checkpoint_view; "
+    code = ("import sys; sys.path.insert(0, %r); import remote.checkpoints.report, tui.checkpoints.view; "
             "bad = [m for m in ('numpy', 'safetensors', 'textual', 'paramiko', 'rich') if m in sys.modules]; "
             "print(bad)" % REPO_ROOT)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

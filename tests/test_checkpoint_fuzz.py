@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from remote.checkpoints import report as ck
-from tui.checkpoint_view import format_inspect
+from tui.checkpoints.view import format_inspect
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402

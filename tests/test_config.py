@@ -16,7 +16,7 @@ from tests.test_app_tensors import wait_until
 from tui import config
 from tui.config import tomllib
 from tui.connection import open_client
-from tui.screens.download_form import DownloadForm
+from tui.downloads.form import DownloadForm
 
 
 @pytest.fixture

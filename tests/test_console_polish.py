@@ -15,10 +15,10 @@ from tests.sshd_fixtures import wait_for
 from tests.test_app_downloads import DownloadsHost, fill_form, small_drafter_files, text_of
 from tests.test_app_jobs import connected, header_text, job_rows, screen_text, type_text, wait_until
 from tui.app import SpecdeckApp
-from tui.panes.downloads import DownloadsPane
-from tui.screens.download_form import DownloadForm
+from tui.downloads.form import DownloadForm
+from tui.downloads.pane import DownloadsPane
+from tui.jobs.new_job import NewJobScreen
 from tui.screens.host_key import HostKeyScreen
-from tui.screens.new_job import NewJobScreen
 
 
 SMALL = (80, 24)

@@ -10,7 +10,7 @@ from tests.conftest import REPO_ROOT
 from tests.test_app_jobs import SIZE, connected, wait_until
 from tui.app import SpecdeckApp
 from tui.connection import open_client
-from tui.panes.jobs import JobsTable
+from tui.jobs.pane import JobsTable
 from tui.widgets.log_view import LogFeed, LogView
 
 # A bar redrawn 60 times over ~12 s, its line ended only at the very end.

@@ -9,10 +9,10 @@ from tests.notify_receiver import Receiver
 from tests.test_app_jobs import SIZE, connected, screen_text, wait_until
 from tests.test_notify import status, wait_for
 from tui.app import SpecdeckApp
-from tui.desktop_notify import kind_for, sequence
+from tui.jobs.new_job import submit_params
+from tui.notify.desktop import kind_for, sequence
+from tui.notify.screen import NotificationsScreen, parse_add
 from tui.screens.host_info import HostInfoScreen
-from tui.screens.new_job import submit_params
-from tui.screens.notifications import NotificationsScreen, parse_add
 
 
 def capture_driver(app):

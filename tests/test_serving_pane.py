@@ -10,7 +10,7 @@ from textual.widgets import Static
 from tests.one_pane import OnePane
 from tests.test_app_tensors import wait_until
 from tests.test_serving_metrics import AFTER, MetricsServer, scaled
-from tui.panes.speculation import SpeculationPane
+from tui.serving.pane import SpeculationPane
 from tui.widgets.chart import TimeChart
 
 

@@ -13,7 +13,7 @@ from tests.test_app_jobs import wait_until
 from tui.connection import open_client
 from tui.messages import ClientReady
 from tui.pane_host import PaneHost
-from tui.panes.gpus import GpusPane
+from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
 
 RECORDING = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"

@@ -14,7 +14,7 @@ from remote.training import logparse
 from tests import checkpoint_fixtures
 from tests.one_pane import OnePane
 from tests.test_app_tensors import wait_until
-from tui.panes.training import TrainingPane
+from tui.training.pane import TrainingPane
 from tui.widgets.chart import TimeChart
 
 LOG = Path(__file__).parent / "data" / "speculators-train-80cols.log"

@@ -5,7 +5,7 @@ own and reports its state, which the header shows. The list of panes, PANES, dri
 number keys, the tabs and the help screen. The app holds the one subscription to the host's
 job events and hands every pane the job book (attributes down); panes post messages up
 (OpenCheckpoint) and never call each other. Panes read `app.client` (None until connected)
-and do their own requests in workers (tui/panes/base.py).
+and do their own requests in workers (tui/pane.py).
 """
 
 import os
@@ -20,19 +20,19 @@ from textual.worker import Worker, WorkerState
 
 from remote.core.protocol import RemoteError
 
-from . import desktop_notify
+from .checkpoints.pane import TensorsPane
 from .client import ConnectError
+from .downloads.pane import DownloadsPane
+from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
+from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
 from .pane_host import PaneHost
-from .panes.downloads import DownloadsPane
-from .panes.gpus import GpusPane
-from .panes.jobs import JobsPane
-from .panes.speculation import SpeculationPane
-from .panes.tensors import TensorsPane
-from .panes.training import TrainingPane
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
 from .screens.host_key import HostKeyScreen
+from .serving.pane import SpeculationPane
+from .telemetry.pane import GpusPane
+from .training.pane import TrainingPane
 from .widgets.header import ConnectionHeader
 from .widgets.key_bar import KeyBar
 
@@ -213,16 +213,16 @@ class SpecdeckApp(PaneHost):
     def _follow_host_alerts(self, client):
         """Every alert the host raises, while the console is open (the client resumes the stream)."""
         try:
-            client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(desktop_notify.HostAlerts(data.get("records") or [])))
+            client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(HostAlerts(data.get("records") or [])))
         except (RemoteError, ConnectError):
             pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
 
-    def on_host_alerts(self, message: desktop_notify.HostAlerts):
+    def on_host_alerts(self, message: HostAlerts):
         alerts = [a for a in message.alerts if a.get("kind") != "test"]
         if not alerts:
             return
-        title, body = desktop_notify.alerts_notification(alerts, self.header.hostname or self.host)
-        text = desktop_notify.sequence(title, body, desktop_notify.kind_for())
+        title, body = alerts_notification(alerts, self.header.hostname or self.host)
+        text = sequence(title, body, kind_for())
         if text and self._driver is not None:
             self._driver.write(text)  # between frames, through the driver's own writer
         if any("gpu" not in (a.get("categories") or ()) for a in alerts):  # GPU alerts: the GPU pane says them

@@ -48,7 +48,7 @@ class LogSaved(Message):
 
 @dataclass
 class JobEvents(Message):
-    """A frame of the host's job events (tui/job_book.py applies it). Never merged: each
+    """A frame of the host's job events (tui/jobs/book.py applies it). Never merged: each
     record is a change some pane may announce."""
 
     data: Dict[str, Any]

@@ -11,9 +11,9 @@ from textual.widgets import TabbedContent, TabPane
 from remote.core.protocol import RemoteError
 
 from .client import ConnectError
-from .job_book import JobBook
+from .jobs.book import JobBook
 from .messages import AgentError, JobEvents, JobEventsEnded, OpenCheckpoint
-from .panes.base import Pane
+from .pane import Pane
 
 RESUBSCRIBE_S = 2.0
 

@@ -107,7 +107,7 @@ class HostInfoScreen(ModalScreen[None]):
             yield Label("n notifications (phone, chat), escape or i to close", classes="dialog-hint")
 
     def action_notifications(self):
-        from .notifications import NotificationsScreen
+        from ..notify.screen import NotificationsScreen
 
         self.app.push_screen(NotificationsScreen())
 

@@ -8,7 +8,7 @@ from remote.core.windows import parse_duration as parse_seconds
 from remote.telemetry.alerts import alert_text
 
 from .. import display
-from .common import CommandError, connect, emit
+from ..cli.common import CommandError, connect, emit
 
 
 def parse_duration(text):

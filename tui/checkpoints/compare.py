@@ -13,7 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
-from ..checkpoint_view import compare_status
+from .view import compare_status
 
 SAME = "same"
 

@@ -15,7 +15,7 @@ a command such as mail).
 import time
 
 from .. import display
-from .common import EXIT_FAILED, CommandError, connect, emit
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 
 FORMATS = ("ntfy", "slack", "discord", "json")
 

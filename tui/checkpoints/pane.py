@@ -2,10 +2,10 @@
 
 The host reads only the safetensors headers (`checkpoint.inspect`), so a 2 GB drafter lists
 in a moment. Problems come first, then the EAGLE-3 shape of the drafter, then the table
-(tui/widgets/: checkpoint_problems, eagle3_summary, tensor_table); a checkpoint too large to
+(problems.py, eagle3_summary.py and tensor_table.py beside this module); a checkpoint too large to
 send whole is paged from the host as the cursor nears the last row loaded. `c` compares it
 with a second checkpoint on the host, where both lie (`checkpoint.compare`: only the result
-crosses the wire; see tui/screens/compare.py).
+crosses the wire; see tui/checkpoints/compare.py).
 """
 
 import functools
@@ -17,12 +17,12 @@ from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
 from ..display import format_bytes
-from ..screens.compare import CompareScreen
+from ..pane import Pane
 from ..screens.file_picker import FilePicker
-from ..widgets.checkpoint_problems import CheckpointProblems
-from ..widgets.eagle3_summary import Eagle3Summary
-from ..widgets.tensor_table import SORT_KEYS, TensorTable, filter_tensors, sort_tensors
-from .base import Pane
+from .compare import CompareScreen
+from .eagle3_summary import Eagle3Summary
+from .problems import CheckpointProblems
+from .tensor_table import SORT_KEYS, TensorTable, filter_tensors, sort_tensors
 
 INSPECT_TIMEOUT_S = 600.0
 # Tensors a page asks the host for, when a checkpoint is too large to send whole.

@@ -23,11 +23,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
+from ..pane import Pane
 from ..screens.prompt import PromptScreen
+from ..telemetry.pane import freshness, stale_text
 from ..widgets.chart import TimeChart
 from . import break_evens
-from .base import Pane
-from .gpus import freshness, stale_text
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600

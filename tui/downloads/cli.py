@@ -17,7 +17,7 @@ import sys
 import time
 
 from .. import config, display
-from .common import EXIT_USAGE, CommandError, connect, emit, split_host_path
+from ..cli.common import EXIT_USAGE, CommandError, connect, emit, split_host_path
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
 # verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names.

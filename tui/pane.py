@@ -19,9 +19,9 @@ from textual.widgets import Static
 
 from remote.core.protocol import RemoteError
 
-from ..client import ConnectError
-from ..messages import AgentError
-from ..requests import NOT_CONNECTED, RequestDone, Requests
+from .client import ConnectError
+from .messages import AgentError
+from .requests import NOT_CONNECTED, RequestDone, Requests
 
 __all__ = ["Pane", "PaneStream", "RequestDone", "StreamData"]
 
@@ -256,7 +256,7 @@ class Pane(Requests, Widget):
         """The pane's tab was shown: redraw what changed while hidden."""
 
     def jobs_changed(self, book, changed, records):
-        """The host's jobs changed (see tui/job_book.py); called by the app, shown or not."""
+        """The host's jobs changed (see tui/jobs/book.py); called by the app, shown or not."""
 
     def on_unmount(self):
         for stream in self._streams:

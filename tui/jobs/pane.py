@@ -21,12 +21,12 @@ from remote.core.protocol import RemoteError
 from .. import display
 from ..client import ConnectError
 from ..messages import AgentError, LogSaved
+from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
-from ..screens.new_job import NewJobScreen
 from ..screens.prompt import PromptScreen
-from ..widgets.jobs_table import COLUMNS, JobsTable, job_cells
 from ..widgets.log_view import LogFeed, LogView, text_width
-from .base import Pane
+from .new_job import NewJobScreen
+from .table import COLUMNS, JobsTable, job_cells
 
 TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024

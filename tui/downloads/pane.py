@@ -15,13 +15,13 @@ from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
 from ..display import STATE_STYLES, console_next_step, format_bytes, format_decimal_bytes, format_duration, format_rate, job_runtime
-from ..download_jobs import (RUNNING_STATES, bytes_total, has_ended, job_action, job_local_dir, job_progress, job_repo,
-                             params_from_meta, percent, repair_params)
 from ..messages import AgentError, OpenCheckpoint
+from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
-from ..screens.download_form import DownloadForm, console_hint
-from ..widgets.file_progress import FileProgress
-from .base import Pane
+from .file_progress import FileProgress
+from .form import DownloadForm, console_hint
+from .repair import (RUNNING_STATES, bytes_total, has_ended, job_action, job_local_dir, job_progress, job_repo,
+                     params_from_meta, percent, repair_params)
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0

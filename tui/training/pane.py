@@ -27,11 +27,11 @@ from textual.widgets import DataTable, Static
 from remote.training import curves as run_curves
 
 from ..display import format_duration
+from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
-from .base import Pane
-from .training_series import (CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, loss_text, metric_series, number,
-                              run_prediction)
+from .series import (CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, loss_text, metric_series, number,
+                     run_prediction)
 
 KINDS = ("training", "datagen")
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")

@@ -19,8 +19,8 @@ from remote.telemetry.alerts import alert_text, alert_title
 from remote.telemetry.sample import apply_delta
 
 from .. import display
+from ..pane import Pane
 from ..widgets.chart import TimeChart
-from .base import Pane
 
 # (key word, sample field, chart label, scale to the chart's unit)
 METRICS = (

@@ -8,7 +8,7 @@ import json
 
 from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 
-from .display import format_bytes, format_shape
+from ..display import format_bytes, format_shape
 
 
 def format_size(n):

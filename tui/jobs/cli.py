@@ -6,8 +6,8 @@ import threading
 import time
 
 from .. import display
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, job_ended
 from ..client import ConnectError
-from .common import EXIT_FAILED, CommandError, connect, emit, env_option, job_ended
 
 
 def byte_count(text):

@@ -17,7 +17,7 @@ from remote.core.windows import parse_duration as parse_seconds
 from remote.serving import breakeven as breakeven_math
 
 from .. import config
-from .common import EXIT_FAILED, CommandError, connect, emit, env_option
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`

@@ -1,7 +1,7 @@
 """Training from the command line: train (a training or data-generation job), curves (its curves,
 the accept length they predict, ETA, checkpoints) and checkpoints (the list with verdicts)."""
 
-from .common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
 
 
 def add_commands(commands):

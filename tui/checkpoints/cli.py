@@ -11,7 +11,7 @@ import itertools
 import json
 import sys
 
-from .common import EXIT_FAILED, CommandError, connect, emit, split_host_path
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, split_host_path
 
 PAGE_TENSORS = 5000
 
@@ -101,7 +101,7 @@ def _full_report(checkpoint):
 
 
 def cmd_inspect(args):
-    from ..checkpoint_view import format_inspect, format_inspect_summary
+    from .view import format_inspect, format_inspect_summary
 
     checkpoint = _checkpoint(args, args.path)
     report = checkpoint.inspect(args.sha256)
@@ -133,7 +133,7 @@ def _stream_json(checkpoint, report, out=None):
 
 
 def _stream_text(checkpoint, report, out=None):
-    from ..checkpoint_view import inspect_head_lines, inspect_tail_lines, tensor_table_lines
+    from .view import inspect_head_lines, inspect_tail_lines, tensor_table_lines
 
     out = out or sys.stdout
     out.write("\n".join(inspect_head_lines(report) + ["Tensors: {:,}".format(report["tensor_count"])]) + "\n")
@@ -148,7 +148,7 @@ def _stream_text(checkpoint, report, out=None):
 
 
 def cmd_compare(args):
-    from ..checkpoint_view import format_compare
+    from .view import format_compare
 
     (host_a, path_a), (host_b, path_b) = split_host_path(args.a), split_host_path(args.b)
     if host_a == host_b:

@@ -17,8 +17,8 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from remote.core.protocol import RemoteError
 
-from ..cli.notify import status_text
 from ..client import ConnectError
+from .cli import status_text
 
 STATE_STYLES = {"ok": "green", "failing": "bold red", "retrying": "yellow", "new": "dim"}
 ADD_HINT = "ntfy topic URL, Slack/Mattermost/Discord/JSON webhook, or: command mail -s specdeck me@example.org"

@@ -1,1 +1,0 @@
-"""The console panes, one per module."""
