@@ -4,7 +4,7 @@ notes (30 ms cycle at K=2, 82 tok/s baseline, accept length 2.0) and a sweep aro
 
 from remote.checkpoints import coverage
 from remote.serving import advice
-from tui.cli import advisor
+from tui.serving import advisor
 
 BASELINE_TPS = 82.0
 

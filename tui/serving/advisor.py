@@ -11,7 +11,7 @@ import time
 from remote.core.protocol import RemoteError
 
 from .. import config
-from .common import EXIT_FAILED, CommandError, connect, emit
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 
 POLL_S = 0.5
 ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason")
