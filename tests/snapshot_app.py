@@ -115,11 +115,12 @@ def freeze(monkeypatch):
     import time as real_time
 
     from tui import display
+    from tui.jobs import model as jobs_model
     from tui.jobs import pane as jobs_pane
     from tui.widgets import header
 
     clock = FixedClock(real_time)
-    for module in (display, jobs_pane, header):
+    for module in (display, jobs_model, jobs_pane, header):
         monkeypatch.setattr(module, "time", clock)
     monkeypatch.setattr(display, "format_time", lambda epoch: "-" if not epoch else "%02d:%02d" % divmod(int((epoch % 86400) // 60), 60))
     return types.SimpleNamespace(now=NOW)

@@ -26,6 +26,7 @@ from .downloads.pane import DownloadsPane
 from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
+from .notify.screen import NotificationsScreen
 from .pane_host import PaneHost
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
@@ -125,6 +126,10 @@ class SpecdeckApp(PaneHost):
             self.post_message(AgentError(getattr(exc, "message", None) or str(exc), "host info"))
             return
         self.call_from_thread(self.push_screen, HostInfoScreen(info))
+
+    def action_notifications(self):
+        """The host's notification channels: `n` on the host screen asks for them."""
+        self.push_screen(NotificationsScreen())
 
     def action_help(self):
         if isinstance(self.screen, HelpScreen):

@@ -1,5 +1,5 @@
 """How the console writes things for people, in one place: sizes in both decimal and binary
-units, rates, durations, ages, times, tensor shapes, a job's exit, and the colour of each state."""
+units, rates, durations, ages, times, tensor shapes, and the colour of each state."""
 
 import re
 import time
@@ -58,13 +58,6 @@ def format_time(epoch):
     return time.strftime("%Y-%m-%d %H:%M", local)
 
 
-def job_runtime(job, now=None):
-    start = job.get("started_at")
-    if not start:
-        return None
-    return (job.get("ended_at") or now or time.time()) - start
-
-
 def format_age(seconds):
     """How long ago, compactly, for chart axes: `now`, `45s`, `10m`, `2h`, `3d`."""
     seconds = abs(seconds)
@@ -82,13 +75,6 @@ def format_shape(shape):
     if shape is None:
         return "?"
     return "[" + ", ".join(str(d) for d in shape) + "]"
-
-
-def exit_text(job):
-    """How a job ended, in the Jobs table's words: `0`, `1`, `sig 9`, or `-` while it runs."""
-    if job.get("signal"):
-        return "sig %d" % job["signal"]
-    return "-" if job.get("exit_code") is None else str(job["exit_code"])
 
 
 # The agent's next step when an interpreter lacks huggingface_hub, as the CLI takes it.

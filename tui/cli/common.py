@@ -90,18 +90,6 @@ def failure(exc, host=None):
     return None
 
 
-def job_ended(job, job_id=None):
-    """How a job ended, in one line: `j7 exited 3`, `j7 was killed by signal 9`, `j7 was stopped`."""
-    name = job.get("id") or job_id or "the job"
-    if job.get("state") == "stopped":
-        return "%s was stopped" % name
-    if job.get("signal"):
-        return "%s was killed by signal %d" % (name, job["signal"])
-    if job.get("exit_code") is not None:
-        return "%s exited %d" % (name, job["exit_code"])
-    return "%s ended (%s)%s" % (name, job.get("state") or "unknown", ": " + job["error"] if job.get("error") else "")
-
-
 def connection_options(parser):
     parser.add_argument("--python", metavar="PATH", help="interpreter that runs the agent on the host (default: what `specdeck config HOST --agent-python` remembers, else python3)")
     parser.add_argument("--accept-new", action="store_true", help="accept and remember an unknown host key (check its fingerprint first)")

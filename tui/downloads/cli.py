@@ -16,8 +16,10 @@ import posixpath
 import sys
 import time
 
-from .. import config, display
+from .. import config
 from ..cli.common import EXIT_USAGE, CommandError, connect, emit, split_host_path
+from ..jobs import model as jobs
+from .model import progress_line
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
 # verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names.
@@ -83,21 +85,10 @@ def _download_params(args, host, local_dir):
     }
 
 
-def progress_line(job):
-    progress = job.get("progress") or {}
-    done, total = progress.get("bytes_done") or 0, progress.get("bytes_total") or 0
-    percent = 100.0 * done / total if total else 0.0
-    eta = progress.get("eta_s")
-    return "%s  %s  %5.1f%%  %s / %s  %s  ETA %s" % (
-        job["id"], job["state"], percent, display.format_decimal_bytes(done), display.format_decimal_bytes(total),
-        display.format_rate(progress.get("rate_bytes_per_s")), display.format_duration(eta) if eta is not None else "-",
-    )
-
-
 def wait_for_download(args, client, job):
     """Follow a download job to its verdict; the exit code is the verification's."""
     last_line = ""
-    while job["process_state"] in ("running", "starting"):
+    while jobs.is_live(job):
         time.sleep(0.5)
         job = client.call("jobs.get", {"id": job["id"]})
         line = progress_line(job)

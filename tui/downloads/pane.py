@@ -14,29 +14,26 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
-from ..display import STATE_STYLES, console_next_step, format_bytes, format_decimal_bytes, format_duration, format_rate, job_runtime
+from ..display import STATE_STYLES, console_next_step, format_bytes, format_duration
+from ..jobs import model as jobs
 from ..messages import AgentError, OpenCheckpoint
 from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
 from .file_progress import FileProgress
 from .form import DownloadForm, console_hint
-from .repair import (RUNNING_STATES, bytes_total, has_ended, job_action, job_local_dir, job_progress, job_repo,
-                     params_from_meta, percent, repair_params)
+from .model import COLUMNS, VERDICT_STATES, action, bytes_total, figures, has_ended, is_active, local_dir, progress, repo
+from .repair import params_from_meta, repair_params
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
-VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")
-COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("done", "percent"), ("rate", "rate"), ("ETA", "eta"),
-           ("size", "size"), ("repo", "repo"))
-STATE_COLUMN = 2
 HINT = "n new  x cancel  r retry/repair  v verify again  t open in Tensors"
 
 
 def job_message(job):
     """The one line a job ended with: its verdict, else its error."""
-    progress = job_progress(job)
-    verdict = progress.get("verdict") or {}
-    return console_next_step(verdict.get("message") or progress.get("error") or job.get("error") or job["state"])
+    found = progress(job)
+    verdict = found.get("verdict") or {}
+    return console_next_step(verdict.get("message") or found.get("error") or job.get("error") or job["state"])
 
 
 class DownloadsPane(Pane):
@@ -158,22 +155,9 @@ class DownloadsPane(Pane):
 
     @staticmethod
     def _row_cells(job):
-        progress = job_progress(job)
-        done, total = progress.get("bytes_done") or 0, bytes_total(job)
-        eta = progress.get("eta_s")
-        running = job["state"] in RUNNING_STATES
-        cells = (
-            job["id"],
-            job_action(job),
-            job["state"],
-            percent(done, total),
-            format_rate(progress.get("rate_bytes_per_s")) if running else "-",
-            format_duration(eta) if running and eta is not None else "-",
-            format_decimal_bytes(total),  # one unit in a column, decimal as the hub shows sizes
-            job_repo(job),
-        )
+        shown = figures(job)
         # Text, not str: a str cell would be read as markup.
-        return tuple(Text(cell, style=STATE_STYLES.get(cell, "") if index == STATE_COLUMN else "") for index, cell in enumerate(cells))
+        return tuple(Text(shown[key], style=STATE_STYLES.get(shown[key], "") if key == "state" else "") for _, key in COLUMNS)
 
     # -- the selected job
 
@@ -197,45 +181,46 @@ class DownloadsPane(Pane):
         if job is None:
             self._rebuild_files(None, [])
             return
-        progress = job_progress(job)
-        params = params_from_meta(job)
+        found = progress(job)
+        shown = figures(job)
+        where = local_dir(job, params_from_meta(job))
         text = Text()
         text.append("%s  " % job["id"], style="bold")
-        text.append("%s  " % job_action(job), style="dim")
-        text.append(job_repo(job), style="bold")
-        if job_local_dir(job, params):
+        text.append("%s  " % shown["kind"], style="dim")
+        text.append(shown["repo"], style="bold")
+        if where:
             text.append("  ->  ", style="dim")
-            text.append(job_local_dir(job, params))
+            text.append(where)
         text.append("\nstate ", style="dim")
         text.append(job["state"], style=STATE_STYLES.get(job["state"], ""))
-        if job["state"] in RUNNING_STATES:
+        if is_active(job):
             text.append("  rate ", style="dim")
-            text.append(format_rate(progress.get("rate_bytes_per_s")))
+            text.append(shown["rate"])
             text.append("  ETA ", style="dim")
-            text.append(format_duration(progress.get("eta_s")))
+            text.append(shown["eta"])
         else:
             text.append("  took ", style="dim")
-            text.append(format_duration(job_runtime(job)))
+            text.append(format_duration(jobs.runtime(job)))
         total = bytes_total(job)
         if total is not None:
-            text.append("\n{:,} of ".format(progress.get("bytes_done") or 0) + format_bytes(total, exact=True), style="dim")
+            text.append("\n{:,} of ".format(found.get("bytes_done") or 0) + format_bytes(total, exact=True), style="dim")
         elif not has_ended(job):
             text.append("\nresolving the file list ...", style="dim")
         summary.update(text)
         # A job that ended before it had a file list has no progress to show: its error says why,
         # and a bar without a total would animate as if it were still working.
         self.query_one("#downloads-total-row").display = total is not None or not has_ended(job)
-        total_bar.update(total=total, progress=progress.get("bytes_done") or 0)
+        total_bar.update(total=total, progress=found.get("bytes_done") or 0)
         verdict.update(self._verdict_text(job))
-        files = progress.get("files") or []
+        files = found.get("files") or []
         self._rebuild_files(job["id"], files)
         for widget, entry in zip(self.query(FileProgress), files):
             widget.show(entry)
 
     @staticmethod
     def _verdict_text(job):
-        progress = job_progress(job)
-        verdict = progress.get("verdict")
+        found = progress(job)
+        verdict = found.get("verdict")
         if verdict:
             good = verdict.get("status") == "verified"
             text = Text("verdict: ", style="dim")
@@ -244,7 +229,7 @@ class DownloadsPane(Pane):
             if verdict.get("file"):
                 text.append("  (%s)" % verdict["file"], style="red")
             return text
-        error = progress.get("error") or job.get("error")
+        error = found.get("error") or job.get("error")
         if error:
             return Text("error: " + console_hint(error.partition(":")[0], console_next_step(error)), style="red")
         return Text("")
@@ -293,12 +278,12 @@ class DownloadsPane(Pane):
         job = self._selected_or_say("cancel")
         if job is None:
             return
-        if job["process_state"] not in ("running", "starting"):
+        if not jobs.is_live(job):
             self._set_status("%s has already ended (%s)" % (job["id"], job["state"]), error=True)
             return
-        what = job_action(job)
+        what = action(job)
         kept = "; the bytes on disk are kept for r" if what == "download" else ""
-        question = "Cancel %s, the %s of %s?%s" % (job["id"], what, job_repo(job), kept)
+        question = "Cancel %s, the %s of %s?%s" % (job["id"], what, repo(job), kept)
         self.app.push_screen(ConfirmScreen(question, yes_label="Cancel %s" % what), lambda yes: yes and self._stop(job))
 
     def _stop(self, job):
@@ -318,11 +303,11 @@ class DownloadsPane(Pane):
         params = job and self._params_or_say(job, "retry")
         if not params:
             return
-        repair = repair_params(job) if job_action(job) == "verify" else None
+        repair = repair_params(job) if action(job) == "verify" else None
         if repair is not None:  # the verification found files wrong: download those again, which verifies them
             self._set_status("repairing %s: downloading %s again ..." % (params["local_dir"], ", ".join(repair["files"])))
             self._call_start("download.start", repair, "repair")
-        elif job_action(job) == "verify":  # nothing wrong to fetch: a retry of a verify verifies
+        elif action(job) == "verify":  # nothing wrong to fetch: a retry of a verify verifies
             self._set_status("verifying %s against %s again ..." % (params["local_dir"], params["repo"]))
             self._call_start("download.verify", params, "verification")
         else:
@@ -340,11 +325,11 @@ class DownloadsPane(Pane):
         job = self._selected_or_say("open")
         if job is None:
             return
-        local_dir = job_local_dir(job, params_from_meta(job))
-        if not local_dir:
+        where = local_dir(job, params_from_meta(job))
+        if not where:
             self._set_status("%s has not said where its files go yet: try again in a moment" % job["id"], error=True)
             return
-        self.post_message(OpenCheckpoint(local_dir))
+        self.post_message(OpenCheckpoint(where))
 
     def _call_start(self, method, params, what):
         # A job that named no interpreter runs under the one remembered for the host since (the

@@ -1,51 +1,10 @@
-"""What the console reads from a download job (no UI): its progress, size, repo and directory,
-whether it downloaded or verified, the parameters to start it again, and the files a failed
-verification found wrong, which a repair downloads again."""
+"""Starting a download again (no UI): the parameters it was started with, which the host keeps in
+the job's meta, and for a verification that found files wrong, the parameters that download only
+those files again (the download verifies them when they are in)."""
 
-RUNNING_STATES = ("queued", "resolving", "downloading", "verifying")
+from . import model
+
 PARAM_KEYS = ("repo", "repo_type", "revision", "files", "include", "exclude", "local_dir", "endpoint", "python")
-# File states of a verification that a repair fetches again.
-BAD_FILE_STATES = ("mismatch", "missing")
-
-
-def percent(done, total):
-    return "%5.1f%%" % (100.0 * done / total) if total else "    -"
-
-
-def job_progress(job):
-    return job.get("progress") or {}
-
-
-def bytes_total(job):
-    """The download's size, or None while the file list is not resolved yet (it reads 0 then)."""
-    progress = job_progress(job)
-    if not progress.get("bytes_total") and (job["state"] in ("queued", "resolving") or not progress.get("files")):
-        return None
-    return progress.get("bytes_total")
-
-
-def job_repo(job):
-    return job_progress(job).get("repo") or job.get("name") or ""
-
-
-def job_local_dir(job, params=None):
-    """Where the files go: known from the parameters, or from the job's own progress report."""
-    return (params or {}).get("local_dir") or job_progress(job).get("local_dir")
-
-
-def job_action(job):
-    """`verify` for a job `download.verify` started, else `download`: the host records it in the
-    job's meta; jobs recorded before it did are told by their name (`verify REPO in DIR`)."""
-    meta = job.get("meta") or {}
-    action = meta.get("action") if isinstance(meta, dict) else None
-    if action in ("download", "verify"):
-        return action
-    return "verify" if (job.get("name") or "").startswith("verify ") else "download"
-
-
-def has_ended(job):
-    """By its state, not its process: a verdict is final while the process is still exiting."""
-    return job["state"] not in RUNNING_STATES + ("running", "starting", "stopping")
 
 
 def params_from_meta(job):
@@ -58,8 +17,8 @@ def params_from_meta(job):
 
 def bad_files(job):
     """The files a verification found wrong (mismatched or missing), in the job's order."""
-    progress = job_progress(job)
-    found = [entry["path"] for entry in progress.get("files") or () if entry.get("state") in BAD_FILE_STATES and entry.get("path")]
+    progress = model.progress(job)
+    found = [entry["path"] for entry in progress.get("files") or () if entry.get("state") in model.BAD_FILE_STATES and entry.get("path")]
     if found:
         return found
     named = (progress.get("verdict") or {}).get("files") or []

@@ -5,9 +5,9 @@ import sys
 import threading
 import time
 
-from .. import display
-from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, job_ended
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..client import ConnectError
+from . import model
 
 
 def byte_count(text):
@@ -69,12 +69,12 @@ def cmd_run(args):
 
 
 def format_jobs(jobs):
-    rows = [("ID", "KIND", "NAME", "STATE", "STARTED", "RUNTIME", "EXIT")]
+    """The jobs as the Jobs pane's table shows them: the same columns, the same figures."""
+    rows = [tuple(label.upper() for label, _ in model.COLUMNS)]
+    now = time.time()
     for job in jobs:
-        rows.append(
-            (job["id"], job["kind"], (job["name"] or "")[:48], job["state"], display.format_time(job["started_at"]),
-             display.format_duration(display.job_runtime(job)), display.exit_text(job))
-        )
+        shown = model.figures(job, now)
+        rows.append(tuple(shown[key] for _, key in model.COLUMNS))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows)
 
@@ -130,7 +130,7 @@ def cmd_logs(args):
     if result.get("error"):
         raise CommandError(result["error"], EXIT_FAILED)
     if job.get("exit_code") != 0:  # the log alone does not say the job failed: one line does
-        raise CommandError(job_ended(job, args.job), EXIT_FAILED, "JobFailed")
+        raise CommandError(model.ended_line(job, args.job), EXIT_FAILED, "JobFailed")
     return 0
 
 
@@ -138,7 +138,7 @@ def cmd_stop(args):
     client = connect(args, args.host)
     job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
     if args.wait:
-        while job["process_state"] in ("running", "starting"):
+        while model.is_live(job):
             time.sleep(0.2)
             job = client.call("jobs.get", {"id": args.job})
     emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))

@@ -26,7 +26,8 @@ from ..screens.confirm import ConfirmScreen
 from ..screens.prompt import PromptScreen
 from ..widgets.log_view import LogFeed, LogView, text_width
 from .new_job import NewJobScreen
-from .table import COLUMNS, JobsTable, job_cells
+from .model import COLUMNS, is_live
+from .table import JobsTable, job_cells
 
 TAIL_BYTES = 256 * 1024
 SAVE_WINDOW_BYTES = 1024 * 1024
@@ -34,7 +35,6 @@ LOG_MAX_LINES = 200_000
 STOP_GRACE_S = 10.0
 RUNTIME_COLUMN = [key for _, key in COLUMNS].index("runtime")
 NAME_COLUMN = [key for _, key in COLUMNS].index("name")
-LIVE_STATES = ("running", "starting")
 
 
 class JobsPane(Pane):
@@ -99,7 +99,7 @@ class JobsPane(Pane):
         table = self.query_one(JobsTable)
         now = time.time()
         for job_id, job in self.jobs.items():
-            if job.get("process_state") in LIVE_STATES and job_id in table.rows:
+            if is_live(job) and job_id in table.rows:
                 table.update_cell(job_id, "runtime", job_cells(job, now)[RUNTIME_COLUMN])
 
     def on_resize(self, event):
@@ -143,7 +143,7 @@ class JobsPane(Pane):
         if not self._opened_on_first_list and jobs:
             self._opened_on_first_list = True
             # Open on what people come to look at: the newest running job, else the newest.
-            running = [job for job in jobs if job.get("process_state") in LIVE_STATES]
+            running = [job for job in jobs if is_live(job)]
             target = (running or jobs)[-1]["id"]
         if target in listed and table.row_count and target != self.selected_job_id():
             table.move_cursor(row=table.get_row_index(target))
@@ -292,7 +292,7 @@ class JobsPane(Pane):
         job = self.jobs.get(self.selected_job_id())
         if self._require_client() is None or job is None:
             return
-        if job.get("process_state", job.get("state")) not in ("running", "starting"):
+        if not is_live(job):
             self.notify("%s is not running (%s)" % (job["id"], job.get("state")), severity="warning", markup=False)
             return
         question = "Stop %s (%s)?\nTERM to its processes now, KILL after %d s if still running." % (
@@ -309,7 +309,7 @@ class JobsPane(Pane):
         job = self.jobs.get(self.selected_job_id())
         if self._require_client() is None or job is None:
             return
-        if job.get("process_state") in LIVE_STATES:
+        if is_live(job):
             self.notify("%s is still running: s stops it, then x forgets it" % job["id"], severity="warning", markup=False)
             return
         question = "Forget %s (%s)?\nIts directory and its whole log are removed from the host; this cannot be undone." % (

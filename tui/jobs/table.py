@@ -1,30 +1,29 @@
-"""The table of the host's jobs, and the cells of one job as the user reads them."""
+"""The table of the host's jobs, and the cells of one job: its figures (model.py), the state
+coloured, the name cut to the room there is."""
 
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable
 
 from .. import display
+from . import model
+from .model import COLUMNS
 
 NAME_WIDTH = 40  # until the table knows its width
 NAME_MIN_WIDTH = 12
-# What a babysitter reads first comes first; the name, the widest, is last, so a narrow
-# terminal cuts the name, never the state, runtime or exit code.
-COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("runtime", "runtime"), ("exit", "exit"), ("started", "started"), ("name", "name"))
 # Cells the other columns are counted at least (the widest word each commonly holds), so that
 # a state that grows from `running` to `downloading` does not push the row past the edge.
 MIN_WIDTHS = {"id": 4, "kind": 9, "state": 11, "runtime": 8, "exit": 4, "started": 5}
 
 
 def job_cells(job, now=None, name_width=NAME_WIDTH):
-    """The table cells of one job, as the user reads them; the name cut to `name_width` cells."""
-    state = Text(job.get("state") or "?", style=display.STATE_STYLES.get(job.get("state"), ""))
-    name = Text(job.get("name") or "", no_wrap=True)
-    name.truncate(name_width, overflow="ellipsis")
-    return (
-        job["id"], job.get("kind") or "", state, display.format_duration(display.job_runtime(job, now)), display.exit_text(job),
-        display.format_time(job.get("started_at")), name,
-    )
+    """The table cells of one job, in COLUMNS' order, as `specdeck jobs` writes them; the name cut
+    to `name_width` cells."""
+    shown = model.figures(job, now)
+    shown["state"] = Text(shown["state"], style=display.STATE_STYLES.get(job.get("state"), ""))
+    shown["name"] = Text(shown["name"], no_wrap=True)
+    shown["name"].truncate(name_width, overflow="ellipsis")
+    return tuple(shown[key] for _, key in COLUMNS)
 
 
 class JobsTable(DataTable):

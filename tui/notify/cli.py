@@ -12,10 +12,8 @@ a command such as mail).
   specdeck notify HOST --send MESSAGE [--urgent]        an alert of your own, through the channels
 """
 
-import time
-
-from .. import display
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
+from .model import channel_line, format_channels
 
 FORMATS = ("ntfy", "slack", "discord", "json")
 
@@ -85,38 +83,3 @@ def cmd_notify(args):
     emit(args, reply, lambda: format_channels(reply["channels"]) if reply["channels"] else
          "no channels on %s: alerts reach a console only (add one: specdeck notify %s --add URL)" % (args.host, args.host))
     return 0
-
-
-def channel_line(channel):
-    where = channel.get("url") or " ".join(channel.get("argv") or [])
-    line = "%s  %-7s  %s  on %s" % (channel["id"], channel["format"], where, ",".join(channel.get("on") or ["all"]))
-    if channel.get("quiet"):
-        line += "  quiet %s" % channel["quiet"]
-    return line
-
-
-def status_text(status, now=None):
-    """How a channel is doing, in a few words: `ok, last sent 02:10`, `failing: HTTP 500 (6 in a
-    row, next try 03:40), 12 waiting`."""
-    now = time.time() if now is None else now
-    state = status.get("state")
-    if state in ("failing", "retrying"):
-        text = "%s: %s (%d in a row" % (state, status.get("last_error") or "?", status.get("failures") or 0)
-        if status.get("next_try_at"):
-            text += ", next try %s" % display.format_time(status["next_try_at"])
-        text += ")"
-    elif state == "ok":
-        text = "ok, last sent %s" % display.format_time(status["last_ok_at"])
-    else:
-        text = "nothing sent yet"
-    if state == "ok" and status.get("last_error_at") and status["last_error_at"] > (status.get("last_ok_at") or 0):
-        text += "; last error %s" % status["last_error"]
-    if status.get("pending"):
-        text += ", %d waiting" % status["pending"]
-    if status.get("expired"):
-        text += ", %d given up" % status["expired"]
-    return text
-
-
-def format_channels(channels):
-    return "\n".join("%s\n    %s" % (channel_line(c), status_text(c.get("status") or {})) for c in channels)

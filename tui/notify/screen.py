@@ -18,9 +18,8 @@ from textual.widgets import DataTable, Input, Label, Static
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
-from .cli import status_text
+from .model import STATE_STYLES, channel_figures, status_text
 
-STATE_STYLES = {"ok": "green", "failing": "bold red", "retrying": "yellow", "new": "dim"}
 ADD_HINT = "ntfy topic URL, Slack/Mattermost/Discord/JSON webhook, or: command mail -s specdeck me@example.org"
 
 
@@ -153,8 +152,8 @@ class NotificationsScreen(ModalScreen[None]):
         for channel in self.channels:
             status = channel.get("status") or {}
             state = status.get("state") or "?"
-            table.add_row(channel["id"], channel["format"], channel.get("url") or " ".join(channel.get("argv") or []),
-                          ",".join(channel.get("on") or ["all"]), channel.get("quiet") or "-",
+            shown = channel_figures(channel)
+            table.add_row(shown["id"], shown["format"], shown["where"], shown["on"], shown["quiet"],
                           Text(state, style=STATE_STYLES.get(state, "")), status_text(status), key=channel["id"])
         if not self.channels:
             self._say("no channels yet: alerts reach an open console only. Type a URL below and press enter.")

@@ -86,7 +86,8 @@ class HostInfoScreen(ModalScreen[None]):
     """`info` is the reply of daemon.info."""
 
     BINDINGS = [Binding("escape,q,i", "close", "close"),
-                Binding("n", "notifications", "notifications", tooltip="where the host sends alerts while no console is open")]
+                # The console opens the notifications screen (a capability of its own): this screen only asks.
+                Binding("n", "app.notifications", "notifications", tooltip="where the host sends alerts while no console is open")]
 
     def __init__(self, info, **kwargs):
         super().__init__(**kwargs)
@@ -105,11 +106,6 @@ class HostInfoScreen(ModalScreen[None]):
             yield Label("Services", classes="help-section")
             yield Static(services_table(info.get("services") or []), id="host-services")
             yield Label("n notifications (phone, chat), escape or i to close", classes="dialog-hint")
-
-    def action_notifications(self):
-        from ..notify.screen import NotificationsScreen
-
-        self.app.push_screen(NotificationsScreen())
 
     def action_close(self):
         self.dismiss(None)

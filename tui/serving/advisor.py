@@ -12,6 +12,7 @@ from remote.core.protocol import RemoteError
 
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
+from ..jobs import model as jobs
 
 POLL_S = 0.5
 ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason")
@@ -152,7 +153,7 @@ def cmd_coverage(args):
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     last = None
-    while job["process_state"] in ("running", "starting"):
+    while jobs.is_live(job):
         time.sleep(POLL_S)
         job = client.call("jobs.get", {"id": job["id"]})
         progress = job.get("progress") or {}

@@ -18,6 +18,9 @@ from remote.serving import breakeven as breakeven_math
 
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
+from ..freshness import stale_text
+from ..jobs import model as jobs
+from .model import SPEC_KEYS, figure, per_position
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -130,21 +133,16 @@ def _wait_ready(args, client, job_id, url):
 
 
 def format_figures(figures):
-    def number(value, pattern="%.2f"):
-        return "-" if value is None else pattern % value
-
-    stale = ""
-    if figures.get("stale"):
-        age = figures.get("age_s")
-        stale = " (stale, %s old)" % ("?" if age is None else "%d s" % age)
+    """The figures `spec` prints: each as the Speculation pane writes it (model.py)."""
+    stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
-        "accept length     %s%s   (source: %s)" % (number(figures.get("accept_length")), stale, figures.get("source")),
-        "per position      %s" % (" ".join("%.2f" % p for p in figures.get("per_position") or []) or "-"),
-        "draft acceptance  %s" % number(figures.get("draft_acceptance_rate"), "%.3f"),
-        "drafts            %s" % number(figures.get("num_drafts"), "%d"),
+        "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
+        "per position      %s" % per_position(figures),
+        "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
+        "drafts            %s" % figure(figures, "num_drafts"),
         "accepted tok/s    %s   drafted tok/s %s   generated tok/s %s" % (
-            number(figures.get("accepted_tps")), number(figures.get("drafted_tps")), number(figures.get("generation_tps"))),
-        "window            %s" % (number(figures.get("window_s"), "%.0f s")),
+            figure(figures, "accepted_tps"), figure(figures, "drafted_tps"), figure(figures, "generation_tps")),
+        "window            %s" % figure(figures, "window_s"),
     ]
     if figures.get("stale"):
         lines.append("stale             these figures are not current: the server's last good read was %s ago" % (
@@ -154,10 +152,6 @@ def format_figures(figures):
     for note in figures.get("notes") or ():
         lines.append("note              %s" % note)
     return "\n".join(lines)
-
-
-SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
-             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error")
 
 
 def cmd_spec(args):
@@ -219,7 +213,7 @@ def cmd_bench(args):
     if not args.json:
         print(job["id"], flush=True)
     last = None
-    while job["process_state"] in ("running", "starting"):
+    while jobs.is_live(job):
         time.sleep(STATUS_POLL_S)
         job = client.call("jobs.get", {"id": job["id"]})
         progress = job.get("progress") or {}

@@ -23,19 +23,18 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
+from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
-from ..telemetry.pane import freshness, stale_text
 from ..widgets.chart import TimeChart
 from . import break_evens
+from .model import RECENT_S, figure, how_it_ended, is_dead, is_live
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
-RECENT_S = 10  # the host's `recent` window (remote/serving/sampler.py RECENT_S)
 WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
 ALERT_AFTER_S = 60.0  # accept length under break-even this long (while drafting) raises the alert
 BAR_WIDTH = 30
-LIVE = ("running", "starting")
 
 
 def window_name(seconds):
@@ -143,8 +142,7 @@ class SpeculationPane(Pane):
         self._choose()
 
     def _live(self, server_id):
-        info = self.server_info.get(server_id)
-        return info is None or info.get("state") in LIVE  # an attached server (no job) counts as running
+        return is_live(self.server_info.get(server_id))  # an attached server (no job) counts as running
 
     def _choose(self):
         """Show the newest running server, unless the user picked one; else the newest."""
@@ -278,15 +276,15 @@ class SpeculationPane(Pane):
         summary.append("%s  %s" % (server_id, info.get("name") or ""), style="bold")
         summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
         if not live:
-            dead = info.get("state") in ("failed", "lost")
-            summary.append("%s: the server %s\n" % ("DEAD" if dead else "ENDED", self._how_it_ended(info)), style="bold red" if dead else "bold")
+            dead = is_dead(info)
+            summary.append("%s: the server %s\n" % ("DEAD" if dead else "ENDED", how_it_ended(info)), style="bold red" if dead else "bold")
         stale, age, why = self._freshness(server_id)
-        summary.append("accept length now %s" % _number(latest.get("accept_length")))
+        summary.append("accept length now %s" % figure(latest, "accept_length"))
         summary.append(" (last %d s)" % RECENT_S, style="dim")
         if stale and live:
             summary.append(" %s" % stale_text(age, why), style="bold red")
         window_accept = window.get("accept_length")
-        summary.append("   over the window %s" % _number(window_accept))
+        summary.append("   over the window %s" % figure(window, "accept_length"))
         if line is not None:
             summary.append("   break-even %.2f (%s)" % (line, line_source))
             if server_id in self.alerted:
@@ -308,9 +306,8 @@ class SpeculationPane(Pane):
         self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
         self.query_one("#spec-throughput-text", Static).update(Text(
             ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
-                RECENT_S, _number(latest.get("generation_tps"), "%.1f"), _number(latest.get("accepted_tps"), "%.1f"),
-                _number(latest.get("drafted_tps"), "%.1f"), _number(latest.get("running"), "%d"), _number(latest.get("waiting"), "%d"),
-                _number(None if latest.get("kv_cache_usage") is None else 100.0 * latest["kv_cache_usage"], "%.0f%%"))))
+                RECENT_S, figure(latest, "generation_tps"), figure(latest, "accepted_tps"), figure(latest, "drafted_tps"),
+                figure(latest, "running"), figure(latest, "waiting"), figure(latest, "kv_cache_usage"))))
         running = sum(1 for s in self.servers if self._live(s))
         self.set_status("%d server(s), %d running; figures are the host's, over its last %d s, each second" % (len(self.servers), running, RECENT_S))
 
@@ -322,14 +319,6 @@ class SpeculationPane(Pane):
         if latest.get("per_position"):
             return "per position over the last %d s:\n%s" % (RECENT_S, bars(latest["per_position"]))
         return "no drafts in the last %s" % window_name(self.window_s) if window else "per position: asking the host…"
-
-    def _how_it_ended(self, info):
-        ended = info.get("ended")
-        if not ended:
-            ended = "was stopped" if info.get("state") == "stopped" else "was killed by signal %d" % info["signal"] if info.get("signal") \
-                else "exited %d" % info["exit_code"] if info.get("exit_code") is not None else "ended (%s)" % info.get("state")
-        first = info.get("first_error")
-        return ended if not first or first in ended else "%s: %s" % (ended, first)
 
     def _points(self, server_id, metric, records):
         """[[time, min, mean, max]] from the history store, then the live figures after it."""
@@ -388,10 +377,6 @@ class SpeculationPane(Pane):
                 for figures in self.records.get(server_id, ()):
                     self._check_alert(server_id, figures)
         self.refresh_view()
-
-
-def _number(value, pattern="%.2f"):
-    return "-" if value is None else pattern % value
 
 
 def _span(seconds):

@@ -9,6 +9,8 @@ from remote.telemetry.alerts import alert_text
 
 from .. import display
 from ..cli.common import CommandError, connect, emit
+from ..freshness import not_current_line
+from . import model
 
 
 def parse_duration(text):
@@ -44,65 +46,52 @@ def cmd_gpus(args):
     return 0
 
 
-def _value(value, unit="", digits=0):
-    if value is None:
-        return "-"
-    return ("%.*f%s" % (digits, value, unit)) if isinstance(value, (int, float)) else str(value)
-
-
-def _gib(value):
-    return "-" if value is None else "%.1f" % (value / 2.0 ** 30)
-
-
 def format_host(host, nvml):
+    """The host's lines: CPU, memory, load and network, each file system, and why no GPU is shown."""
+    shown = model.host_figures(host)
     lines = ["host  cpu %s of %s cores  memory %s / %s GiB  load %s  net rx %s tx %s" % (
-        _value(host.get("cpu_percent"), "%", 1), host.get("cpu_count") or "?", _gib(host.get("memory_used_bytes")),
-        _gib(host.get("memory_total_bytes")), _value(host.get("load_1m"), "", 2),
-        display.format_rate(host.get("network_rx_bytes_per_s")), display.format_rate(host.get("network_tx_bytes_per_s")))]
+        shown["cpu"], shown["cpu_count"], shown["memory_used"], shown["memory_total"], shown["load"], shown["network_rx"],
+        shown["network_tx"])]
     for disk in host.get("disks") or ():
-        lines.append("disk  %-12s %s free of %s  %s" % (disk["role"], display.format_bytes(disk["free_bytes"]),
-                                                       display.format_bytes(disk["total_bytes"]), disk["path"]))
-    if not nvml.get("available"):
-        lines.append("GPUs: none shown (%s)" % (nvml.get("reason") or "NVML is not available"))
+        figures = model.disk_figures(disk)
+        lines.append("disk  %-12s %s free of %s  %s" % (figures["role"], figures["free"], figures["total"], figures["path"]))
+    missing = model.missing_gpus(nvml)
+    if missing:
+        lines.append("GPUs: none shown (%s)" % missing)
     elif nvml.get("reason"):
         lines.append("GPUs: %s" % nvml["reason"])
     return lines
 
 
+# The GPU table: (header, figure), each figure as the GPUs pane shows it (model.py).
+GPU_COLUMNS = (("GPU", "index"), ("NAME", "name"), ("UTIL", "utilization"), ("MEM GiB", "memory"), ("TEMP C", "temperature"),
+               ("POWER W", "power"), ("SM MHz", "sm_clock"), ("PCIE RX/TX", "pcie"), ("NVLINK RX/TX", "nvlink"), ("THROTTLE", "throttle"))
+PROCESS_COLUMNS = (("PID", "pid"), ("GPU", "gpu"), ("MEM GiB", "memory"), ("JOB", "job"), ("RUNTIME", "runtime"), ("COMMAND", "command"))
+
+
 def format_sample(sample):
     """The latest sample for a person: the host, one row per GPU, one per GPU process."""
     lines = format_host(sample["host"], sample.get("nvml") or {})
-    if sample.get("stale"):
-        age = sample.get("age_s")
-        lines.insert(0, "stale: these figures are not current (%s old%s)" % (
-            "?" if age is None else "%d s" % age, ": %s" % sample["error"] if sample.get("error") else ""))
+    stale = not_current_line(sample)
+    if stale:
+        lines.insert(0, stale)
     gpus = sample.get("gpus") or []
     if gpus:
         lines.append("")
-        rows = [("GPU", "NAME", "UTIL", "MEM GiB", "TEMP", "POWER W", "SM MHz", "PCIE RX/TX", "NVLINK RX/TX", "THROTTLE")]
+        rows = [tuple(header for header, _ in GPU_COLUMNS)]
         for gpu in gpus:
-            rows.append((str(gpu["index"]), (gpu.get("name") or "?").replace("NVIDIA ", ""), _value(gpu.get("utilization_percent"), "%"),
-                         "%s/%s" % (_gib(gpu.get("memory_used_bytes")), _gib(gpu.get("memory_total_bytes"))),
-                         _value(gpu.get("temperature_c"), "C"), "%s/%s" % (_value(gpu.get("power_w")), _value(gpu.get("power_limit_w"))),
-                         _value(gpu.get("sm_clock_mhz")),
-                         "%s/%s" % (display.format_rate(gpu.get("pcie_rx_bytes_per_s")), display.format_rate(gpu.get("pcie_tx_bytes_per_s"))),
-                         "%s/%s" % (display.format_rate(gpu.get("nvlink_rx_bytes_per_s")), display.format_rate(gpu.get("nvlink_tx_bytes_per_s")))
-                         if gpu.get("nvlink_count") else "-",
-                         ",".join(r for r in gpu.get("throttle_reasons") or () if r != "gpu_idle") or "-"))
+            shown = model.gpu_figures(gpu)
+            shown.update(memory="%s/%s" % (shown["memory_used"], shown["memory_total"]), power="%s/%s" % (shown["power"], shown["power_limit"]))
+            rows.append(tuple(shown[key] for _, key in GPU_COLUMNS))
         lines += _table(rows)
     processes = sample.get("processes") or []
     if processes:
         lines.append("")
-        rows = [("PID", "GPU", "MEM GiB", "JOB", "RUNTIME", "COMMAND")]
-        now = sample["time"]
+        rows = [tuple(header for header, _ in PROCESS_COLUMNS)]
         for process in processes:
-            if process.get("other_namespace"):
-                job, runtime, command = "-", "-", "(another PID namespace: a container)"
-            else:
-                job = process.get("job_id") or "-"
-                runtime = display.format_duration(now - process["started_at"]) if process.get("started_at") else "-"
-                command = (process.get("command") or "")[:60]
-            rows.append((str(process["pid"]), str(process["gpu_index"]), _gib(process.get("memory_bytes")), job, runtime, command))
+            shown = model.process_figures(process, sample["time"])
+            shown["command"] = shown["command"][:60]
+            rows.append(tuple(shown[key] for _, key in PROCESS_COLUMNS))
         lines += _table(rows)
     return "\n".join(lines)
 
@@ -113,10 +102,9 @@ def format_samples(samples, resolution_s):
         return "no samples in that window (the host records from its daemon's start)"
     lines = ["%d samples, one per %s" % (len(samples), display.format_age(resolution_s))]
     for sample in samples:
-        host = sample["host"]
-        gpus = "  ".join("%d: %s %sGiB %sW" % (g["index"], _value(g.get("utilization_percent"), "%"), _gib(g.get("memory_used_bytes")),
-                                               _value(g.get("power_w"))) for g in sample["gpus"])
-        lines.append("%s  cpu %s  %s" % (time.strftime("%m-%d %H:%M:%S", time.localtime(sample["time"])), _value(host.get("cpu_percent"), "%", 1), gpus))
+        gpus = "  ".join("%(index)s: %(utilization)s %(memory_used)sGiB %(power)sW" % model.gpu_figures(gpu) for gpu in sample["gpus"])
+        lines.append("%s  cpu %s  %s" % (time.strftime("%m-%d %H:%M:%S", time.localtime(sample["time"])),
+                                         model.host_figures(sample["host"])["cpu"], gpus))
     return "\n".join(lines)
 
 

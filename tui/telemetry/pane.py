@@ -19,8 +19,10 @@ from remote.telemetry.alerts import alert_text, alert_title
 from remote.telemetry.sample import apply_delta
 
 from .. import display
+from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..widgets.chart import TimeChart
+from . import model
 
 # (key word, sample field, chart label, scale to the chart's unit)
 METRICS = (
@@ -37,29 +39,6 @@ LIVE_WINDOW_MAX_S = 3600  # longer windows are asked again instead of grown samp
 REQUERY_S = 60.0
 CHART_POINTS = 240
 BAR_CELLS = 10
-QUIET_STALE_S = 5.0  # no frame from the host this long (a cut link): the figures shown are stale
-
-
-def freshness(sample, received_at, now_monotonic):
-    """(stale, age in seconds or None, why) of the figures shown: the host's own verdict carried
-    by the last frame, aged since it arrived, or stale when no frame came for QUIET_STALE_S."""
-    if sample is None:
-        return False, None, None
-    since = now_monotonic - received_at if received_at is not None else 0.0
-    age = sample.get("age_s")
-    age = None if age is None else age + since
-    if sample.get("stale"):
-        return True, age, sample.get("error")
-    if since > QUIET_STALE_S:
-        return True, age, "no sample from the host for %d s" % since
-    return False, age, None
-
-
-def stale_text(age, why):
-    text = "stale, %s old" % ("?" if age is None else "%d s" % age)
-    return "(%s%s)" % (text, ": %s" % why if why else "")
-
-
 def bar(fraction, cells=BAR_CELLS):
     """A bar of `cells` characters, coloured by how full it is."""
     if fraction is None:
@@ -70,57 +49,55 @@ def bar(fraction, cells=BAR_CELLS):
     return Text("█" * filled, style=style) + Text("░" * (cells - filled), style="dim")
 
 
-def number(value, unit="", width=0):
-    text = "-" if value is None else "%d%s" % (round(value), unit)
-    return text.rjust(width)
-
-
 def gpu_row(gpu, jobs):
     """One GPU in one line of at most 80 columns."""
+    shown = model.gpu_figures(gpu)
     used, total = gpu.get("memory_used_bytes"), gpu.get("memory_total_bytes")
     utilization = gpu.get("utilization_percent")
-    row = Text("%d " % gpu["index"], style="bold")
+    row = Text("%s " % shown["index"], style="bold")
     row += bar(None if utilization is None else utilization / 100.0)
-    row += Text(" %s " % number(utilization, "%", 4))
+    row += Text(" %4s " % shown["utilization"])
     row += bar(used / total if used is not None and total else None, 6)
-    row += Text(" %5s/%-4s" % ("-" if used is None else "%.1f" % (used / 2 ** 30), "-" if not total else "%.0fG" % (total / 2 ** 30)))
+    row += Text(" %5s/%-4s" % (shown["memory_used"], shown["memory_total"] + "G" if total else "-"))
     temperature = gpu.get("temperature_c")
-    row += Text(" %s" % number(temperature, "°C", 5), style="red" if temperature is not None and temperature >= 85 else "")
-    row += Text(" %s" % number(gpu.get("power_w"), "W", 5))
-    row += Text(" %s" % number(gpu.get("sm_clock_mhz"), "MHz", 7))
-    throttled = [r for r in gpu.get("throttle_reasons") or () if r not in ("gpu_idle", "sw_power_cap", "applications_clocks")]
+    row += Text(" %5s" % _unit(shown["temperature"], "°C"), style="red" if temperature is not None and temperature >= 85 else "")
+    row += Text(" %5s" % _unit(shown["power"], "W"))
+    row += Text(" %7s" % _unit(shown["sm_clock"], "MHz"))
     if gpu.get("lost"):
         row += Text(" LOST", style="bold red")
-    elif throttled:
+    elif model.throttle_reasons(gpu):
         row += Text(" throttled", style="yellow")
     if jobs:
         row += Text(" " + ",".join(jobs)[:14], style="cyan")
     return row
 
 
+def _unit(text, unit):
+    return text if text == "-" else text + unit
+
+
 def host_line(host, nvml):
-    parts = ["cpu %s" % number(host.get("cpu_percent"), "%"),
-             "mem %s/%s GiB" % ("-" if host.get("memory_used_bytes") is None else "%.0f" % (host["memory_used_bytes"] / 2 ** 30),
-                                "-" if not host.get("memory_total_bytes") else "%.0f" % (host["memory_total_bytes"] / 2 ** 30)),
-             "load %s" % ("-" if host.get("load_1m") is None else "%.2f" % host["load_1m"])]
+    shown = model.host_figures(host)
+    parts = ["cpu %s" % shown["cpu"], "mem %s/%s GiB" % (shown["memory_used"], shown["memory_total"]), "load %s" % shown["load"]]
     for disk in (host.get("disks") or ())[:2]:
-        parts.append("%s %s free" % (disk["role"].split(",")[0], display.format_bytes(disk["free_bytes"]).split(" (")[0]))
+        figures = model.disk_figures(disk)
+        parts.append("%s %s free" % (figures["role"].split(",")[0], figures["free"].split(" (")[0]))
     line = Text("  ".join(parts))
-    if not nvml.get("available"):
-        line = Text("no GPUs shown: %s\n" % (nvml.get("reason") or "NVML is not available"), style="yellow") + line
+    missing = model.missing_gpus(nvml)
+    if missing:
+        line = Text("no GPUs shown: %s\n" % missing, style="yellow") + line
     return line
 
 
 def process_lines(processes, now, limit):
     lines = []
     for process in sorted(processes, key=lambda p: (-(p.get("memory_bytes") or 0), p["pid"]))[:limit]:
-        memory = "-" if process.get("memory_bytes") is None else "%.1fG" % (process["memory_bytes"] / 2 ** 30)
+        shown = model.process_figures(process, now)
+        memory = _unit(shown["memory"], "G")
         if process.get("other_namespace"):
-            lines.append("%7d gpu%d %6s  -     another PID namespace (a container)" % (process["pid"], process["gpu_index"], memory))
+            lines.append("%7s gpu%s %6s  -     %s" % (shown["pid"], shown["gpu"], memory, shown["command"]))
             continue
-        runtime = display.format_duration(now - process["started_at"]) if process.get("started_at") else "-"
-        lines.append("%7d gpu%d %6s  %-5s %s  %s" % (process["pid"], process["gpu_index"], memory, process.get("job_id") or "-",
-                                                    runtime, (process.get("command") or "")[:40]))
+        lines.append("%7s gpu%s %6s  %-5s %s  %s" % (shown["pid"], shown["gpu"], memory, shown["job"], shown["runtime"], shown["command"][:40]))
     if len(processes) > limit:
         lines.append("… %d more (specdeck gpus HOST lists all)" % (len(processes) - limit))
     return "\n".join(lines) if lines else "no GPU processes"

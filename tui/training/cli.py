@@ -1,7 +1,9 @@
 """Training from the command line: train (a training or data-generation job), curves (its curves,
 the accept length they predict, ETA, checkpoints) and checkpoints (the list with verdicts)."""
 
+from .. import display
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
+from . import model
 
 
 def add_commands(commands):
@@ -76,17 +78,6 @@ def cmd_train(args):
     return 0
 
 
-def _length(value):
-    return "-" if value is None else "%.2f" % value
-
-
-def _eta(seconds):
-    if seconds is None:
-        return "-"
-    seconds = int(seconds)
-    return "%d:%02d:%02d" % (seconds // 3600, seconds % 3600 // 60, seconds % 60)
-
-
 def cmd_curves(args):
     client = connect(args, args.host)
     try:
@@ -97,13 +88,14 @@ def cmd_curves(args):
     def text():
         latest = reply.get("latest") or {}
         predicted = reply.get("prediction") or {}
-        said = _length(predicted.get("accept_length"))
+        said = model.number(predicted.get("accept_length"))
         if predicted.get("from") == "validation":
             said += " (validation, epoch %s)" % predicted.get("epoch", "-")
         elif predicted.get("from"):
             said += " (training steps, step %s)" % predicted.get("step", "-")
+        shown = model.step_figures(latest)
         lines = ["step %s  epoch %s  loss %s  predicted accept length %s  eta %s" % (
-            latest.get("step", "-"), latest.get("epoch", "-"), latest.get("loss", "-"), said, _eta(reply.get("eta_s")))]
+            shown["step"], shown["epoch"], shown["loss"], said, display.format_duration(reply.get("eta_s")))]
         if predicted.get("full_acc"):
             # The accuracies the prediction is 1 + the sum of, from the record it was taken from.
             lines.append("full acc (%s) %s" % (predicted["from"], " ".join("%.3f" % v for v in predicted["full_acc"])))
@@ -112,8 +104,8 @@ def cmd_curves(args):
             lines.append("break-even %.2f (%s): %s" % (reply["break_even"], reply.get("break_even_source"), (
                 "%s (%s %.2f)" % (judged["verdict"], judged["judged"], judged["accept_length"]) if judged else "-")))
         for entry in reply.get("validation", []):
-            lines.append("validation epoch %s: loss %s, predicted accept length %s" % (entry.get("epoch"), entry.get("loss"),
-                                                                                      _length(entry.get("predicted_accept_length"))))
+            lines.append("validation epoch %s: loss %s, predicted accept length %s" % (
+                entry.get("epoch"), model.loss_text(entry.get("loss")), model.number(entry.get("predicted_accept_length"))))
         for alert in reply.get("alerts", []):
             lines.append("alert: " + alert)
         for notice in reply.get("notices") or []:
@@ -124,34 +116,24 @@ def cmd_curves(args):
         return "\n".join(lines)
 
     emit(args, reply, text)
-    failure = run_failure(reply)
+    failure = model.run_failure(reply)
     if failure:
         report_error("RunFailed", failure, args.json)
         return EXIT_FAILED
     return 0
 
 
-def run_failure(reply):
-    """One line when the run failed (the curves are printed all the same), else None."""
-    state = reply.get("process_state")
-    if state not in ("failed", "lost"):
-        return None
-    if state == "lost":
-        return "run %s was lost (its supervisor died without recording an exit)" % reply["id"]
-    return "run %s failed (exit code %s)" % (reply["id"], reply.get("exit_code"))
-
-
 def _checkpoint_line(entry):
-    measure = entry.get("measure") or {}
-    measuring = ""
-    if measure.get("state") in ("queued", "running", "failed", "skipped"):
-        measuring = "  (measurement %s%s)" % (measure["state"], ": " + measure["error"] if measure.get("error") else "")
-    predicted = _length(entry.get("predicted_accept_length"))
-    if entry.get("predicted_accept_length") is not None and entry.get("predicted_from"):
-        predicted += " (%s)" % entry["predicted_from"]
-    return "checkpoint %s  step %s  %s  predicted %s  measured %s  %s%s%s" % (
-        entry["path"], entry.get("step", "-"), entry.get("format") or "-", predicted,
-        _length(entry.get("measured_accept_length")), entry.get("verdict"), "  (best)" if entry.get("best") else "", measuring)
+    """One checkpoint as the Training pane's row says it (model.py), with its path and format."""
+    shown = model.checkpoint_figures(entry)
+    predicted = shown["predicted"] + (" (%s)" % shown["predicted_from"] if shown["predicted_from"] else "")
+    line = "checkpoint %s  step %s  %s  predicted %s  measured %s  %s" % (
+        shown["path"], shown["step"], shown["format"], predicted, shown["measured"], shown["verdict"])
+    if entry.get("best"):
+        line += "  (best)"
+    if shown["measure_error"]:
+        line += "  (%s)" % shown["measure_error"]
+    return line
 
 
 def cmd_checkpoints(args):

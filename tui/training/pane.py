@@ -30,15 +30,15 @@ from ..display import format_duration
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
-from .series import (CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, loss_text, metric_series, number,
-                     run_prediction)
+from ..jobs.model import is_live
+from .model import end_alert, loss_text, number
+from .series import CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, metric_series, run_prediction
 
 KINDS = ("training", "datagen")
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
 MAX_LIVE_STEPS = 4000  # live steps kept past the loaded curves before they are loaded again, bucketed
 RELOAD_S = 30.0  # a running run's curves and alerts are asked again this often while shown
 DRAW_EVERY_S = 0.5
-LIVE = ("running", "starting")
 
 
 class TrainingPane(Pane):
@@ -102,7 +102,7 @@ class TrainingPane(Pane):
                 self.runs.append(job["id"])
             if job.get("progress"):
                 self.progress[job["id"]] = job["progress"]
-            ended_now = before is not None and before["process_state"] in LIVE and job["process_state"] not in LIVE
+            ended_now = before is not None and is_live(before) and not is_live(job)
             if ended_now:
                 self._check_alerts(job["id"])  # a non-zero exit, announced once, whichever run is shown
                 if job["id"] == self.selected:
@@ -117,7 +117,7 @@ class TrainingPane(Pane):
 
     def _preferred(self):
         """The run to open on: the newest live training run, else the newest live one, else the newest."""
-        live = [job_id for job_id in self.runs if self.jobs[job_id]["process_state"] in LIVE]
+        live = [job_id for job_id in self.runs if is_live(self.jobs[job_id])]
         training = [job_id for job_id in live if self.jobs[job_id]["kind"] == "training"]
         for candidates in (training, live, self.runs):
             if candidates:
@@ -158,7 +158,7 @@ class TrainingPane(Pane):
 
     def _reload_running(self):
         job = self.jobs.get(self.selected)
-        if self.active and job is not None and job["process_state"] in LIVE:
+        if self.active and job is not None and is_live(job):
             self._load(self.selected)
 
     # -- live records
@@ -211,9 +211,8 @@ class TrainingPane(Pane):
         curves = self.curves.get(job_id) or {}
         found = list(curves.get("alerts") or []) + list(curves.get("live_alerts") or [])
         job = self.jobs.get(job_id)
-        if job is not None and job["process_state"] not in LIVE + ("stopped",) and job.get("exit_code") not in (0, None):
-            found.append("the run ended with exit code %s" % job["exit_code"])
-        return list(dict.fromkeys(found))
+        ended = end_alert(job) if job is not None else None
+        return list(dict.fromkeys(found + ([ended] if ended else [])))
 
     def _check_alerts(self, job_id, extra=None, announce=True):
         if extra is not None:
@@ -271,7 +270,7 @@ class TrainingPane(Pane):
         epoch = latest.get("epoch", progress.get("epoch"))
         steps_total, epochs_total = progress.get("steps_total"), progress.get("epochs_total")
         rate = progress.get("steps_per_s") or curves.get("steps_per_s")
-        eta = progress.get("eta_s") if job["process_state"] in LIVE else curves.get("eta_s")
+        eta = progress.get("eta_s") if is_live(job) else curves.get("eta_s")
         text.append("step %s%s  epoch %s%s  %s steps/s  ETA %s  %s tok/s  loss %s\n" % (
             number(step, "%d"), "/%d" % steps_total if steps_total else "", number(epoch, "%d"),
             "/%d" % epochs_total if epochs_total else "", number(rate, "%.2f"), format_duration(eta) if eta is not None else "-",

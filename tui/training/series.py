@@ -4,19 +4,11 @@ prints), where it stands against break-even, a checkpoint's row."""
 
 from remote.training import curves as run_curves
 
+from . import model
+
 SHORT_FROM = {"validation": "val", "training steps": "train"}  # a checkpoint row's predicted cell
 CHECKPOINT_COLUMNS = ("ckpt (* best)", "step", "val loss", "predicted", "measured", "verdict")
 LEGEND = "* best (checkpoint_best)  predicted: val = epoch's validation, train = steps"  # fits 80 columns
-
-
-def number(value, pattern="%.2f"):
-    return "-" if value is None else pattern % value
-
-
-def loss_text(value):
-    if value is None:
-        return "-"
-    return value if isinstance(value, str) else "%.4g" % value
 
 
 def metric_series(steps, metric):
@@ -75,19 +67,10 @@ def accept_series(steps, validation, checkpoints, predicted):
 
 
 def checkpoint_row(entry):
-    """The cells of one checkpoint in CHECKPOINT_COLUMNS' order."""
-    validation = entry.get("validation") or {}
-    measure = entry.get("measure") or {}
-    verdict_text = entry.get("verdict") or "-"
-    if measure.get("state") == "queued":
-        verdict_text += ", to measure"
-    elif measure.get("state") == "running":
-        verdict_text += ", bench %s" % (measure.get("phase") or "running")
-    elif measure.get("state") == "failed":
-        verdict_text += ", measure failed"
-    predicted = number(entry.get("predicted_accept_length"))
-    if entry.get("predicted_accept_length") is not None and entry.get("predicted_from") in SHORT_FROM:
-        predicted += " " + SHORT_FROM[entry["predicted_from"]]
-    return (entry["name"] + (" *" if entry.get("best") else ""), number(entry.get("step"), "%d"), loss_text(validation.get("loss")),
-            predicted, number(entry.get("measured_accept_length")), verdict_text)
-
+    """The cells of one checkpoint in CHECKPOINT_COLUMNS' order: its figures (model.py), where the
+    prediction comes from cut short to fit 80 columns."""
+    shown = model.checkpoint_figures(entry)
+    predicted = shown["predicted"]
+    if shown["predicted_from"] in SHORT_FROM:
+        predicted += " " + SHORT_FROM[shown["predicted_from"]]
+    return shown["name"], shown["step"], shown["validation_loss"], predicted, shown["measured"], shown["verdict"]

@@ -1,1 +1,2 @@
-"""Widgets of the console, one per module."""
+"""Widgets every pane may use, one per module: the chart, the header, the key bar, the log view.
+A widget of one capability lives in that capability's folder."""

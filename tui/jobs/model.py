@@ -1,0 +1,85 @@
+"""How a job reads, the same in the Jobs pane and in `specdeck jobs`, `stop --wait` and `logs -f`:
+which states mean it still runs (the host's own list), the figures a row shows (state, runtime,
+exit, start time), and how it ended, in one line. Every capability whose work runs as a job
+(downloads, servers, training runs) asks here whether one is live or ended badly."""
+
+import time
+
+from remote.core.job_streams import LIVE_STATES  # the host's: process states of a job that still runs
+
+from .. import display
+
+# A job's `state` while its process still runs: the live process states, and `stopping` (a stop
+# was asked for and the process has not exited yet).
+UNFINISHED_STATES = LIVE_STATES + ("stopping",)
+# Process states of a job that ended badly: a non-zero exit or an error, or a supervisor that
+# died without recording an exit (`lost`).
+FAILED_STATES = ("failed", "lost")
+STOPPED = "stopped"
+
+# The figures of a job, in the order both the table and `specdeck jobs` show them: what a
+# babysitter reads first comes first; the name, the widest, is last, so a narrow terminal cuts
+# the name, never the state, runtime or exit code.
+COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("runtime", "runtime"), ("exit", "exit"), ("started", "started"),
+           ("name", "name"))
+
+
+def process_state(job):
+    """The job's process state (`running`, `succeeded`, ...); a job described without one by its state."""
+    return job.get("process_state", job.get("state"))
+
+
+def is_live(job):
+    """True while the job's process runs (or is being started)."""
+    return process_state(job) in LIVE_STATES
+
+
+def has_failed(job):
+    """True for a job whose process ended badly: an exit code other than 0, an error, or lost."""
+    return process_state(job) in FAILED_STATES
+
+
+def runtime(job, now=None):
+    """Seconds it ran (or has run so far), or None before it started."""
+    start = job.get("started_at")
+    if not start:
+        return None
+    return (job.get("ended_at") or now or time.time()) - start
+
+
+def exit_text(job):
+    """How a job ended, in a column's words: `0`, `1`, `sig 9`, or `-` while it runs."""
+    if job.get("signal"):
+        return "sig %d" % job["signal"]
+    return "-" if job.get("exit_code") is None else str(job["exit_code"])
+
+
+def figures(job, now=None):
+    """{column key: text} of one job, as the Jobs table and `specdeck jobs` show it."""
+    return {
+        "id": job["id"],
+        "kind": job.get("kind") or "",
+        "state": job.get("state") or "?",
+        "runtime": display.format_duration(runtime(job, now)),
+        "exit": exit_text(job),
+        "started": display.format_time(job.get("started_at")),
+        "name": job.get("name") or "",
+    }
+
+
+def how_it_ended(job):
+    """`was stopped`, `was killed by signal 9`, `exited 3`, or `ended (lost)`."""
+    if STOPPED in (job.get("state"), job.get("process_state")):
+        return "was stopped"
+    if job.get("signal"):
+        return "was killed by signal %d" % job["signal"]
+    if job.get("exit_code") is not None:
+        return "exited %d" % job["exit_code"]
+    return "ended (%s)" % (job.get("process_state") or job.get("state") or "unknown")
+
+
+def ended_line(job, job_id=None):
+    """How a job ended, in one line: `j7 exited 3`, `j7 was killed by signal 9`, `j7 ended (lost): why`."""
+    line = "%s %s" % (job.get("id") or job_id or "the job", how_it_ended(job))
+    unexplained = STOPPED not in (job.get("state"), job.get("process_state")) and not job.get("signal") and job.get("exit_code") is None
+    return line + ": " + job["error"] if unexplained and job.get("error") else line

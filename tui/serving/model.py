@@ -1,0 +1,58 @@
+"""How a server's speculation reads, the same in the Speculation pane and in `specdeck spec`:
+each figure with its precision said once (accept length to two places, acceptance to three,
+tokens/s to one), the keys `spec --json` answers with, whether a server still runs, and how one
+ended. A server started by specdeck is a job: its states are the jobs' (tui/jobs/model.py)."""
+
+from ..jobs import model as jobs
+
+RECENT_S = 10  # the host's `recent` window: its figures of "now" (remote/serving/sampler.py RECENT_S)
+
+# What `specdeck spec --json` answers with: the host's figures over the window, and their age.
+SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
+             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error")
+
+# How each figure is written, wherever it is shown.
+FORMATS = {
+    "accept_length": "%.2f",
+    "draft_acceptance_rate": "%.3f",
+    "num_drafts": "%d",
+    "accepted_tps": "%.1f",
+    "drafted_tps": "%.1f",
+    "generation_tps": "%.1f",
+    "running": "%d",
+    "waiting": "%d",
+    "window_s": "%.0f s",
+}
+
+
+def figure(figures, key):
+    """One figure as text: `2.31`, `412.5`; `-` when the host has none (no drafts yet, say)."""
+    value = figures.get(key)
+    if value is None:
+        return "-"
+    if key == "kv_cache_usage":
+        return "%.0f%%" % (100.0 * value)
+    return FORMATS[key] % value
+
+
+def per_position(figures):
+    """`0.81 0.62 0.44`: the share of drafts whose token at each position was accepted."""
+    return " ".join("%.2f" % rate for rate in figures.get("per_position") or []) or "-"
+
+
+def is_live(info):
+    """True while a server's job runs; a server attached by URL (no job: `info` None) counts as running."""
+    return info is None or jobs.is_live(info)
+
+
+def is_dead(info):
+    """True for a server whose job ended badly (a non-zero exit, or lost), not one that was stopped."""
+    return info is not None and jobs.has_failed(info)
+
+
+def how_it_ended(info):
+    """`exited 1: CUDA out of memory`: how the server's job ended (the host's own line if it gave
+    one), with the engine's first error line when that is not already said."""
+    ended = info.get("ended") or jobs.how_it_ended(info)
+    first = info.get("first_error")
+    return ended if not first or first in ended else "%s: %s" % (ended, first)

@@ -1,0 +1,83 @@
+"""How the host's figures read, the same in the GPUs pane and in `specdeck gpus`: each figure
+rounded and given its unit once (utilisation, GiB, watts, clocks, rates), the throttle reasons
+that mean a GPU is slowed (not the ones every idle or capped GPU reports), a GPU process with the
+job that owns it. The pane lays them out in 80 columns, the command in a table; both read here."""
+
+from .. import display
+
+# Reasons NVML reports on a healthy GPU: idle, clocks the application set, the power cap it
+# runs at. A GPU that reports only these is not throttled.
+ROUTINE_THROTTLES = ("gpu_idle", "applications_clocks", "sw_power_cap")
+NO_NVML = "NVML is not available"
+IN_A_CONTAINER = "another PID namespace (a container)"
+
+
+def whole(value, unit=""):
+    """`87%`, `412W`: rounded to a whole number; `-` when the host has no figure."""
+    return "-" if value is None else "%d%s" % (round(value), unit)
+
+
+def gib(n_bytes, digits=1):
+    """Bytes in GiB, without the unit: `70.1`; `-` when unknown."""
+    return "-" if n_bytes is None else "%.*f" % (digits, n_bytes / 2.0 ** 30)
+
+
+def throttle_reasons(gpu):
+    """The reasons this GPU is slowed down, in NVML's words (`hw_slowdown`, `sw_thermal`, ...)."""
+    return [reason for reason in gpu.get("throttle_reasons") or () if reason not in ROUTINE_THROTTLES]
+
+
+def gpu_figures(gpu):
+    """{key: text} of one GPU."""
+    total = gpu.get("memory_total_bytes")
+    return {
+        "index": str(gpu["index"]),
+        "name": (gpu.get("name") or "?").replace("NVIDIA ", ""),
+        "utilization": whole(gpu.get("utilization_percent"), "%"),
+        "memory_used": gib(gpu.get("memory_used_bytes")),
+        "memory_total": gib(total, 0) if total else "-",
+        "temperature": whole(gpu.get("temperature_c")),
+        "power": whole(gpu.get("power_w")),
+        "power_limit": whole(gpu.get("power_limit_w")),
+        "sm_clock": whole(gpu.get("sm_clock_mhz")),
+        "pcie": "%s/%s" % (display.format_rate(gpu.get("pcie_rx_bytes_per_s")), display.format_rate(gpu.get("pcie_tx_bytes_per_s"))),
+        "nvlink": "%s/%s" % (display.format_rate(gpu.get("nvlink_rx_bytes_per_s")), display.format_rate(gpu.get("nvlink_tx_bytes_per_s")))
+        if gpu.get("nvlink_count") else "-",
+        "throttle": "LOST" if gpu.get("lost") else ",".join(throttle_reasons(gpu)) or "-",
+    }
+
+
+def host_figures(host):
+    """{key: text} of the host's CPU, memory, load and network."""
+    total = host.get("memory_total_bytes")
+    return {
+        "cpu": whole(host.get("cpu_percent"), "%"),
+        "cpu_count": str(host.get("cpu_count") or "?"),
+        "memory_used": gib(host.get("memory_used_bytes"), 0),
+        "memory_total": gib(total, 0) if total else "-",
+        "load": "-" if host.get("load_1m") is None else "%.2f" % host["load_1m"],
+        "network_rx": display.format_rate(host.get("network_rx_bytes_per_s")),
+        "network_tx": display.format_rate(host.get("network_tx_bytes_per_s")),
+    }
+
+
+def disk_figures(disk):
+    """{key: text} of one of the host's file systems (`state, downloads` when one holds both)."""
+    return {"role": disk["role"], "free": display.format_bytes(disk["free_bytes"]), "total": display.format_bytes(disk["total_bytes"]),
+            "path": disk.get("path") or ""}
+
+
+def missing_gpus(nvml):
+    """Why no GPU is shown (NVML did not start, no driver), or None when NVML answers."""
+    return None if nvml.get("available") else nvml.get("reason") or NO_NVML
+
+
+def process_figures(process, now):
+    """{key: text} of one GPU process: its GPU, memory, the job that owns it, how long it has run.
+    A process of another PID namespace (a container) has no job or runtime the host can see."""
+    shown = {"pid": str(process["pid"]), "gpu": str(process["gpu_index"]), "memory": gib(process.get("memory_bytes"))}
+    if process.get("other_namespace"):
+        return dict(shown, job="-", runtime="-", command=IN_A_CONTAINER)
+    started = process.get("started_at")
+    return dict(shown, job=process.get("job_id") or "-", runtime=display.format_duration(now - started) if started else "-",
+                command=process.get("command") or "")

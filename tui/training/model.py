@@ -1,0 +1,79 @@
+"""How a training run reads, the same in the Training pane and in `specdeck curves` and
+`checkpoints`: its figures (step, loss, accept length, ETA) with their precision said once, a
+checkpoint's line with its verdict and where its measurement stands, and the run's end when it
+failed. A run is a job: its states are the jobs' (tui/jobs/model.py)."""
+
+from ..jobs import model as jobs
+
+# Where a checkpoint's measurement (the A/B benchmark, remote/training/measure.py) stands, as a
+# checkpoint's verdict is followed by it; a measurement done shows as the measured accept length.
+MEASURE_WORDS = {"queued": "to measure", "failed": "measure failed", "skipped": "measure skipped"}
+
+
+def number(value, pattern="%.2f"):
+    """A figure as text (`%.2f` for accept lengths); `-` when there is none."""
+    return "-" if value is None else pattern % value
+
+
+def loss_text(value):
+    """`0.0754`; a loss the log wrote as a word (`nan`) as it is."""
+    if value is None:
+        return "-"
+    return value if isinstance(value, str) else "%.4g" % value
+
+
+def measure_text(measure):
+    """Where a checkpoint's measurement stands: `to measure`, `bench baseline` (running, in its
+    phase), `measure failed`, `measure skipped`; None when none was asked for or it is done."""
+    state = (measure or {}).get("state")
+    if state == "running":
+        return "bench %s" % (measure.get("phase") or "running")
+    return MEASURE_WORDS.get(state)
+
+
+def checkpoint_figures(entry):
+    """{key: text} of one checkpoint a run wrote: the pane's row and the command's line."""
+    measure = entry.get("measure") or {}
+    verdict = entry.get("verdict") or "-"
+    measuring = measure_text(measure)
+    return {
+        "name": entry["name"] + (" *" if entry.get("best") else ""),
+        "path": entry["path"],
+        "step": number(entry.get("step"), "%d"),
+        "format": entry.get("format") or "-",
+        "validation_loss": loss_text((entry.get("validation") or {}).get("loss")),
+        "predicted": number(entry.get("predicted_accept_length")),
+        # What the prediction was made from (`validation`, `training steps`), when there is one.
+        "predicted_from": entry.get("predicted_from") if entry.get("predicted_accept_length") is not None else None,
+        "measured": number(entry.get("measured_accept_length")),
+        "verdict": "%s, %s" % (verdict, measuring) if measuring else verdict,
+        "measure_error": measure.get("error") if measuring else None,
+    }
+
+
+def step_figures(latest):
+    """{key: text} of a run's latest step: step, epoch, loss, tokens/s."""
+    return {
+        "step": number(latest.get("step"), "%d"),
+        "epoch": number(latest.get("epoch"), "%d"),
+        "loss": loss_text(latest.get("loss")),
+        "tokens_per_s": number(latest.get("tokens_per_s"), "%.0f"),
+    }
+
+
+def end_alert(job):
+    """The alert a run's end raises (`the run ended with exit code 3`), or None: a run that still
+    runs, was stopped, or exited 0 raises none."""
+    if jobs.is_live(job) or jobs.process_state(job) == jobs.STOPPED or job.get("exit_code") in (0, None):
+        return None
+    return "the run ended with exit code %s" % job["exit_code"]
+
+
+def run_failure(run):
+    """One line when the run failed (`run j3 failed (exit code 3)`), else None. `run` is a job, or
+    training.curves' reply (which carries the job's id, process state and exit code)."""
+    if not jobs.has_failed(run):
+        return None
+    if jobs.process_state(run) == "lost":
+        return "run %s was lost (its supervisor died without recording an exit)" % run["id"]
+    return "run %s failed (exit code %s)" % (run["id"], run.get("exit_code"))
