@@ -239,7 +239,7 @@ def test_the_downloads_row_and_the_progress_line_show_the_same_figures():
 
 def test_a_gpu_row_and_the_gpu_table_show_the_same_figures():
     from tui.telemetry.cli import format_sample
-    from tui.telemetry.pane import gpu_row
+    from tui.telemetry.rows import gpu_row
 
     gpu = {"index": 0, "name": "NVIDIA H200", "utilization_percent": 99.6, "memory_used_bytes": 120.44 * GIB,
            "memory_total_bytes": 141 * GIB, "temperature_c": 71.2, "power_w": 652.7, "power_limit_w": 700.0, "sm_clock_mhz": 1755,
