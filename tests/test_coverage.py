@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import serving_fixtures
+from tests.conftest import run_cli
 from tests.sshd_fixtures import wait_for
 from tui.connection import open_client
 
@@ -123,8 +124,13 @@ def made():
 
 
 @pytest.fixture(scope="module")
-def client(sshd, tmp_path_factory):
-    home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
+def home(sshd, tmp_path_factory):
+    """The laptop's HOME, which knows the test sshd as `gpuhost`."""
+    return sshd.client_home(tmp_path_factory.mktemp("laptop"))
+
+
+@pytest.fixture(scope="module")
+def client(home):
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("HOME", str(home))
         patch.delenv("SSH_AUTH_SOCK", raising=False)
@@ -176,3 +182,36 @@ def test_coverage_from_a_text_file_on_the_host_is_kept_as_the_drafters_last(clie
     assert result["text"] == made["text_path"]
     last = client.call("checkpoint.coverage_last", {"drafter": made["drafters"]["half"]})
     assert last["result"]["coverage"] == result["coverage"] and last["result"]["time"] == result["time"]
+
+
+def test_coverage_command_prints_the_jobs_result(home, made):
+    """`specdeck coverage` sends a text of this machine, waits for the job and prints its result."""
+    reply = run_cli("coverage", "gpuhost", made["drafters"]["half"], "--target", made["models"]["target"], "--text", made["text_path"],
+                    "--python", serving_fixtures.vllm_python(), "--json", home=home, timeout=300, check=0)
+    result = json.loads(reply.stdout)
+    counted = made["counts"]["half"]
+    assert result["tokens"] == counted["tokens"] and result["inside"] == counted["inside"]
+    text = run_cli("coverage", "gpuhost", made["drafters"]["half"], "--target", made["models"]["target"], "--text", made["text_path"],
+                   "--python", serving_fixtures.vllm_python(), home=home, timeout=300, check=0).stdout
+    assert text.startswith("coverage      %.4f   %d of %d target tokens" % (result["coverage"], counted["inside"], counted["tokens"]))
+    assert "never proposed" in text and repr(counted["top_missing"][0]["text"]) in text
+
+
+async def test_tensors_pane_shows_the_drafters_last_coverage(client, made):
+    """The EAGLE-3 summary of a drafter carries the coverage the host last measured for it (the
+    text-file run above), and a drafter never measured says how to measure it."""
+    from tests.test_app_tensors import TensorsHost, text_of, wait_until
+    from textual.widgets import Static
+
+    from tui.checkpoints.pane import TensorsPane
+
+    last = client.call("checkpoint.coverage_last", {"drafter": made["drafters"]["half"]})["result"]
+    app = TensorsHost(client)
+    async with app.run_test(size=(160, 40)) as pilot:
+        pane = app.query_one(TensorsPane)
+        pane.open_path(made["drafters"]["half"])
+        summary = pane.query_one("#tensors-summary", Static)
+        await wait_until(pilot, lambda: "coverage " in text_of(summary))
+        assert "coverage %.4f of target's tokens on %s" % (last["coverage"], made["text_path"]) in text_of(summary)
+        pane.open_path(made["drafters"]["none"])
+        await wait_until(pilot, lambda: "coverage not measured" in text_of(summary) or "coverage 0.0000" in text_of(summary))

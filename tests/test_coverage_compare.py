@@ -5,7 +5,8 @@ says that costs, on the targets and drafters test_coverage.py builds."""
 
 import pytest
 
-from tests.test_coverage import TEXT, client, coverage_of, made  # noqa: F401 (fixtures)
+from tests.conftest import run_cli
+from tests.test_coverage import TEXT, client, coverage_of, home, made  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(900)
 
@@ -25,3 +26,11 @@ def test_targets_with_different_tokenizers_are_told_apart(client, made):
     on_other = coverage_of(client, made["drafters"]["half"], made["target_other"], text=TEXT)
     assert on_other["tokens"] == made["half_on_other"]["tokens"] and on_other["inside"] == made["half_on_other"]["inside"]
     assert on_other["coverage"] != made["counts"]["half"]["inside"] / made["counts"]["half"]["tokens"]
+
+
+def test_compare_command_says_the_tokenizers_differ(home, made):
+    models = made["models"]
+    reply = run_cli("compare", "gpuhost:%s" % models["drafter_agree"], "gpuhost:%s" % made["target_other"], "--trained-for", models["target"],
+                    home=home, timeout=300)
+    assert "Tokenizer: DIFFERENT" in reply.stdout
+    assert "the drafter's d2t maps %d of its" % made["agree_ids_changed"] in reply.stdout

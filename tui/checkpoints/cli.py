@@ -28,6 +28,8 @@ def add_commands(commands):
     p.set_defaults(func=cmd_compare)
     p.add_argument("a", metavar="[HOST:]A")
     p.add_argument("b", metavar="[HOST:]B")
+    p.add_argument("--trained-for", metavar="TARGET", help="a drafter against a new target: the target it was trained for (same host), "
+                   "whose tokenizer the new one's is checked against")
 
 
 class _LocalCheckpoint(object):
@@ -163,10 +165,11 @@ def _compare_on(args, host, path_a, path_b):
     """Both on one machine: compared there (here, for this machine)."""
     from remote.checkpoints import comparison, listing
 
+    trained = split_host_path(args.trained_for)[1] if args.trained_for else None  # HOST:PATH or PATH, on the same host
     if host is not None:
-        return connect(args, host).call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=3600)
+        return connect(args, host).call("checkpoint.compare", {"a": path_a, "b": path_b, "trained_target": trained}, timeout=3600)
     try:
-        return comparison.compare_paths(path_a, path_b)
+        return comparison.compare_paths(path_a, path_b, trained_target=trained)
     except comparison.NotACheckpoint as exc:
         raise CommandError(str(exc), EXIT_FAILED, "NotACheckpoint")
     except listing.report.CheckpointIOError as exc:

@@ -125,8 +125,15 @@ class TensorsPane(Pane):
         self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or path, "bold")))
         self.query_one("#tensors-problems", CheckpointProblems).show(report.get("problems"))
         self.query_one("#tensors-summary", Eagle3Summary).show(report, self.page_total if self.paged else None)
+        if report.get("eagle3"):  # a drafter: the coverage of the last text measured on the host
+            self.request("checkpoint.coverage_last", {"drafter": report.get("path") or path}, failed=lambda message: None,
+                         done=functools.partial(self._coverage_came, path, report), notify=False)
         self._fill_table()
         self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+
+    def _coverage_came(self, path, report, reply):
+        if path == self.path and report is self.report:
+            self.query_one("#tensors-summary", Eagle3Summary).show(report, self.page_total if self.paged else None, reply.get("result"))
 
     def _paged(self, handle, append, page):
         self.page_loading = False

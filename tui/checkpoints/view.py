@@ -178,7 +178,7 @@ def format_compare(result):
         lines.append("Checked against the target model (%s): %d" % (result["target"], len(checks)))
         lines += _table(["check", "result", "why"], [[c.get("check", ""), "ok" if c.get("ok") else "FAILS",
                                                       c.get("message", "")] for c in checks])
-        return "\n".join(lines) + "\n"
+        return "\n".join(lines + _tokenizer_lines(result)) + "\n"
     lines = ["Verdict: %s" % ("COMPATIBLE: drop-in initialisation" if compatible
                               else "INCOMPATIBLE: not a drop-in initialisation")]
     for reason in result.get("reasons") or []:
@@ -200,7 +200,20 @@ def format_compare(result):
     lines.append("Config fields that differ: %d" % len(diff))
     if diff:
         lines += _table(["field", "A", "B"], [[str(d.get("field")), _value(d.get("a")), _value(d.get("b"))] for d in diff])
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines + _tokenizer_lines(result)) + "\n"
+
+
+def _tokenizer_lines(result):
+    """Whether the two targets share a tokenizer (compare's `tokenizer`), with a few strings
+    whose id moved; nothing when it was not a question (two drafters)."""
+    tokenizer = result.get("tokenizer")
+    if not tokenizer:
+        return []
+    same = tokenizer.get("same")
+    lines = ["Tokenizer: %s" % ("SHARED" if same else "not compared" if same is None else "DIFFERENT"), "  " + tokenizer["message"]]
+    for example in tokenizer.get("examples") or []:
+        lines.append("  %r: id %d before, %d now" % (example["text"], example["old_id"], example["new_id"]))
+    return lines
 
 
 def _value(value):
