@@ -4,15 +4,22 @@ tests/serving_fixtures.py: accept length at every K' <= K from one server's per-
 (the baseline once, one server per K) whose accept lengths equal those separate runs give, and
 the advice drawn from both. One agreeing server is shared by the module's tests."""
 
+import json
 import os
 import socket
 import time
 
 import pytest
+from textual.widgets import Static
 
 from tests import serving_fixtures
+from tests.conftest import run_cli
+from tests.one_pane import OnePane
 from tests.sshd_fixtures import wait_for
+from tests.test_app_jobs import wait_until
 from tui.connection import open_client
+from tui.serving.advisor import advice_lines
+from tui.serving.pane import SpeculationPane
 
 pytestmark = pytest.mark.timeout(2400)  # a sweep starts five vLLM servers one after the other
 K = 3
@@ -108,21 +115,21 @@ def test_random_drafter_gives_one_at_every_k(gpuhost, models):
 
 
 @pytest.fixture(scope="module")
-def sweep(gpuhost, models, agreeing_figures):
-    """A finished K sweep of the agreeing pair over K=1..4 (after the live server's figures were
-    taken: five servers one after the other, none beside another's start)."""
-    _home, client = gpuhost
-    job = client.call("serving.bench", {
-        "target": models["target"], "drafter": models["drafter_agree"], "ks": SWEEP_KS, "port": free_port(),
-        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
-        "prompts": PLAIN_PROMPTS, "requests": 3, "max_tokens": 32,
-    }, timeout=120)
-    assert job["kind"] == "benchmark" and job["meta"]["ks"] == SWEEP_KS
-    job = wait_for(lambda: (lambda j: j["process_state"] not in ("running", "starting") and j)(client.call("jobs.get", {"id": job["id"]})),
-                   5 * READY_TIMEOUT_S, interval_s=2.0)
-    result = (job.get("progress") or {}).get("result")
-    assert result, "the sweep failed: %s" % (job.get("progress") or {}).get("error")
-    return job["id"], result
+def sweep(gpuhost, models, agreeing_figures, tmp_path_factory):
+    """A finished K sweep of the agreeing pair over K=1..4, run as a user runs it (`specdeck bench
+    --k 1,2,3,4`), after the live server's figures were taken: five servers one after the other."""
+    home, client = gpuhost
+    prompts = tmp_path_factory.mktemp("prompts") / "prompts.txt"
+    prompts.write_text("".join("%s\n" % text for text in ("5 6 7 8", "9 10 11 12 13", "20 21 22")))
+    env_args = []
+    for key, value in serving_fixtures.SERVER_ENV.items():
+        env_args += ["--env", "%s=%s" % (key, value)]
+    result = run_cli("bench", "gpuhost", models["target"], "--drafter", models["drafter_agree"], "--k", ",".join(map(str, SWEEP_KS)),
+                     "--prompts", prompts, "--requests", 3, "--max-tokens", 32, "--port", free_port(), "--python", serving_fixtures.vllm_python(),
+                     *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS, home=home, timeout=5 * READY_TIMEOUT_S, check=0)
+    printed = json.loads(result.stdout)
+    job = [j for j in client.call("jobs.list", {"kind": "benchmark"})["jobs"] if j["meta"].get("ks") == SWEEP_KS][-1]
+    return job["id"], dict(job["progress"]["result"], printed=printed)
 
 
 def test_sweep_accept_lengths_equal_separate_runs_and_best_k_is_fastest(sweep, agreeing_figures):
@@ -145,6 +152,10 @@ def test_sweep_accept_lengths_equal_separate_runs_and_best_k_is_fastest(sweep, a
     # The least-squares line passes through the mean point of the measured cycle times.
     mean_k = sum(SWEEP_KS) / len(SWEEP_KS)
     assert model["intercept_ms"] + model["slope_ms_per_k"] * mean_k == pytest.approx(sum(r["cycle_ms"] for r in rows) / len(rows))
+    # What `specdeck bench --k 1,2,3,4 --json` printed: the same rows and best K.
+    printed = result["printed"]
+    assert printed["best_k"] == result["best_k"] and [row["k"] for row in printed["per_k"]] == SWEEP_KS
+    assert [row["tokens_per_s"] for row in printed["per_k"]] == [row["tokens_per_s"] for row in rows]
 
 
 def test_advice_on_the_live_server_uses_the_sweep_cost_model(gpuhost, agreeing, sweep):
@@ -186,3 +197,33 @@ def test_coverage_of_the_tokens_a_running_server_generates(gpuhost, agreeing, mo
     assert result["server"] == agreeing["id"] and result["target"] == models["target"]
     assert result["tokens"] == len(PLAIN_PROMPTS) * 16 and result["coverage"] == 1.0 and result["top_missing"] == []
     assert "tokenized again" not in result["note"]  # the engine's own token ids, not its text re-read
+
+
+def test_spec_and_advise_commands_say_what_the_wire_says(gpuhost, agreeing, sweep):
+    home, client = gpuhost
+    spec = json.loads(run_cli("spec", "gpuhost", agreeing["id"], "--json", home=home, check=0).stdout)
+    assert spec["per_k"] == [{"k": 1, "accept_length": 2.0}, {"k": 2, "accept_length": 3.0}, {"k": 3, "accept_length": 4.0}]
+    printed = json.loads(run_cli("advise", "gpuhost", agreeing["id"], "--json", home=home, check=0).stdout)
+    assert set(printed) == {"k_current", "per_k", "best_k", "reason"}
+    assert [set(row) for row in printed["per_k"]] == [{"k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured"}] * 4
+    wire = client.call("serving.advise", {"id": agreeing["id"]})
+    assert printed["best_k"] == wire["best_k"] and printed["reason"] == wire["reason"]
+    text = run_cli("advise", "gpuhost", agreeing["id"], home=home, check=0).stdout
+    assert "K' > 3: beyond what this server measured" in text and "sweep %s (its prompts)" % sweep[0] in text
+
+
+async def test_speculation_pane_shows_a_row_per_k_as_advise_does(gpuhost, agreeing, sweep):
+    """The pane's K rows: the live K'=1..3, the sweep's K=4, break-even and pays-off for each,
+    and the advice, the lines `specdeck advise` prints for the same window."""
+    _home, client = gpuhost
+    app = OnePane(SpeculationPane(), client=client)
+    async with app.run_test(size=(160, 50)) as pilot:
+        pane = app.query_one(SpeculationPane)
+        pane.focus()
+        await wait_until(pilot, lambda: pane.selected == agreeing["id"], message="the running server")
+        rows = pane.query_one("#spec-k", Static)
+        await wait_until(pilot, lambda: "advice:" in str(rows.render()), timeout_s=60, message="the K rows")
+        shown = str(rows.render())
+        advice = client.call("serving.advise", {"id": agreeing["id"], "window_s": float(pane.window_s)})
+        assert shown.splitlines()[1:] == advice_lines(advice)
+        assert "sweep %s (its prompts)" % sweep[0] in shown and "live (running K)" in shown

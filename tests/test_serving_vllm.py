@@ -118,7 +118,7 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     # can take seconds on a loaded machine, so it is wider (the server was idle before the burst).
     result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 20), "--json", home=home, check=0)
     reply = json.loads(result.stdout)
-    assert set(reply) == {"accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps",
+    assert set(reply) == {"accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps",
                           "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error"}
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
     assert reply["stale"] is False and reply["age_s"] < 3

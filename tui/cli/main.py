@@ -12,7 +12,9 @@
   specdeck serve HOST TARGET [--drafter PATH] [--wait] [-- ENGINE_ARGS]
   specdeck spec HOST (JOB | --url URL) [--window 5m]
   specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
-  specdeck bench HOST TARGET --drafter PATH [-- ENGINE_ARGS]
+  specdeck bench HOST TARGET --drafter PATH [--k 1,2,3] [-- ENGINE_ARGS]   (a list of Ks: a K sweep)
+  specdeck advise HOST JOB                 which K to serve with, and why
+  specdeck coverage HOST DRAFTER --target T (--text FILE | --job SERVER)   what the draft vocabulary allows
   specdeck train HOST [--python PATH] [--save-dir DIR] [--name NAME] -- COMMAND...
   specdeck curves HOST JOB                 a training run's curves, predicted accept length, ETA
   specdeck checkpoints HOST JOB            the checkpoints a training run wrote, with verdicts

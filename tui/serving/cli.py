@@ -1,6 +1,7 @@
 """Serving from the command line: serve (a server job, optionally waiting until it answers), spec
-(its speculation figures over a window), breakeven (the arithmetic, no host needed) and bench
-(the A/B benchmark job, followed to its result).
+(its speculation figures over a window, with the accept length at every K' up to its K),
+breakeven (the arithmetic, no host needed) and bench (the A/B benchmark job, or with `--k
+1,2,3` a K sweep, followed to its result); advise and coverage are in advisor.py.
 
 The engine runs under the host's ML interpreter: `--python` (the agent runs under it too, which
 any engine's venv with Python 3.9+ can do), else what `specdeck config HOST --ml-python`
@@ -20,7 +21,8 @@ from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..freshness import stale_text
 from ..jobs import model as jobs
-from .model import SPEC_KEYS, figure, per_position
+from . import advisor
+from .model import SPEC_KEYS, figure, per_k, per_position
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -37,10 +39,14 @@ def parse_duration(text):
         raise CommandError(str(exc))
 
 
-def _server_options(p):
+def _server_options(p, k_list=False):
     p.add_argument("host")
     p.add_argument("target", help="the target model (a directory on the host, or a hub id)")
-    p.add_argument("--k", type=int, default=3, metavar="N", help="tokens drafted per cycle (default 3)")
+    if k_list:  # bench: one K, or a sweep (the baseline once, a server per K)
+        p.add_argument("--k", type=advisor.parse_ks, default=[3], metavar="K[,K...]",
+                       help="tokens drafted per cycle (default 3); a list, e.g. 1,2,3,4,5, sweeps them")
+    else:
+        p.add_argument("--k", type=int, default=3, metavar="N", help="tokens drafted per cycle (default 3)")
     p.add_argument("--engine", choices=("vllm", "sglang"), default="vllm")
     p.add_argument("--port", type=int, default=8000, metavar="P", help="the server's port on the host (default 8000)")
     p.add_argument("--gpus", metavar="LIST", help="CUDA_VISIBLE_DEVICES, e.g. 0,1")
@@ -75,11 +81,12 @@ def add_commands(commands):
                             usage="specdeck bench HOST TARGET --drafter PATH [options] [-- ENGINE_ARGS...]",
                             epilog=ENGINE_HELP % ("bench", " --drafter /models/eagle3"), formatter_class=argparse.RawDescriptionHelpFormatter)
     p.set_defaults(func=cmd_bench)
-    _server_options(p)
+    _server_options(p, k_list=True)
     p.add_argument("--drafter", required=True, metavar="PATH")
     p.add_argument("--prompts", metavar="FILE", help="one prompt a line (default: a built-in set)")
     p.add_argument("--requests", type=int, default=16, metavar="N", help="requests per server (default 16)")
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
+    advisor.add_commands(commands)
 
 
 def engine_python(args):
@@ -138,6 +145,7 @@ def format_figures(figures):
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
         "per position      %s" % per_position(figures),
+        "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
         "drafts            %s" % figure(figures, "num_drafts"),
         "accepted tok/s    %s   drafted tok/s %s   generated tok/s %s" % (
@@ -200,8 +208,12 @@ def cmd_breakeven(args):
 
 
 def cmd_bench(args):
+    ks = args.k
+    args.k = ks[-1]
     params = _start_params(args)
     params.update(requests=args.requests, max_tokens=args.max_tokens)
+    if len(ks) > 1:
+        params["ks"] = ks
     if args.prompts:
         with open(args.prompts) as f:
             params["prompts"] = [line.rstrip("\n") for line in f if line.strip()]
@@ -227,6 +239,12 @@ def cmd_bench(args):
         reason = progress.get("error") or job.get("error") or "the benchmark job ended (%s) without a result" % job["state"]
         raise CommandError("benchmark %s failed: %s" % (job["id"], reason), EXIT_FAILED)
     keys = ("baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length")
+    if result.get("sweep"):
+        sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model"))
+        sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "accept_length", "cycle_ms", "speedup",
+                                                              "break_even_accept_length")) for row in result["sweep"]]
+        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result)))
+        return 0
 
     def human():
         return "\n".join([

@@ -8,7 +8,7 @@ from ..jobs import model as jobs
 RECENT_S = 10  # the host's `recent` window: its figures of "now" (remote/serving/sampler.py RECENT_S)
 
 # What `specdeck spec --json` answers with: the host's figures over the window, and their age.
-SPEC_KEYS = ("accept_length", "per_position", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
+SPEC_KEYS = ("accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
              "generation_tps", "window_s", "source", "time", "age_s", "stale", "error")
 
 # How each figure is written, wherever it is shown.
@@ -38,6 +38,12 @@ def figure(figures, key):
 def per_position(figures):
     """`0.81 0.62 0.44`: the share of drafts whose token at each position was accepted."""
     return " ".join("%.2f" % rate for rate in figures.get("per_position") or []) or "-"
+
+
+def per_k(figures):
+    """`K=1 1.81  K=2 2.43  K=3 2.87`: the accept length each K' up to the server's K would give
+    on the same traffic (the host's per_k, from the per-position counts)."""
+    return "  ".join("K=%d %.2f" % (row["k"], row["accept_length"]) for row in figures.get("per_k") or []) or "-"
 
 
 def is_live(info):

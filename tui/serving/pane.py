@@ -11,7 +11,8 @@ division would swing between 0 and several times the rate; nothing here divides 
 The pane opens on a running server (the newest), lists dead ones too, marked dead with how
 they ended and the engine's first error line. Break-even comes from the last A/B benchmark of
 the same target and drafter, or is set by hand (`b`) for the target: it then holds for every
-server of that target, remembered in the laptop's config per host.
+server of that target, remembered in the laptop's config per host. Under them, a row per K' up
+to the server's K and the newest K sweep's beyond it (k_rows.py), as `specdeck advise` says.
 """
 
 import collections
@@ -28,6 +29,7 @@ from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from . import break_evens
+from .k_rows import k_text
 from .model import RECENT_S, figure, how_it_ended, is_dead, is_live
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
@@ -68,6 +70,7 @@ class SpeculationPane(Pane):
     SpeculationPane #spec-bottom { height: auto; max-height: 12; }
     SpeculationPane #spec-bars { width: 1fr; height: auto; }
     SpeculationPane #spec-throughput-text { width: 1fr; height: auto; }
+    SpeculationPane #spec-k { height: auto; max-height: 12; display: none; }
     """
 
     def __init__(self, **kwargs):
@@ -80,6 +83,7 @@ class SpeculationPane(Pane):
         self.records = collections.defaultdict(collections.deque)  # id -> the host's `recent` figures, oldest first
         self.backfill = {}  # id -> {metric: points} from the history store
         self.window_figures = {}  # id -> serving.stats over the chosen window
+        self.advice = {}  # id -> serving.advise over the chosen window (per-K rows, a sweep's)
         self._break_evens = None
         self.below_since = {}  # id -> when accept length went under break-even
         self.alerted = set()
@@ -96,6 +100,7 @@ class SpeculationPane(Pane):
         with Horizontal(id="spec-bottom"):
             yield Static(Text(""), id="spec-bars")
             yield Static(Text(""), id="spec-throughput-text")
+        yield Static(Text(""), id="spec-k")
         yield self.status_line()
 
     @property
@@ -137,7 +142,7 @@ class SpeculationPane(Pane):
         for job in book.of_kind("benchmark"):
             result = (job.get("progress") or {}).get("result") or {}
             meta = job.get("meta") or {}
-            if result.get("break_even_accept_length"):
+            if result.get("break_even_accept_length") and not result.get("sweep"):  # a sweep's break-evens are per K: in the K rows
                 self.break_even_lines.bench_result(meta.get("target"), meta.get("drafter"), result["break_even_accept_length"], "bench %s" % job["id"])
         self._choose()
 
@@ -197,6 +202,14 @@ class SpeculationPane(Pane):
     def _window_came(self, server_id, reply):
         self._asking.discard(server_id)
         self.window_figures[server_id] = reply
+        if server_id == self.selected:
+            self.refresh_view()
+        if reply.get("per_k"):  # the rows of K, from the same window (and the newest sweep's cycle times)
+            self.request("serving.advise", {"id": server_id, "window_s": float(self.window_s)}, title="K advice",
+                         done=lambda advice: self._advice_came(server_id, advice), failed=lambda message: None)
+
+    def _advice_came(self, server_id, advice):
+        self.advice[server_id] = advice
         if server_id == self.selected:
             self.refresh_view()
 
@@ -304,6 +317,9 @@ class SpeculationPane(Pane):
         chart.show({"accept length": self._points(server_id, "accept_length", records)}, self.window_s)
         self.query_one("#spec-throughput-chart", TimeChart).show({"generated tok/s": self._points(server_id, "generation_tps", records)}, self.window_s)
         self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
+        k_rows = self.query_one("#spec-k", Static)
+        k_rows.display = True  # hidden until a server is shown: no empty line in the layout
+        k_rows.update(Text(k_text(self.advice.get(server_id), window, k, line, line_source)))
         self.query_one("#spec-throughput-text", Static).update(Text(
             ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
                 RECENT_S, figure(latest, "generation_tps"), figure(latest, "accepted_tps"), figure(latest, "drafted_tps"),
@@ -346,6 +362,7 @@ class SpeculationPane(Pane):
     def action_next_window(self):
         self.window_s = WINDOWS_S[(WINDOWS_S.index(self.window_s) + 1) % len(WINDOWS_S)]
         self.window_figures.clear()
+        self.advice.clear()
         if self.selected is not None:
             self.select(self.selected)
 
