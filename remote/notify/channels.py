@@ -16,6 +16,7 @@ import time
 from urllib.parse import urlsplit
 
 from ..core import paths
+from ..core.records import replace_file
 
 FORMATS = ("ntfy", "slack", "discord", "json", "command")
 CATEGORIES = ("failed", "gpu", "speculation", "training", "downloads")
@@ -194,15 +195,4 @@ class ChannelStore:
 
     def _write(self, channels):
         """Replace the file at once, created 0600 (never readable by anyone else, not even briefly)."""
-        tmp = "%s.tmp.%d" % (self.path, os.getpid())
-        try:
-            with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-                json.dump({"channels": channels}, f, indent=1)
-            os.chmod(tmp, 0o600)
-            os.replace(tmp, self.path)
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
-            raise
+        replace_file(self.path, json.dumps({"channels": channels}, indent=1), mode=0o600)

@@ -15,6 +15,21 @@ from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 from ..jobs import model as jobs
 
 POLL_S = 0.5
+
+
+def wait_for_result(client, job, quiet, status):
+    """Follow a host job (a benchmark, a coverage count) until it ends, writing `JOB  STATUS` on
+    stderr each time `status(job, progress)` says something new (nothing when `quiet`, as with
+    --json); returns the job as it ended."""
+    last = None
+    while jobs.is_live(job):
+        time.sleep(POLL_S)
+        job = client.call("jobs.get", {"id": job["id"]})
+        line = "%s  %s" % (job["id"], status(job, job.get("progress") or {}))
+        if line != last and not quiet:
+            sys.stderr.write(line + "\n")
+            last = line
+    return job
 ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason")
 ADVICE_ROW_KEYS = ("k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured")
 
@@ -152,15 +167,7 @@ def cmd_coverage(args):
         job = client.call("checkpoint.coverage", params, timeout=120)
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
-    last = None
-    while jobs.is_live(job):
-        time.sleep(POLL_S)
-        job = client.call("jobs.get", {"id": job["id"]})
-        progress = job.get("progress") or {}
-        line = "%s  %s" % (job["id"], progress.get("state", job["state"]))
-        if line != last and not args.json:
-            sys.stderr.write(line + "\n")
-            last = line
+    job = wait_for_result(client, job, args.json, lambda job, progress: progress.get("state", job["state"]))
     progress = job.get("progress") or {}
     result = progress.get("result")
     if not result:

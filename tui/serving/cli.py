@@ -20,7 +20,6 @@ from remote.serving import breakeven as breakeven_math
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..freshness import stale_text
-from ..jobs import model as jobs
 from . import advisor
 from .model import SPEC_KEYS, figure, per_k, per_position
 
@@ -224,15 +223,8 @@ def cmd_bench(args):
         raise CommandError(exc.message, EXIT_FAILED)
     if not args.json:
         print(job["id"], flush=True)
-    last = None
-    while jobs.is_live(job):
-        time.sleep(STATUS_POLL_S)
-        job = client.call("jobs.get", {"id": job["id"]})
-        progress = job.get("progress") or {}
-        line = "%s  %s  %d/%d requests" % (job["id"], progress.get("state", job["state"]), progress.get("done", 0), progress.get("total", 0))
-        if line != last and not args.json:
-            sys.stderr.write(line + "\n")
-            last = line
+    job = advisor.wait_for_result(client, job, args.json, lambda job, progress: "%s  %d/%d requests" % (
+        progress.get("state", job["state"]), progress.get("done", 0), progress.get("total", 0)))
     progress = job.get("progress") or {}
     result = progress.get("result")
     if not result:
