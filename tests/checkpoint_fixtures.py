@@ -9,7 +9,9 @@ import json
 import os
 import random
 import struct
+import tempfile
 import zlib
+from pathlib import Path
 
 import numpy as np
 from safetensors import TensorSpec, serialize_file
@@ -176,6 +178,18 @@ def write_drafter(directory, layout="specforge", config=True, embed=None, aux_la
                                   d["intermediate"], d["heads"], d["kv_heads"], d["head_dim"],
                                   aux_layer_ids=aux_layer_ids, norm_before_residual=norm_before_residual))
     return str(directory)
+
+
+def build_drafter(directory, **dims):
+    """A small SpecForge-layout drafter (midlayer.*, no embed_tokens) with aux layer ids 1, 3, 5."""
+    return Path(write_drafter(directory, layout="specforge", aux_layer_ids=[1, 3, 5], **dims))
+
+
+def small_drafter_files(tmp_path):
+    """config.json and model.safetensors of a tiny SpecForge-layout drafter, as bytes (what a
+    fake hub serves)."""
+    directory = build_drafter(tmp_path / "upload")
+    return {name: (directory / name).read_bytes() for name in ("config.json", "model.safetensors")}
 
 
 def write_eagle12_drafter(directory, hidden=64, vocab=256, intermediate=128, heads=4):
@@ -516,6 +530,10 @@ def write_moe_target(directory, layers=61, experts=384, shards=64, dense_layers=
                 "n_routed_experts": experts, "moe_intermediate_size": d["moe_intermediate"],
                 "first_k_dense_replace": dense_layers})
     return {"tensors": len(specs), "tensor_bytes": tensor_bytes, "file_bytes": file_bytes, "directory": directory}
+
+
+# Where the big targets are built once and kept between runs.
+FIXTURE_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
 
 
 def cached_moe_target(cache_root, layers=61, experts=384, shards=64, dense_layers=1):

@@ -54,9 +54,8 @@ Fixtures (all need root; the test process runs as root):
     after a failure. ``netns_host_factory()`` makes more than one per test. The netns
     host shares the user (and so HOME) with ``sshd``: it is the same machine.
 
-Helper: ``wait_for(predicate, timeout_s, interval_s=0.05, message=None, ignore=())``
-polls until ``predicate()`` is truthy and returns that value; on timeout it raises
-AssertionError with the message (a bound on a hang, not a speed assertion).
+``wait_for`` is tests/helpers/waits.py's, still exported here for the modules that import it
+from here (new code imports it from tests.helpers.waits).
 """
 
 import fcntl
@@ -73,6 +72,8 @@ import time
 from pathlib import Path
 
 import pytest
+
+from tests.helpers.waits import wait_for
 
 __all__ = [
     "HOST_ML_REQUIREMENTS",
@@ -102,31 +103,6 @@ USER_SLOTS = 16
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def wait_for(predicate, timeout_s, interval_s=0.05, message=None, ignore=()):
-    """Poll ``predicate()`` until it returns something truthy; return that value.
-
-    Exceptions listed in ``ignore`` count as "not yet" (the last one is reported on
-    timeout); any other exception propagates. Raises AssertionError after
-    ``timeout_s`` seconds.
-    """
-    deadline = time.monotonic() + timeout_s
-    last_exc = None
-    last_value = None
-    while True:
-        try:
-            last_value = predicate()
-            if last_value:
-                return last_value
-        except ignore as exc:  # noqa: PERF203 - polling
-            last_exc = exc
-        if time.monotonic() >= deadline:
-            what = message or getattr(predicate, "__name__", repr(predicate))
-            detail = f"; last exception: {last_exc!r}" if last_exc is not None else (
-                f"; last value: {last_value!r}")
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}{detail}")
-        time.sleep(interval_s)
 
 
 def _run(argv, check=True, **kw):

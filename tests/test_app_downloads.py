@@ -8,16 +8,16 @@ import os
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent, TabPane
+from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent
 
+from tests.checkpoint_fixtures import small_drafter_files
+from tests.helpers.pilot import DownloadsHost, fill_form, notified, text_of
+from tests.helpers.waits import wait_for, wait_until
 from tests.hub_fixtures import blob
-from tests.sshd_fixtures import wait_for
-from tests.test_app_tensors import build_drafter, wait_until
 from tui import config
 from tui.checkpoints.pane import TensorsPane
 from tui.downloads.form import DownloadForm
 from tui.downloads.pane import DownloadsPane, FileProgress
-from tui.pane_host import PaneHost
 from tui.screens.confirm import ConfirmScreen
 
 
@@ -28,52 +28,8 @@ def private_config(tmp_path, monkeypatch):
     monkeypatch.delenv("HF_ENDPOINT", raising=False)
 
 
-class DownloadsHost(PaneHost):
-    """Downloads and Tensors in tabs, the way the console composes them, with its job events."""
-
-    def compose(self):
-        with TabbedContent(initial="downloads"):
-            with TabPane("Downloads", id="downloads"):
-                yield DownloadsPane()
-            with TabPane("Tensors", id="tensors"):
-                yield TensorsPane()
-
-    def on_mount(self):
-        self.activate("downloads")
-        self.follow_job_events()
-
-
-def small_drafter_files(tmp_path):
-    """config.json and model.safetensors of a tiny SpecForge-layout drafter, as bytes."""
-    directory = build_drafter(tmp_path / "upload")
-    return {name: (directory / name).read_bytes() for name in ("config.json", "model.safetensors")}
-
-
 def state_cell(pane, job_id):
     return str(pane.query_one("#downloads-jobs", DataTable).get_cell(job_id, "state"))
-
-
-async def fill_form(pilot, values):
-    """Type the repo as a user would; long paths and URLs are pasted (typing them costs seconds)."""
-    form = pilot.app.screen
-    assert isinstance(form, DownloadForm)
-    for key, value in values.items():
-        field = form.query_one("#form-%s" % key.replace("_", "-"), Input)
-        field.focus()
-        field.value = ""
-        if key == "repo":
-            await pilot.press(*value)
-        else:
-            field.value = value
-    await pilot.press("enter")
-
-
-def text_of(widget):
-    return str(widget.render())
-
-
-def notifications(app):
-    return [n.message for n in app._notifications]
 
 
 async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(client, hub, tmp_path):
@@ -86,22 +42,22 @@ async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(clie
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url})
-        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout=60)
+        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout_s=60)
         await wait_until(pilot, lambda: len(pane.jobs) == 1)
         job_id = next(iter(pane.jobs))
-        await wait_until(pilot, lambda: state_cell(pane, job_id) == "verified", timeout=60)
+        await wait_until(pilot, lambda: state_cell(pane, job_id) == "verified", timeout_s=60)
 
         # The detail shows each file full and the verdict; the user was told once.
-        await wait_until(pilot, lambda: len(pane.query(FileProgress)) == 2, timeout=10)  # mounted after the verdict's event
+        await wait_until(pilot, lambda: len(pane.query(FileProgress)) == 2, timeout_s=10)  # mounted after the verdict's event
         bars = list(pane.query(FileProgress))
         assert sorted(bar.path for bar in bars) == ["config.json", "model.safetensors"]
         # A bar's own ProgressBar is composed a moment after the bar is mounted.
         await wait_until(pilot, lambda: all(bar.query(ProgressBar) and bar.query_one(ProgressBar).percentage == 1.0 for bar in bars),
-                         timeout=5)
+                         timeout_s=5)
         assert pane.query_one("#downloads-total", ProgressBar).percentage == 1.0
         assert "verified" in str(pane.query_one("#downloads-verdict", Static).render())
         await pilot.pause(2.5)  # two more polls must not announce it again
-        announced = [m for m in notifications(app) if m.startswith(job_id)]
+        announced = [m for m in notified(app) if m.startswith(job_id)]
         assert len(announced) == 1 and "verified" in announced[0]
         assert os.path.getsize(os.path.join(local_dir, "model.safetensors")) == len(files["model.safetensors"])
 
@@ -109,7 +65,7 @@ async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(clie
         await pilot.press("t")
         tensors = app.query_one(TensorsPane)
         assert app.query_one(TabbedContent).active == "tensors"
-        await wait_until(pilot, lambda: tensors.report is not None, timeout=30)
+        await wait_until(pilot, lambda: tensors.report is not None, timeout_s=30)
         assert tensors.path == local_dir
         names = [str(row[0]) for row in map(tensors.query_one("#tensors-table", DataTable).get_row_at, range(tensors.query_one("#tensors-table", DataTable).row_count))]
         assert "fc.weight" in names and "d2t" in names
@@ -122,7 +78,7 @@ async def test_refused_download_shows_the_agents_line_under_the_form(client, hub
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         await fill_form(pilot, {"repo": "team/no-such-repo", "local_dir": str(tmp_path / "x"), "endpoint": hub.url})
         error = app.screen.query_one("#form-error", Static)
-        await wait_until(pilot, lambda: "not found" in str(error.render()), timeout=60)
+        await wait_until(pilot, lambda: "not found" in str(error.render()), timeout_s=60)
         assert isinstance(app.screen, DownloadForm)  # still there, to fix and submit again
         assert "team/no-such-repo" in str(error.render())
         assert client.call("jobs.list")["jobs"] == []
@@ -137,13 +93,13 @@ async def test_retry_and_verify_for_downloads_started_here_or_elsewhere(client, 
         pane = app.query_one(DownloadsPane)
         await wait_until(pilot, lambda: elsewhere["id"] in pane.jobs)
         # It had ended before the pane saw it run: nothing turned, nothing announced.
-        assert not [m for m in notifications(app) if m.startswith(elsewhere["id"])]
+        assert not [m for m in notified(app) if m.startswith(elsewhere["id"])]
         pane.query_one("#downloads-jobs", DataTable).focus()
         # Started from a script, not this console: the job keeps its spec, so v works for it too.
         await pilot.press("v")
-        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout_s=60)
         recheck = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
-        await wait_until(pilot, lambda: pane.jobs[recheck]["state"] == "verified", timeout=60)
+        await wait_until(pilot, lambda: pane.jobs[recheck]["state"] == "verified", timeout_s=60)
         # Where its files went, the job itself says: t works for it too.
         await pilot.press("t")
         tensors = app.query_one(TensorsPane)
@@ -155,9 +111,9 @@ async def test_retry_and_verify_for_downloads_started_here_or_elsewhere(client, 
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": local_dir, "endpoint": hub.url})
-        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
         mine = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
-        await wait_until(pilot, lambda: pane.jobs[mine]["state"] == "verified", timeout=60)
+        await wait_until(pilot, lambda: pane.jobs[mine]["state"] == "verified", timeout_s=60)
 
         # Break a byte on disk, verify again: a new job, and it says mismatch.
         path = os.path.join(local_dir, "config.json")
@@ -165,19 +121,19 @@ async def test_retry_and_verify_for_downloads_started_here_or_elsewhere(client, 
             f.write(b"[")
         assert pane.selected_id == mine
         await pilot.press("v")
-        await wait_until(pilot, lambda: len(pane.jobs) == 4, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 4, timeout_s=60)
         check = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
-        await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout=60)
-        assert any(m.startswith(check + " mismatch") and "config.json" in m for m in notifications(app))
+        await wait_until(pilot, lambda: pane.jobs[check]["state"] == "mismatch", timeout_s=60)
+        assert any(m.startswith(check + " mismatch") and "config.json" in m for m in notified(app))
 
         # r on the download (not the verify, whose r verifies) starts it again, which puts the file right.
         table = pane.query_one("#downloads-jobs", DataTable)
         table.move_cursor(row=table.get_row_index(mine))
         await wait_until(pilot, lambda: pane.selected_id == mine)
         await pilot.press("r")
-        await wait_until(pilot, lambda: len(pane.jobs) == 5, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 5, timeout_s=60)
         again = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
-        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout=60)
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout_s=60)
         with open(path, "rb") as f:
             assert json.loads(f.read())["architectures"] == ["LlamaForCausalLMEagle3"]
 
@@ -194,9 +150,9 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         await fill_form(pilot, {"repo": "team/slow", "local_dir": str(tmp_path / "slow"), "endpoint": hub.url})
-        await wait_until(pilot, lambda: len(pane.jobs) == 1, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 1, timeout_s=60)
         job_id = next(iter(pane.jobs))
-        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "downloading" and (pane.jobs[job_id]["progress"].get("bytes_done") or 0) > 0, timeout=30)
+        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "downloading" and (pane.jobs[job_id]["progress"].get("bytes_done") or 0) > 0, timeout_s=30)
         # While running: rate and ETA are shown, and a second copy of the same download is not started.
         table = pane.query_one("#downloads-jobs", DataTable)
         await wait_until(pilot, lambda: str(table.get_cell(job_id, "rate")).endswith("/s") and ":" in str(table.get_cell(job_id, "eta")))
@@ -213,17 +169,17 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         await pilot.press("x")
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout=30)
+        await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout_s=30)
         stopped_at = pane.jobs[job_id]["progress"]["bytes_done"]
         assert 0 < stopped_at < pane.jobs[job_id]["progress"]["bytes_total"]
-        assert not [m for m in notifications(app) if m.startswith(job_id)]  # the user stopped it: nothing to announce
+        assert not [m for m in notified(app) if m.startswith(job_id)]  # the user stopped it: nothing to announce
 
         # r starts it again: it continues from the partial file to its verdict.
         hub.throttle(None)
         await pilot.press("r")
-        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 2, timeout_s=60)
         again = max(pane.jobs, key=lambda key: int(key[1:]))
-        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout=60)
+        await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout_s=60)
         assert pane.selected_id == again and table.cursor_row == table.get_row_index(again)
         assert hub.range_starts("team/slow", "model.safetensors")[-1] > 0
 
@@ -257,7 +213,7 @@ async def test_the_form_remembers_the_endpoint_for_the_host(client, hub, tmp_pat
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         assert app.screen.query_one("#form-endpoint", Input).value == ""
         await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "tiny"), "endpoint": hub.url})
-        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout=60)
+        await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout_s=60)
         await wait_until(pilot, lambda: len(pane.jobs) == 1)
         # The next form, for the same host, starts with the endpoint used last.
         await pilot.press("n")
@@ -280,7 +236,7 @@ async def test_an_unreachable_hub_points_at_the_endpoint_field(client, tmp_path)
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         await fill_form(pilot, {"repo": "team/any", "local_dir": str(tmp_path / "any"), "endpoint": closed})
         error = app.screen.query_one("#form-error", Static)
-        await wait_until(pilot, lambda: "cannot reach" in text_of(error), timeout=60)
+        await wait_until(pilot, lambda: "cannot reach" in text_of(error), timeout_s=60)
         assert "put a hub mirror's URL in the endpoint field above" in text_of(error)
         assert "--endpoint" not in text_of(error)
 
@@ -301,9 +257,9 @@ async def test_r_on_a_verification_with_a_mismatch_repairs_the_files_it_found_wr
         await wait_until(pilot, lambda: pane.selected_id == check["id"])
         pane.query_one("#downloads-jobs", DataTable).focus()
         await pilot.press("r")
-        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout=60)
+        await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
         repair = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
-        await wait_until(pilot, lambda: pane.jobs[repair]["state"] == "verified", timeout=60)
+        await wait_until(pilot, lambda: pane.jobs[repair]["state"] == "verified", timeout_s=60)
         assert str(pane.query_one("#downloads-jobs", DataTable).get_cell(repair, "kind")) == "download"
         assert [entry["path"] for entry in pane.jobs[repair]["progress"]["files"]] == ["config.json"]
     assert os.path.exists(os.path.join(local_dir, "config.json"))
@@ -319,7 +275,7 @@ async def test_a_host_that_does_not_resolve_is_named_in_the_header_and_in_the_pa
     monkeypatch.setenv("HOME", str(home))
     app = SpecdeckApp(host="someone@no-such-host.invalid")
     async with app.run_test(size=(120, 40)) as pilot:
-        await wait_until(pilot, lambda: app.connection_state == "failed", timeout=60)
+        await wait_until(pilot, lambda: app.connection_state == "failed", timeout_s=60)
         header = app.header.state_text
         assert "cannot resolve host 'no-such-host.invalid'" in header and "~/.ssh/config" in header and "HostName" in header
         for pane in (app.query_one(GpusPane), app.query_one(DownloadsPane)):

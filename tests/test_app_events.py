@@ -7,7 +7,8 @@ import json
 import os
 import time
 
-from tests.test_app_jobs import SIZE, connected, job_rows, notifications, pane_key, wait_until
+from tests.helpers.pilot import SIZE, connected, job_rows, notifications, pane_key
+from tests.helpers.waits import wait_for, wait_until
 from tui.app import SpecdeckApp
 from tui.jobs.pane import JobsTable
 from tui.widgets.log_view import LogView
@@ -183,7 +184,8 @@ async def test_a_hand_edited_job_never_keeps_the_others_from_the_console(agent_h
             await wait_until(pilot, lambda: job["id"] in job_rows(app), message="the readable job listed")
             assert app.book.loaded and "j2" not in job_rows(app)
             assert not any(title == "job events" for title, _, _ in notifications(app))
-        unreadable = job_watcher(other)["detail"].get("unreadable") or {}
-        assert "TypeError" in unreadable.get("j2", ""), unreadable
+        said = wait_for(lambda: (job_watcher(other)["detail"].get("unreadable") or {}).get("j2"),
+                        message="the job watcher to name j2 as unreadable")
+        assert "TypeError" in said, said
     finally:
         other.close()

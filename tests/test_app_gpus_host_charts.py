@@ -2,8 +2,8 @@
 local agent: instead of an empty GPU chart it draws the host's CPU and memory, live and from
 the history store, and says so; m (a GPU metric) has nothing to pick."""
 
-from tests.test_app_jobs import wait_until
-from tests.test_telemetry_pane import GpusApp
+from tests.helpers.pilot import GpusApp
+from tests.helpers.waits import wait_until
 from tui.connection import open_client
 from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart

@@ -7,7 +7,8 @@ import ctypes.util
 import pytest
 from textual.widgets import Static
 
-from tests.test_app_jobs import SIZE, connected, wait_until
+from tests.helpers.pilot import SIZE, connected
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.screens.host_info import HostInfoScreen
 

@@ -5,13 +5,14 @@ stopped afterwards by the agent_home fixture), except the host-key tests, which 
 through a real sshd. Waits are bounds on a hang, not speed assertions.
 """
 
-import html
 import re
-import time
 
 import pytest
-from textual.css.query import NoMatches
 
+from tests.helpers.pilot import (
+    SIZE, connected, header_text, job_rows, notifications, screen_text, start_job_from_dialog, type_text,
+)
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.jobs.new_job import NewJobScreen
 from tui.jobs.pane import JobsTable
@@ -19,83 +20,12 @@ from tui.screens.confirm import ConfirmScreen
 from tui.screens.help import HelpScreen
 from tui.screens.host_key import HostKeyScreen
 from tui.screens.prompt import PromptScreen
-from tui.widgets.header import ConnectionHeader, describe_state
+from tui.widgets.header import describe_state
 from tui.widgets.log_view import LogView
-
-SIZE = (110, 32)
-WAIT_S = 60
-
-
-async def wait_until(pilot, predicate, timeout_s=WAIT_S, message="condition"):
-    """Poll `predicate` between frames; a widget it asks for that is not composed yet is "not yet"."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            value = predicate()
-        except NoMatches:
-            value = None
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %d s waiting for %s" % (timeout_s, message))
-        await pilot.pause(0.05)
-
-
-def screen_text(app):
-    """What the terminal shows, as plain text (from the SVG screenshot)."""
-    svg = app.export_screenshot()
-    text = re.sub(r"<[^>]+>", "", svg)
-    return html.unescape(text).replace("\xa0", " ")
-
-
-def notifications(app):
-    return [(n.title, n.message, n.severity) for n in app._notifications]
-
-
-def header_text(app):
-    return app.query_one(ConnectionHeader).state_text
-
-
-def job_rows(app):
-    """{job id: {column: text}} as the table shows them."""
-    table = app.query_one(JobsTable)
-    rows = {}
-    for row_key in table.rows:
-        cells = table.get_row(row_key)
-        rows[row_key.value] = {str(column.key.value): str(cell) for column, cell in zip(table.columns.values(), cells)}
-    return rows
 
 
 def numbered(lines, prefix="line "):
     return [int(line[len(prefix):]) for line in lines if line.startswith(prefix)]
-
-
-def pane_key(app, title):
-    """The number key of the pane titled `title`."""
-    return str([pane.PANE_TITLE for pane in app.pane_classes].index(title) + 1)
-
-
-async def connected(pilot):
-    """Wait for the connection, then open the Jobs pane (the console opens on the GPUs pane)."""
-    await wait_until(pilot, lambda: pilot.app.client is not None, message="the connection")
-    await wait_until(pilot, lambda: "connected" in header_text(pilot.app), message="the header to say connected")
-    await pilot.press(pane_key(pilot.app, "Jobs"))
-    await wait_until(pilot, lambda: pilot.app.focused is pilot.app.query_one(JobsTable), message="the Jobs pane")
-
-
-async def type_text(pilot, text):
-    await pilot.press(*text)
-
-
-async def start_job_from_dialog(pilot, command, name=None):
-    await pilot.press("n")
-    await wait_until(pilot, lambda: isinstance(pilot.app.screen, NewJobScreen), message="the new-job dialog")
-    await type_text(pilot, command)
-    if name:
-        await pilot.press("tab")
-        await type_text(pilot, name)
-    await pilot.press("enter")
-    await wait_until(pilot, lambda: not isinstance(pilot.app.screen, NewJobScreen), message="the dialog to close")
 
 
 async def test_job_from_dialog_runs_streams_its_log_in_order_and_stops(agent_home):

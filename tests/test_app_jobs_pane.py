@@ -5,9 +5,8 @@ bar of a small terminal."""
 
 from textual.widgets import Select
 
-from tests.test_app_jobs import (
-    SIZE, connected, job_rows, notifications, pane_key, screen_text, start_job_from_dialog, type_text, wait_until,
-)
+from tests.helpers.pilot import SIZE, connected, job_rows, notifications, pane_key, screen_text, start_job_from_dialog, type_text
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.jobs.new_job import NewJobScreen
 from tui.jobs.pane import JobsTable

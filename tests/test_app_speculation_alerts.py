@@ -9,9 +9,8 @@ from textual.widgets import Static
 
 from tests.checkpoint_fixtures import write_drafter
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
-from tests.test_app_jobs import wait_until
-from tests.test_telemetry_pane import GpusApp
+from tests.helpers.pilot import GpusApp
+from tests.helpers.waits import wait_for, wait_until
 from tui.connection import open_client
 from tui.telemetry.pane import GpusPane
 

@@ -2,58 +2,20 @@
 drafters written with safetensors, opened by path and through the host file picker."""
 
 import json
-import time
-from pathlib import Path
 
-from textual.app import App
-from textual.css.query import NoMatches
 from textual.widgets import DataTable, Input, OptionList, Static
 
-from tests.checkpoint_fixtures import write_drafter
+from tests.checkpoint_fixtures import FIXTURE_CACHE, build_drafter, cached_moe_target
+from tests.helpers.pilot import TensorsHost, screen_lines, text_of
+from tests.helpers.waits import wait_until
 from tui.checkpoints.compare import CompareScreen
 from tui.checkpoints.pane import TensorsPane
 from tui.screens.file_picker import FilePicker
 
 
-def _holds(predicate):
-    try:
-        return predicate()
-    except NoMatches:  # a widget it asks for is not composed yet
-        return False
-
-
-async def wait_until(pilot, predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while not _holds(predicate):
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %.0f s waiting for %s" % (timeout, getattr(predicate, "__name__", "a condition")))
-        await pilot.pause(0.05)
-
-
-class TensorsHost(App):
-    def __init__(self, client):
-        super().__init__()
-        self.client = client
-
-    def compose(self):
-        yield TensorsPane()
-
-    def on_mount(self):
-        self.query_one("#tensors-table").focus()
-
-
-def build_drafter(directory, **dims):
-    """A small SpecForge-layout drafter (midlayer.*, no embed_tokens) with aux layer ids 1, 3, 5."""
-    return Path(write_drafter(directory, layout="specforge", aux_layer_ids=[1, 3, 5], **dims))
-
-
 def table_rows(pane):
     table = pane.query_one("#tensors-table", DataTable)
     return [[str(cell) for cell in table.get_row_at(index)] for index in range(table.row_count)]
-
-
-def text_of(widget):
-    return str(widget.render())
 
 
 async def test_open_path_lists_every_tensor_with_role_shape_dtype_and_totals(client, tmp_path):
@@ -175,7 +137,7 @@ async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
         await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
         await pilot.press(*str(other), "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=30)
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=30)
         screen = app.screen
         verdict = screen.query_one("#compare-verdict", Static)
         assert "INCOMPATIBLE" in text_of(verdict) and verdict.has_class("incompatible")
@@ -226,11 +188,6 @@ async def test_problems_come_first_errors_red_warnings_yellow(client, tmp_path):
 
 # --------------------------------------------------------------------------- at 80x24
 
-def screen_text(app):
-    """What the terminal shows, line by line."""
-    return [strip.text for strip in app.screen._compositor.render_strips()]
-
-
 async def test_corrupt_checkpoint_at_80x24_shows_a_problem_count_and_still_the_tensors(client, tmp_path):
     drafter = build_drafter(tmp_path / "drafter")
     config = json.loads((drafter / "config.json").read_text())
@@ -247,7 +204,7 @@ async def test_corrupt_checkpoint_at_80x24_shows_a_problem_count_and_still_the_t
         await pilot.pause()
         errors = sum(1 for p in pane.report["problems"] if p["level"] == "error")
         assert errors >= 4
-        lines = screen_text(app)
+        lines = screen_lines(app)
         count = next(i for i, line in enumerate(lines) if line.startswith("%d errors, 1 warning" % errors))
         assert "(first 3 below" in lines[count]
         assert [line.split(":")[0] for line in lines[count + 1:count + 4]] == ["error"] * 3
@@ -268,9 +225,9 @@ async def test_compare_at_80x24_keeps_the_status_column_on_screen(client, tmp_pa
         await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
         await pilot.press(*str(other), "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=30)
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=30)
         await pilot.pause()
-        lines = screen_text(app)
+        lines = screen_lines(app)
         header = next(line for line in lines if line.split()[:2] == ["status", "tensor"])
         assert header.split()[2:] == ["A", "B"]
         fc = next(line for line in lines if line.split()[1:2] == ["fc.weight"])
@@ -289,7 +246,7 @@ async def test_picker_at_80x24_says_what_o_and_enter_do(client, tmp_path):
         await pilot.press(*(str(tmp_path / "models") + "/"), "enter")
         await wait_until(pilot, lambda: picker.directory == str(tmp_path / "models"))
         await pilot.pause()
-        lines = screen_text(app)
+        lines = screen_lines(app)
         assert any("Enter open dir/pick file   o pick highlighted   Backspace up" in line for line in lines)
         assert any("/ or ~ type a path   Esc cancel" in line for line in lines)
         # Enter on a directory browses into it; o then picks the highlighted entry, a file here.
@@ -323,8 +280,6 @@ async def test_n_means_nothing_twice_in_the_tensors_pane(client, tmp_path):
 
 
 async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
-    from tests.test_checkpoint_scale import FIXTURE_CACHE
-    from tests.checkpoint_fixtures import cached_moe_target
     from tui.checkpoints.pane import PAGE_TENSORS
 
     moe = cached_moe_target(FIXTURE_CACHE)
@@ -334,7 +289,7 @@ async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
         pane.open_path(moe["directory"])
         await wait_until(pilot, lambda: pane.report is not None)
         await pilot.pause()
-        lines = screen_text(app)
+        lines = screen_lines(app)
         assert any("139,583 tensors in 37 name patterns: g shows them" in line for line in lines)
         table = pane.query_one("#tensors-table", DataTable)
         assert table.row_count == len(pane.report["tensors"])
@@ -346,7 +301,7 @@ async def test_huge_checkpoint_at_80x24_pages_filters_and_groups(client):
         assert names == sorted(names) and len(set(names)) == len(names)
         await pilot.press("slash", *"experts.17.")
         await wait_until(pilot, lambda: pane.page_total == 360 and table.row_count == 360)
-        assert any('shown 360 matching "experts.17."' in line for line in screen_text(app))
+        assert any('shown 360 matching "experts.17."' in line for line in screen_lines(app))
         await pilot.press("enter", "g")  # the name patterns, largest first
         assert str(table.get_row_at(0)[1]) == "model.layers.{N}.mlp.experts.{E}.down_proj.weight"
         assert str(table.get_row_at(0)[0]) == "23,040"
@@ -366,15 +321,13 @@ async def test_compare_with_a_folder_that_is_not_a_checkpoint_says_so_in_one_lin
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
         await pilot.press(*str(notes), "enter")
         status = pane.query_one("#tensors-status", Static)
-        await wait_until(pilot, lambda: "not a checkpoint" in text_of(status), timeout=30)
+        await wait_until(pilot, lambda: "not a checkpoint" in text_of(status), timeout_s=30)
         assert not isinstance(app.screen, CompareScreen)
         assert len(text_of(status).strip().splitlines()) == 1 and str(notes) in text_of(status)
         assert pane.report["path"] == str(mine)  # the open checkpoint stays open
 
 
 async def test_two_huge_targets_are_compared_on_the_host_and_only_the_result_comes_back(client):
-    from tests.checkpoint_fixtures import cached_moe_target
-    from tests.test_checkpoint_scale import FIXTURE_CACHE
 
     moe = cached_moe_target(FIXTURE_CACHE)
     app = TensorsHost(client)
@@ -386,9 +339,9 @@ async def test_two_huge_targets_are_compared_on_the_host_and_only_the_result_com
         await pilot.press("c")
         await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
         await pilot.press(*moe["directory"], "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout=300)
+        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=300)
         screen = app.screen
-        await wait_until(pilot, lambda: text_of(screen.query_one("#compare-verdict", Static)).strip(), timeout=120)
+        await wait_until(pilot, lambda: text_of(screen.query_one("#compare-verdict", Static)).strip(), timeout_s=120)
         verdict = text_of(screen.query_one("#compare-verdict", Static))
         # The host matched all 139,583 tensor pairs and sent the first 20,000 rows, not the listings.
         assert "INCOMPATIBLE" in verdict and "20000 of 139583 tensor rows shown" in verdict

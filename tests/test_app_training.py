@@ -18,11 +18,10 @@ from textual.widgets import DataTable, Static
 from remote.training import logparse
 from tests import checkpoint_fixtures
 from tests.conftest import run_cli
-from tests.one_pane import OnePane
-from tests.snapshot_app import SnapshotApp, freeze
-from tests.sshd_fixtures import wait_for
-from tests.test_app_tensors import wait_until
-from tests.test_training_run import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tests.helpers.pilot import OnePane
+from tests.helpers.snapshot import SnapshotApp, freeze
+from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tests.helpers.waits import wait_for, wait_until
 from tui.app import PANES
 from tui.training.pane import TrainingPane
 from tui.widgets.chart import TimeChart
@@ -138,12 +137,12 @@ async def test_pane_on_a_real_speculators_run(speculators_python, client, agent_
         pane = app.query_one(TrainingPane)
         await wait_until(pilot, lambda: pane.selected == job["id"])
         # While it runs, before any validation: the training steps' prediction, said so.
-        await wait_until(pilot, lambda: "(training steps, step" in text_of(pane, "#training-summary"), timeout=240)
+        await wait_until(pilot, lambda: "(training steps, step" in text_of(pane, "#training-summary"), timeout_s=240)
         table = pane.query_one("#training-checkpoints", DataTable)
-        await wait_until(pilot, lambda: pane.jobs[job["id"]]["process_state"] not in ("running", "starting"), timeout=300)
+        await wait_until(pilot, lambda: pane.jobs[job["id"]]["process_state"] not in ("running", "starting"), timeout_s=300)
         assert pane.jobs[job["id"]].get("exit_code") == 0, run_cli("logs", "local", job["id"], home=agent_home).stdout[-3000:]
-        await wait_until(pilot, lambda: table.row_count == 2 and "(validation, epoch 1)" in text_of(pane, "#training-summary"), timeout=60)
-        await wait_until(pilot, lambda: all(table.get_row_at(i)[3].endswith(" val") for i in range(2)), timeout=60)
+        await wait_until(pilot, lambda: table.row_count == 2 and "(validation, epoch 1)" in text_of(pane, "#training-summary"), timeout_s=60)
+        await wait_until(pilot, lambda: all(table.get_row_at(i)[3].endswith(" val") for i in range(2)), timeout_s=60)
         reply = curves_json(agent_home, job["id"])
         await pilot.pause(0.6)
         assert_pane_tells_what_curves_tells(pane, reply)

@@ -4,7 +4,6 @@ first page come in one reply, every tensor arrives page by page, and no frame co
 
 import json
 import os
-import tempfile
 
 import pytest
 
@@ -12,7 +11,7 @@ from remote.checkpoints import listing, roles
 from remote.core.protocol import MAX_FRAME_BYTES, RemoteError
 from tests import checkpoint_fixtures as fx
 
-FIXTURE_CACHE = os.path.join(tempfile.gettempdir(), "specdeck-fixtures")
+FIXTURE_CACHE = fx.FIXTURE_CACHE
 LAYERS, EXPERTS, DENSE_LAYERS = 61, 384, 1
 MOE_LAYERS = LAYERS - DENSE_LAYERS
 

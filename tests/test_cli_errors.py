@@ -9,7 +9,7 @@ import pytest
 
 from tests.checkpoint_fixtures import write_drafter
 from tests.conftest import daemon_pid, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 
 def one_line(result):

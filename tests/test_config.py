@@ -12,7 +12,7 @@ from textual.app import App
 from textual.widgets import Checkbox, Input
 
 from tests.conftest import run_cli
-from tests.test_app_tensors import wait_until
+from tests.helpers.waits import wait_until
 from tui import config
 from tui.config import tomllib
 from tui.connection import open_client
@@ -144,7 +144,7 @@ async def test_the_download_form_remembers_the_interpreter_for_the_host(xdg, age
                 form.query_one("#form-%s" % key.replace("_", "-"), Input).value = value
             form.query_one("#form-remember", Checkbox).value = True
             await pilot.press("enter")
-            await wait_until(pilot, lambda: app.results, timeout=60)
+            await wait_until(pilot, lambda: app.results, timeout_s=60)
             assert app.results[0]["job"]["kind"] == "download"
             assert config.remembered("local", "ml_python") == sys.executable
             # The next form starts with it.

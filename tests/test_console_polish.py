@@ -11,9 +11,9 @@ import sys
 
 from textual.widgets import DataTable, Input, Select, Static
 
-from tests.sshd_fixtures import wait_for
-from tests.test_app_downloads import DownloadsHost, fill_form, small_drafter_files, text_of
-from tests.test_app_jobs import connected, header_text, job_rows, screen_text, type_text, wait_until
+from tests.checkpoint_fixtures import small_drafter_files
+from tests.helpers.pilot import DownloadsHost, connected, fill_form, header_text, job_rows, screen_text, text_of, type_text
+from tests.helpers.waits import wait_for, wait_until
 from tui.app import SpecdeckApp
 from tui.downloads.form import DownloadForm
 from tui.downloads.pane import DownloadsPane

@@ -14,7 +14,7 @@ import pytest
 
 from remote.core.protocol import FrameReader, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 FLOOD_REQUESTS = 3000
 HANG_BOUND_S = 60

@@ -13,9 +13,9 @@ import pytest
 
 from tests.checkpoint_fixtures import write_drafter
 from tests.conftest import REPO_ROOT, laptop_for, run_cli
+from tests.helpers.waits import wait_for
 from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub
-from tests.sshd_fixtures import wait_for
 from tui.client import AgentClient
 from tui.connection import link_factory
 

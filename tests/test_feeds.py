@@ -18,7 +18,7 @@ from remote.core.protocol import RemoteError
 from remote.core.services import Services
 from remote.core.streams import Topic
 from remote.core.windows import parse_duration
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 
 class Host:

@@ -9,8 +9,8 @@ import pytest
 
 from remote.serving.sampler import RECORDED
 from tests.conftest import run_cli
+from tests.helpers.waits import wait_for
 from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, BEHAVIOURS, RawServer, healthy, trickle
-from tests.sshd_fixtures import wait_for
 
 
 def service(client, name="serving"):

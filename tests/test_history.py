@@ -19,8 +19,8 @@ from remote.core import paths
 from remote.core.history import HistoryStore, StoreUnavailable, default_tiers
 from remote.core.protocol import FrameReader, encode
 from tests.conftest import REPO_ROOT, daemon_pid
+from tests.helpers.waits import wait_for
 from tests.history_fixtures import SimulatedGpus
-from tests.sshd_fixtures import wait_for
 
 DAY_S = 86400
 START = 1_749_999_600.0  # an hour boundary

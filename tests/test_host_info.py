@@ -1,7 +1,8 @@
 """`i` shows the host: the agent, what the host can use, and the daemon's services with their
 state; a service that keeps failing shows its error and when it tries again."""
 
-from tests.test_app_jobs import SIZE, connected, screen_text, wait_until
+from tests.helpers.pilot import SIZE, connected, screen_text
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.screens.host_info import HostInfoScreen, services_table
 

@@ -10,17 +10,7 @@ from remote.core.job_streams import JobWatcher
 from remote.core.jobs import JobStore
 from remote.core.services import ServiceRunner
 from remote.core.streams import Topic
-
-WAIT_S = 60
-
-
-def wait_for(predicate, message):
-    deadline = time.monotonic() + WAIT_S
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for %s" % message)
-        time.sleep(0.05)
-
+from tests.helpers.waits import wait_for
 
 def announced(topic):
     records, _, _ = topic.after(topic.last_seq - 4096)
@@ -33,23 +23,23 @@ def test_a_job_that_appears_while_the_watcher_fails_is_announced_after_its_resta
     root.mkdir()
     store = JobStore(str(root))
     first = store.submit(["true"])
-    wait_for(lambda: store.describe(first["id"])["state"] == "succeeded", "the first job to end")
+    wait_for(lambda: store.describe(first["id"])["state"] == "succeeded", message="the first job to end")
 
     topic = Topic("jobs")
     runner = ServiceRunner(JobWatcher(store, topic))
     runner.start()
     try:
-        wait_for(lambda: runner.status()["last_ok_at"], "the baseline scan")
+        wait_for(lambda: runner.status()["last_ok_at"], message="the baseline scan")
         # The job directory is away (a file system remounted, say): every scan fails, and the
         # runner restarts the watcher, until it is back, with a job that came meanwhile.
         away = tmp_path / "jobs-away"
         os.rename(root, away)
-        wait_for(lambda: runner.status()["restarts"] >= 1, "a failed scan and a restart")
+        wait_for(lambda: runner.status()["restarts"] >= 1, message="a failed scan and a restart")
         meanwhile = JobStore(str(away)).submit(["true"], name="meanwhile")
-        wait_for(lambda: JobStore(str(away)).describe(meanwhile["id"])["state"] == "succeeded", "the job meanwhile to end")
+        wait_for(lambda: JobStore(str(away)).describe(meanwhile["id"])["state"] == "succeeded", message="the job meanwhile to end")
         os.rename(away, root)
         back_at = time.time()
-        wait_for(lambda: runner.status()["state"] == "running" and runner.status()["last_ok_at"] > back_at, "the watcher healthy again")
+        wait_for(lambda: runner.status()["state"] == "running" and runner.status()["last_ok_at"] > back_at, message="the watcher healthy again")
 
         assert ("submitted", meanwhile["id"]) in announced(topic), announced(topic)
         assert ("ended", meanwhile["id"]) in announced(topic)
@@ -66,20 +56,20 @@ def test_an_unreadable_job_is_named_in_the_status_and_the_others_go_on(agent_hom
     runner = ServiceRunner(JobWatcher(store, topic))
     runner.start()
     try:
-        wait_for(lambda: runner.status()["last_ok_at"], "the baseline scan")
+        wait_for(lambda: runner.status()["last_ok_at"], message="the baseline scan")
         damaged = root / "j1"
         damaged.mkdir()
         (damaged / "job.json").write_text('{"id": "j1", "argv": ["true"], "submitted_at": "yesterday"}')
-        wait_for(lambda: "j1" in runner.status()["detail"].get("unreadable", {}), "the status to name the unreadable job")
+        wait_for(lambda: "j1" in runner.status()["detail"].get("unreadable", {}), message="the status to name the unreadable job")
         assert "TypeError" in runner.status()["detail"]["unreadable"]["j1"]
         job = store.submit(["true"], name="after it")
-        wait_for(lambda: ("ended", job["id"]) in announced(topic), "the next job announced")
+        wait_for(lambda: ("ended", job["id"]) in announced(topic), message="the next job announced")
         assert runner.status()["state"] == "running" and runner.status()["failures"] == 0
         assert ("submitted", "j1") not in announced(topic)
 
         # Repaired by hand: it is a job like the others from then on.
         (damaged / "job.json").write_text('{"id": "j1", "argv": ["true"], "submitted_at": %r}' % (time.time() - 3600))
-        wait_for(lambda: ("submitted", "j1") in announced(topic), "the repaired job announced")
+        wait_for(lambda: ("submitted", "j1") in announced(topic), message="the repaired job announced")
         assert "unreadable" not in runner.status()["detail"]
     finally:
         runner.stop()

@@ -12,7 +12,7 @@ import pytest
 
 from remote.core.protocol import FrameReader, RemoteError
 from tests.conftest import REPO_ROOT
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 ARG_MAX = os.sysconf("SC_ARG_MAX")
 ONE_ARG_MAX = 32 * 4096  # the kernel's limit for one argument (MAX_ARG_STRLEN)

@@ -12,7 +12,7 @@ import pytest
 from remote.core.jobs import process_start_ticks
 from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui.connection import open_client
 
 

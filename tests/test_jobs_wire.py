@@ -8,7 +8,7 @@ import sys
 import threading
 
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 LIVE = ("running", "starting")
 

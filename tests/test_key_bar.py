@@ -1,6 +1,7 @@
 """The key bar lists the keys that work where the focus is, and a click on one runs it."""
 
-from tests.test_app_jobs import SIZE, connected, wait_until
+from tests.helpers.pilot import SIZE, connected
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.screens.help import HelpScreen
 from tui.widgets.key_bar import KeyBar

@@ -1,7 +1,7 @@
 """The split between the two sides holds: the host side (every module of remote/, subpackages
 included) needs nothing beyond the standard library when it loads, and imports the libraries
 its zipapp carries (pynvml, prometheus_client's parser) only lazily; a daemon does not outlive
-its home."""
+its home; no test module imports another (what tests share is in tests/helpers/)."""
 
 import ast
 import json
@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, daemon_pid, python39
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui.bootstrap import CARRIED
 from tui.connection import open_client
 
@@ -128,6 +128,43 @@ def test_the_guard_names_a_planted_import(tmp_path):
     assert (planted.startswith("importing remote.serving.planted loads ") and "requests" in planted
             or planted == "importing remote.serving.planted fails: ModuleNotFoundError: No module named 'requests'"), planted
     assert eager == "importing remote.telemetry.eager loads pynvml"
+
+
+# Test modules that still import another test module while another change holds them (they
+# are being reworked beside the serving and checkpoints panes): empty this once that lands.
+HELD_ELSEWHERE = {"tests/test_app_speculation.py", "tests/test_coverage.py", "tests/test_coverage_compare.py",
+                  "tests/test_k_advisor.py", "tests/test_serving_pane.py"}
+
+
+def imports_of_test_modules(root):
+    """Every import of a test module (tests/test_*.py) by another file under root/tests: what they
+    share belongs in tests/helpers/."""
+    found = []
+    for path in sorted((Path(root) / "tests").rglob("*.py")):
+        relative = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), relative)):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module] + ["%s.%s" % (node.module, alias.name) for alias in node.names]
+            else:
+                continue
+            if any(name.startswith("tests.test_") for name in names):
+                found.append("%s:%d imports a test module" % (relative, node.lineno))
+    return found
+
+
+def test_no_test_module_imports_another():
+    found = [line for line in imports_of_test_modules(REPO_ROOT) if line.split(":")[0] not in HELD_ELSEWHERE]
+    assert found == [], "import from tests/helpers/ instead:\n" + "\n".join(found)
+
+
+def test_the_guard_names_a_test_module_imported_by_another(tmp_path):
+    (tmp_path / "tests" / "helpers").mkdir(parents=True)
+    (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
+    (tmp_path / "tests" / "test_b.py").write_text("from tests.helpers.waits import wait_for\nfrom tests.test_a import test_a\n")
+    (tmp_path / "tests" / "helpers" / "c.py").write_text("def f():\n    from tests import test_a\n")
+    assert imports_of_test_modules(tmp_path) == ["tests/helpers/c.py:2 imports a test module", "tests/test_b.py:2 imports a test module"]
 
 
 def test_daemon_stops_when_its_home_is_removed(tmp_path, monkeypatch):

@@ -7,7 +7,8 @@ import threading
 import time
 
 from tests.conftest import REPO_ROOT
-from tests.test_app_jobs import SIZE, connected, wait_until
+from tests.helpers.pilot import SIZE, connected
+from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.connection import open_client
 from tui.jobs.pane import JobsTable

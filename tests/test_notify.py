@@ -6,26 +6,13 @@ killed with alerts queued, in a storm, and to a command."""
 import json
 import os
 import signal
-import time
 
 import pytest
 
 from tests.conftest import daemon_pid
+from tests.helpers.notify import status
+from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
-
-
-def wait_for(predicate, timeout_s=60.0, message="condition"):
-    deadline = time.monotonic() + timeout_s
-    while True:
-        value = predicate()
-        if value:
-            return value
-        assert time.monotonic() < deadline, "timed out waiting for %s" % message
-        time.sleep(0.05)
-
-
-def status(client, channel_id):
-    return next(c["status"] for c in client.call("notify.list")["channels"] if c["id"] == channel_id)
 
 
 def add(client, url, **params):

@@ -9,8 +9,9 @@ import stat
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers.notify import status
+from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
-from tests.test_notify import status, wait_for
 
 SECRET = "tk_9f3e7a51c2d84b06"
 

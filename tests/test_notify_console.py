@@ -5,9 +5,10 @@ told when the job ends."""
 
 import pytest
 
+from tests.helpers.notify import status
+from tests.helpers.pilot import SIZE, connected, screen_text
+from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
-from tests.test_app_jobs import SIZE, connected, screen_text, wait_until
-from tests.test_notify import status, wait_for
 from tui.app import SpecdeckApp
 from tui.jobs.new_job import submit_params
 from tui.notify.desktop import kind_for, sequence

@@ -7,7 +7,7 @@ Update them after a deliberate change of the screen: pytest tests/test_snapshots
 
 import pytest
 
-from tests.snapshot_app import SnapshotApp, freeze
+from tests.helpers.snapshot import SnapshotApp, freeze
 
 SIZES = {"80x24": (80, 24), "wide": (160, 48)}
 

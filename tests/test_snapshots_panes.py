@@ -7,7 +7,7 @@ Update them after a deliberate change of the screen: pytest tests/test_snapshots
 
 import pytest
 
-from tests.snapshot_app import NoGpuSnapshotApp, SnapshotApp, freeze
+from tests.helpers.snapshot import NoGpuSnapshotApp, SnapshotApp, freeze
 
 SIZES = {"80x24": (80, 24), "200x50": (200, 50)}
 PANES = {"jobs": "2", "gpus": "1"}

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tests.conftest import laptop_for, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui import bootstrap
 from tui.client import AgentClient
 from tui.connection import link_factory, parse_destination

@@ -28,7 +28,8 @@ import pytest
 from remote import AGENT_VERSION
 from remote.core.protocol import encode
 from tests.conftest import REPO_ROOT, run_cli, stop_daemon
-from tests.sshd_fixtures import _free_port, _start_sshd, wait_for
+from tests.helpers.waits import wait_for, wait_until
+from tests.sshd_fixtures import _free_port, _start_sshd
 from tui.app import SpecdeckApp
 from tui.client import AgentClient
 from tui.connection import link_factory, open_client
@@ -143,14 +144,6 @@ def one_line(result):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specdeck: ") and "Traceback" not in result.stderr, result.stderr
     return lines[0]
-
-
-async def wait_until(pilot, predicate, timeout_s=WAIT_S, message="condition"):
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %d s waiting for %s" % (timeout_s, message))
-        await pilot.pause(0.05)
 
 
 # ------------------------------------------------------------------ 1. a port that is not SSH

@@ -19,7 +19,7 @@ if _ROOT not in sys.path:  # `pytest` (not `python -m pytest`) does not put the 
 # else this module would get its own second set of session fixtures (a second sshd).
 _FROM_CONFTEST = "tests.sshd_fixtures" in sys.modules
 from tests import sshd_fixtures as fx  # noqa: E402
-from tests.sshd_fixtures import wait_for  # noqa: E402
+from tests.helpers.waits import wait_for
 
 if not _FROM_CONFTEST:
     from tests.sshd_fixtures import *  # noqa: E402,F401,F403

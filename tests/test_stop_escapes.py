@@ -14,7 +14,7 @@ import pytest
 
 from remote.core import containment
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui.connection import open_client
 
 RUNS = 6

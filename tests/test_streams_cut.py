@@ -12,7 +12,7 @@ from pathlib import Path
 
 from remote.training import logparse
 from tests.conftest import laptop_for
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui.client import AgentClient
 from tui.connection import link_factory
 

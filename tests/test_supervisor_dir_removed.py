@@ -6,7 +6,7 @@ import json
 import shutil
 
 from remote.core.processes import process_start_ticks
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 
 def test_a_supervisor_whose_job_directory_was_removed_exits_once_its_job_ends(client, agent_home, tmp_path):

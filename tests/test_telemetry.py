@@ -23,7 +23,7 @@ from remote.telemetry.recording import ReplayNvml, load
 from remote.telemetry.sample import apply_delta
 from remote.telemetry.sampler import TelemetrySampler
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 from tui.connection import open_client
 
 ONE_GPU = REPO_ROOT / "tests" / "data" / "nvml-h200.json.gz"

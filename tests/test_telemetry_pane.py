@@ -9,25 +9,13 @@ from textual.widgets import Static
 
 from remote.core.protocol import RemoteError
 from tests.conftest import REPO_ROOT
-from tests.test_app_jobs import wait_until
+from tests.helpers.pilot import GpusApp
+from tests.helpers.waits import wait_until
 from tui.connection import open_client
-from tui.messages import ClientReady
-from tui.pane_host import PaneHost
 from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
 
 RECORDING = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"
-
-
-class GpusApp(PaneHost):
-    """The GPUs pane alone, on a client of its own."""
-
-    def compose(self):
-        yield GpusPane()
-
-    def on_mount(self):
-        self.activate(None)
-        self.query_one(GpusPane).post_message(ClientReady("gpuhost", "me"))
 
 
 def text_of(app, selector):

@@ -18,7 +18,7 @@ import threading
 import pytest
 
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 pytestmark = pytest.mark.timeout(600)
 LOG = os.path.join(os.path.dirname(__file__), "data", "speculators-train-80cols.log")

@@ -12,7 +12,7 @@ import textwrap
 import pytest
 
 from tests.conftest import daemon_pid, run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 
 def start(home, tmp_path, name, body, *options):

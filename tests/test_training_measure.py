@@ -19,7 +19,7 @@ import pytest
 from remote.training import logparse
 from tests import serving_fixtures
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.waits import wait_for
 
 pytestmark = pytest.mark.timeout(900)
 LOG = Path(__file__).parent / "data" / "speculators-train-80cols.log"

@@ -12,8 +12,8 @@ from textual.widgets import DataTable, Static
 
 from remote.training import logparse
 from tests import checkpoint_fixtures
-from tests.one_pane import OnePane
-from tests.test_app_tensors import wait_until
+from tests.helpers.pilot import OnePane
+from tests.helpers.waits import wait_until
 from tui.training.pane import TrainingPane
 from tui.widgets.chart import TimeChart
 
@@ -71,7 +71,7 @@ async def test_pane_follows_a_run_its_checkpoint_and_its_end(client, tmp_path):
         await pilot.pause()
         app.screen.query_one("Input").value = "%s %s k=3" % (shlex.quote(str(target)), "python3")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: "measure failed" in str(table.get_row_at(0)[-1]), timeout=60)
+        await wait_until(pilot, lambda: "measure failed" in str(table.get_row_at(0)[-1]), timeout_s=60)
         checkpoints = client.call("training.checkpoints", {"id": job["id"]})["checkpoints"]
         assert checkpoints[0]["measure"]["state"] == "failed"
         assert "DrafterMismatch" in checkpoints[0]["measure"]["error"]

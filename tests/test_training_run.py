@@ -9,28 +9,13 @@ import json
 import os
 import re
 import subprocess
-from pathlib import Path
 
 import pytest
 
 from remote.training import logparse
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
-
-VENV = Path(os.environ.get("SPECDECK_SPECULATORS_CACHE", "/opt/specdeck-test")) / "speculators-0.9.0"
-PATCH = Path(__file__).parent / "training_data" / "cpu_patch"
-MAKER = Path(__file__).parent / "training_data" / "make_tiny_run.py"
-
-
-@pytest.fixture(scope="module")
-def speculators_python():
-    python = VENV / "bin" / "python"
-    if not (VENV / ".specdeck-complete").exists():
-        if os.environ.get("CI") == "true":
-            pytest.fail("the speculators venv is missing under CI: .ci/speculators-env should have built %s" % VENV)
-        pytest.skip("no speculators venv (build it with .ci/speculators-env)")
-    return python
-
+from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tests.helpers.waits import wait_for
 
 def test_real_training_job_curves_match_its_log(speculators_python, agent_home, tmp_path):
     made = subprocess.run([str(speculators_python), str(MAKER), str(tmp_path / "run"), "24"], capture_output=True, text=True, timeout=120)

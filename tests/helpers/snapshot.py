@@ -12,6 +12,7 @@ from remote.training import curves, logparse
 from tui.telemetry.pane import GpusPane
 from tui.training.pane import TrainingPane
 
+DATA = Path(__file__).resolve().parent.parent / "data"  # tests/data
 NOW = 1_780_000_000.0  # a fixed "now" for runtimes
 
 JOBS = [
@@ -51,7 +52,7 @@ JOBS = [
 def training_curves():
     """training.curves of j11 as the host answers it: the steps and validations of a real
     speculators CPU run's log (tests/data), its two checkpoints, the second being measured."""
-    records = logparse.parse_text((Path(__file__).parent / "data" / "speculators-train-80cols.log").read_text())
+    records = logparse.parse_text((DATA / "speculators-train-80cols.log").read_text())
     steps, validation = [], []
     for record in records:
         public = curves.public_record(record, record["time"])
@@ -102,7 +103,7 @@ class SnapshotApp(app_module.SpecdeckApp):
         self.post_message(JobEvents({"snapshot": [dict(job) for job in JOBS], "records": []}))
         # 20 s of 8 GPUs as the sampler streamed them (a replay of the H200 recording, two of its
         # GPUs played as eight), delivered as the telemetry stream would.
-        samples = json.loads((Path(__file__).parent / "data" / "snapshot_gpus.json").read_text())
+        samples = json.loads((DATA / "snapshot_gpus.json").read_text())
         self.query_one(GpusPane)._on_samples([(sample, number) for number, sample in enumerate(samples)])
         self.query_one(TrainingPane)._loaded("j11", training_curves())
 
@@ -132,7 +133,7 @@ class NoGpuSnapshotApp(SnapshotApp):
 
     def _connect(self):
         super()._connect()
-        samples = json.loads((Path(__file__).parent / "data" / "snapshot_gpus.json").read_text())
+        samples = json.loads((DATA / "snapshot_gpus.json").read_text())
         for number, sample in enumerate(samples):
             sample["gpus"], sample["processes"] = [], []
             sample["nvml"] = {"available": False, "reason": "NVML did not start: NVML Shared Library Not Found", "driver_version": None}
