@@ -5,7 +5,9 @@ bar of a small terminal."""
 
 from textual.widgets import Select
 
-from tests.helpers.pilot import SIZE, connected, job_rows, notifications, pane_key, screen_text, start_job_from_dialog, type_text
+from tests.helpers.pilot import (
+    SIZE, connected, job_rows, notifications, screen_text, start_job_from_dialog, to_pane, type_text,
+)
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.jobs.new_job import NewJobScreen
@@ -35,8 +37,8 @@ async def test_the_arrow_keys_choose_jobs_after_one_starts_from_the_form(agent_h
 
         await start_job_from_dialog(pilot, "sleep 300", name="the new one")
         await wait_until(pilot, lambda: log.subject == "j4", message="the new job's log open")
-        await pilot.pause(0.3)
-        assert app.focused is app.query_one(JobsTable) and cursor_job(app) == "j4"
+        await wait_until(pilot, lambda: app.focused is app.query_one(JobsTable) and cursor_job(app) == "j4",
+                         message="the table focused on the new job")
         scrolled = log.scroll_y
         await pilot.press("up", "up")
         assert cursor_job(app) == "j2", "the arrow keys did not move among the jobs"
@@ -180,11 +182,9 @@ async def test_the_key_bar_keeps_panes_and_help_at_80x24(agent_home):
         await connected(pilot)
         bar = app.query_one(KeyBar)
         for title in [pane.PANE_TITLE for pane in app.pane_classes]:
-            await pilot.press(pane_key(app, title))
-            await pilot.pause(0.2)
-            text = str(bar.render()).rstrip()
-            assert text.endswith("1-6 panes  ? help"), (title, text)
+            await to_pane(pilot, title)
+            text = await wait_until(pilot, lambda: (lambda t: t.endswith("1-6 panes  ? help") and t)(str(bar.render()).rstrip()),
+                                    message="the %s pane's keys ending with the panes and help" % title)
             assert len(text) <= 80, (title, text)
-        await pilot.press(pane_key(app, "Downloads"))
-        await pilot.pause(0.2)
-        assert str(bar.render()).startswith(" n new download  x cancel")
+        await to_pane(pilot, "Downloads")
+        await wait_until(pilot, lambda: str(bar.render()).startswith(" n new download  x cancel"), message="the Downloads pane's keys")

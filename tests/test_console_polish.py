@@ -91,15 +91,15 @@ async def test_new_job_form_has_env_interpreter_and_kind_refuses_bad_input_and_k
         assert form.query_one("#kind", Select).value == "training"
         field(app, "name").focus()
         await pilot.press("enter")
-        await pilot.pause(0.2)
+        await wait_until(pilot, lambda: form_error(app), message="the form's error line")
         assert isinstance(app.screen, NewJobScreen)
         assert form_error(app) == "env entry 'GREETING' is not KEY=VALUE" and app.focused is field(app, "env")
         assert "env entry 'GREETING' is not KEY=VALUE" in screen_text(app)
 
         field(app, "env").value = "GREETING='hello there"  # an unfinished quote
         await pilot.press("enter")
-        await pilot.pause(0.2)
-        assert isinstance(app.screen, NewJobScreen) and form_error(app).startswith("cannot split the env entries")
+        await wait_until(pilot, lambda: form_error(app).startswith("cannot split the env entries"), message="the new error line")
+        assert isinstance(app.screen, NewJobScreen)
 
         # Escape keeps what was typed: n shows it again.
         await pilot.press("escape")
@@ -200,11 +200,11 @@ async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_n
     async with app.run_test(size=SMALL) as pilot:
         pane = app.query_one(DownloadsPane)
         await wait_until(pilot, lambda: failed["id"] in pane.jobs and pane.selected_id == failed["id"])
-        await pilot.pause(0.3)
-        verdict = text_of(pane.query_one("#downloads-verdict", Static))
+        verdict = await wait_until(pilot, lambda: (lambda v: "team/gone not found" in v and v)(text_of(pane.query_one("#downloads-verdict", Static))),
+                                  message="the verdict line")
         assert "team/gone not found" in verdict
-        screen = screen_text(app)
-        assert "team/gone not found" in screen and "resolving the file list" not in screen
+        screen = await wait_until(pilot, lambda: (lambda t: "team/gone not found" in t and t)(screen_text(app)), message="the error on the screen")
+        assert "resolving the file list" not in screen
         assert not pane.query_one("#downloads-total-row").display
 
 

@@ -5,7 +5,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -98,9 +97,8 @@ def test_daemon_killed_job_survives_and_is_readopted(agent_home):
     client.close()
     size_before = os.path.getsize(agent_home / "jobs" / job["id"] / "output.log")
     # While no daemon runs: the job goes on writing, and the other ends with its code.
-    time.sleep(2.0)
+    wait_for(lambda: os.path.getsize(agent_home / "jobs" / job["id"] / "output.log") > size_before, message="the log to grow with no daemon")
     assert os.path.exists("/proc/%d" % pid)
-    assert os.path.getsize(agent_home / "jobs" / job["id"] / "output.log") > size_before
 
     client = open_client("local")  # starts a new daemon
     assert daemon_pid(agent_home) != first_daemon

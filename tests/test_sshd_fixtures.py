@@ -157,8 +157,7 @@ def test_user_processes_outlive_the_session(sshd, host_user):
     finally:
         client.close()
     pid = int(out)
-    time.sleep(0.2)
-    assert pid in host_user.pids()
+    wait_for(lambda: pid in host_user.pids(), 10, message="the detached sleep among the user's processes")
     # (the fixtures kill every process of the user at session end; other tests' daemons
     # may be running now, so only this one goes)
     assert fx._kill_pids([pid]) == []

@@ -10,7 +10,7 @@ from textual.widgets import Static
 from remote.core.protocol import RemoteError
 from tests.conftest import REPO_ROOT
 from tests.helpers.pilot import GpusApp
-from tests.helpers.waits import wait_until
+from tests.helpers.waits import wait_for, wait_until
 from tui.connection import open_client
 from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
@@ -58,9 +58,7 @@ async def test_alert_rings_the_bell_and_what_fired_unseen_is_shown_on_connect(ag
     # Memory above 0 % for 0 s: fires at once on any GPU with memory in use; before any console
     # is connected, so the pane must show it as missed.
     client.call("telemetry.configure", {"alerts": {"memory_full": {"threshold": 0, "duration_s": 0}}})
-    deadline = time.time() + 30
-    while not client.call("telemetry.alerts", {"unseen": True})["alerts"] and time.time() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: client.call("telemetry.alerts", {"unseen": True})["alerts"], 30, message="the alert to fire")
     app = GpusApp(client=client)
     bells = []
     app.bell = lambda: bells.append(time.time())
