@@ -21,7 +21,7 @@ from tests.hubserver import FakeHub
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 # The interpreter the jobs run under, as the user names one on the host (e.g. a venv with another
-# huggingface_hub): SPECDECK_TEST_JOB_PYTHON=/path/to/python pytest tests/test_download.py
+# huggingface_hub): SPECDECK_TEST_JOB_PYTHON=/path/to/python pytest tests/test_downloads_job.py
 JOB_PYTHON = os.environ.get("SPECDECK_TEST_JOB_PYTHON") or sys.executable
 RUNNER = "import sys; from remote.downloads.download import main; sys.exit(main(sys.argv[1:]))"
 SECRET = "hf_SpecdeckTestSecret7f3a9c21d4e8b6a0"

@@ -2,7 +2,7 @@
 state (tests/snapshot_app.py), compared with the SVGs under tests/__snapshots__/. A layout
 that breaks (a column cut, a pane that no longer fits 80x24) fails here.
 
-Update them after a deliberate change of the screen: pytest tests/test_snapshots.py --snapshot-update
+Update them after a deliberate change of the screen: pytest tests/test_console_snapshots.py --snapshot-update
 """
 
 import pytest

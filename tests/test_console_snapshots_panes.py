@@ -2,7 +2,7 @@
 host), and of the GPUs pane of a host without GPUs, which charts the host's CPU and memory.
 At 200 columns the job names are whole; at 80 they are cut, never the state or runtime.
 
-Update them after a deliberate change of the screen: pytest tests/test_snapshots_panes.py --snapshot-update
+Update them after a deliberate change of the screen: pytest tests/test_console_snapshots_panes.py --snapshot-update
 """
 
 import pytest
