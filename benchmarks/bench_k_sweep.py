@@ -46,7 +46,7 @@ def bench_params(models, python, port, **extra):
 
 
 def sweep_against_by_hand(client, models, python, ks, requests, max_tokens):
-    from tests.test_k_advisor import free_port
+    from tests.helpers.vllm import free_port
 
     began = time.monotonic()
     job = client.call("serving.bench", bench_params(models, python, free_port(), ks=ks, requests=requests, max_tokens=max_tokens), timeout=120)

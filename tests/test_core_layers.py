@@ -130,12 +130,6 @@ def test_the_guard_names_a_planted_import(tmp_path):
     assert eager == "importing remote.telemetry.eager loads pynvml"
 
 
-# Test modules that still import another test module while another change holds them (they
-# are being reworked beside the serving and checkpoints panes): empty this once that lands.
-HELD_ELSEWHERE = {"tests/test_app_speculation.py", "tests/test_coverage.py", "tests/test_coverage_compare.py",
-                  "tests/test_k_advisor.py", "tests/test_serving_pane.py"}
-
-
 def imports_of_test_modules(root):
     """Every import of a test module (tests/test_*.py) by another file under root/tests: what they
     share belongs in tests/helpers/."""
@@ -155,7 +149,7 @@ def imports_of_test_modules(root):
 
 
 def test_no_test_module_imports_another():
-    found = [line for line in imports_of_test_modules(REPO_ROOT) if line.split(":")[0] not in HELD_ELSEWHERE]
+    found = imports_of_test_modules(REPO_ROOT)
     assert found == [], "import from tests/helpers/ instead:\n" + "\n".join(found)
 
 

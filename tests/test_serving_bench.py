@@ -5,12 +5,12 @@ to yield one token, and the benchmark must say it is slower, below break-even.""
 
 import json
 import os
-import socket
 
 import pytest
 
 from tests import serving_fixtures
 from tests.conftest import run_cli
+from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(900)  # two vLLM start-ups on a 2-core machine (~55 s each when idle)
 
@@ -19,12 +19,6 @@ pytestmark = pytest.mark.timeout(900)  # two vLLM start-ups on a 2-core machine 
 def models():
     python = serving_fixtures.require_vllm()
     return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_bench_random_drafter_is_below_break_even(laptop, models):

@@ -4,35 +4,16 @@ and decode log lines (SGLang cannot run here: its text is built from the metric 
 strings, labels and log format in SGLang's own source), the break-even arithmetic, and the
 sampler reading a real HTTP server through the daemon (attach, windows, resets, log fallback)."""
 
-import http.server
 import json
-import threading
-from pathlib import Path
 
 import pytest
 from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from remote.serving import breakeven, engines, metrics
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
+from tests.helpers.metrics import AFTER, IDLE, LOG_LINE, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
+from tests.helpers.waits import wait_for
 from tui.connection import open_client
-
-DATA = Path(__file__).parent / "serving_data"
-IDLE = (DATA / "vllm_metrics_idle.txt").read_text()
-AFTER = (DATA / "vllm_metrics_after.txt").read_text()  # 62 drafts, 186 drafted, 180 accepted
-LOG_LINE = (DATA / "vllm_log_line.txt").read_text().strip()  # vLLM's own line for the same interval
-
-
-def scaled(text, factor):
-    """The same exposition with every counter's value multiplied (another moment of the server)."""
-    lines = []
-    for line in text.splitlines():
-        if line.startswith("vllm:") and "_total" in line.split(" ")[0]:
-            name, value = line.rsplit(" ", 1)
-            line = "%s %r" % (name, float(value) * factor)
-        lines.append(line)
-    return "\n".join(lines) + "\n"
-
 
 def test_vllm_counters_skip_the_created_timestamps():
     snapshot = metrics.parse(AFTER, 10.0)
@@ -153,40 +134,6 @@ def test_death_reason_names_the_line_that_says_why():
 
 
 # ---------------------------------------------------------------- the sampler, through the daemon
-
-class MetricsServer:
-    """A real HTTP server that serves whatever exposition text it is given."""
-
-    def __init__(self):
-        self.text = IDLE
-        server = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self):
-                body = server.text.encode() if self.path == "/metrics" else b"ok"
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
-        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-@pytest.fixture
-def metrics_server():
-    server = MetricsServer()
-    yield server
-    server.close()
-
 
 def test_attached_server_is_sampled_live_and_a_restart_is_summed(agent_home, metrics_server):
     client = open_client("local")

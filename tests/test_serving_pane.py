@@ -7,9 +7,9 @@ import threading
 
 from textual.widgets import Static
 
-from tests.one_pane import OnePane
-from tests.test_app_tensors import wait_until
-from tests.test_serving_metrics import AFTER, MetricsServer, scaled
+from tests.helpers.pilot import OnePane
+from tests.helpers.waits import wait_until
+from tests.helpers.metrics import AFTER, MetricsServer, scaled
 from tui.serving.pane import SpeculationPane
 from tui.widgets.chart import TimeChart
 

@@ -5,9 +5,7 @@ accepted (accept length exactly K+1); a mix of prompts gives a known value in be
 accept length for an interval equals the one vLLM prints in its own log line for it."""
 
 import json
-import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -17,39 +15,13 @@ import pytest
 
 from tests import serving_fixtures
 from tests.conftest import run_cli
-from tests.sshd_fixtures import wait_for
-from tui.connection import open_client
+from tests.helpers.waits import wait_for
+from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)
 
 pytestmark = pytest.mark.timeout(900)  # the first test waits for the module's vLLM to start
 K = 3
 READY_TIMEOUT_S = 600  # a bound on a hang; ~55 s on an idle machine
 LOG_INTERVAL_S = 10.0  # vLLM logs its SpecDecoding line every 10 s while busy
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def models():
-    python = serving_fixtures.require_vllm()
-    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
-
-
-@pytest.fixture(scope="module")
-def gpuhost(sshd, tmp_path_factory):
-    """(laptop HOME, a client of the agent on the host over ssh) for the whole module."""
-    home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.delenv("SSH_AUTH_SOCK", raising=False)
-        client = open_client("gpuhost")
-        try:
-            yield home, client
-        finally:
-            client.close()
 
 
 def wait_until_up(client, job_id):

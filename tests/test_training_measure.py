@@ -11,7 +11,6 @@ with two short requests per server."""
 import json
 import os
 import shlex
-import socket
 from pathlib import Path
 
 import pytest
@@ -20,15 +19,10 @@ from remote.training import logparse
 from tests import serving_fixtures
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
+from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(900)
 LOG = Path(__file__).parent / "data" / "speculators-train-80cols.log"
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_checkpoint_measured_against_the_target(agent_home, tmp_path):

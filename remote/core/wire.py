@@ -148,7 +148,7 @@ ERRORS = (
     ("PlanFailed", "resolving the file list failed without a typed reason; the message has its last line"),
 )
 # Every type above is raised somewhere in remote/, and every type raised is above: a test
-# (tests/test_wire_reference.py) finds them in the sources and compares.
+# (tests/test_core_wire_reference.py) finds them in the sources and compares.
 
 
 def reference():

@@ -5,8 +5,6 @@ tests/serving_fixtures.py: accept length at every K' <= K from one server's per-
 the advice drawn from both. One agreeing server is shared by the module's tests."""
 
 import json
-import os
-import socket
 import time
 
 import pytest
@@ -14,10 +12,10 @@ from textual.widgets import Static
 
 from tests import serving_fixtures
 from tests.conftest import run_cli
-from tests.one_pane import OnePane
-from tests.sshd_fixtures import wait_for
-from tests.test_app_jobs import wait_until
-from tui.connection import open_client
+from tests.helpers.pilot import OnePane
+from tests.helpers.waits import wait_for
+from tests.helpers.waits import wait_until
+from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)
 from tui.serving.advisor import advice_lines
 from tui.serving.pane import SpeculationPane
 
@@ -26,32 +24,6 @@ K = 3
 SWEEP_KS = [1, 2, 3, 4]
 READY_TIMEOUT_S = 900
 PLAIN_PROMPTS = [[5, 6, 7, 8], [9, 10, 11, 12, 13], [20, 21, 22]]  # no spoiler token: every draft agrees
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def models():
-    python = serving_fixtures.require_vllm()
-    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
-
-
-@pytest.fixture(scope="module")
-def gpuhost(sshd, tmp_path_factory):
-    """(laptop HOME, a client of the agent on the host over ssh) for the whole module."""
-    home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
-        patch.delenv("SSH_AUTH_SOCK", raising=False)
-        client = open_client("gpuhost")
-        try:
-            yield home, client
-        finally:
-            client.close()
 
 
 def start_server(client, models, drafter):

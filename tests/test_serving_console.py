@@ -14,21 +14,20 @@ import asyncio
 import json
 import os
 import re
-import socket
 import subprocess
 import threading
-import time
 
 import pytest
 from textual.widgets import Static
 
 from tests import serving_fixtures
 from tests.conftest import run_cli, stop_daemon
-from tests.sshd_fixtures import wait_for
-from tests.test_app_jobs import wait_until
+from tests.helpers.waits import wait_for
+from tests.helpers.waits import wait_until
 from tui.connection import open_client
 from tui.serving.pane import SpeculationPane
-from tests.one_pane import OnePane
+from tests.helpers.pilot import OnePane
+from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(1200)  # the module's two vLLM starts come first
 K = 3
@@ -41,12 +40,6 @@ state = load_file(path)
 state["midlayer.hidden_norm.weight"] = torch.ones(255)
 save_file(state, path, metadata={"format": "pt"})
 """
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def engine_options():

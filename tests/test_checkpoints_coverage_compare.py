@@ -1,12 +1,12 @@
 """compare of a drafter with a new target, over the real sshd: whether the target it was trained
 for and the new one share a tokenizer (the same ids for the same strings), how many of the
 drafter's draft tokens land on ids that name other strings when they do not, and what coverage
-says that costs, on the targets and drafters test_coverage.py builds."""
+says that costs, on the targets and drafters test_checkpoints_coverage.py builds."""
 
 import pytest
 
 from tests.conftest import run_cli
-from tests.test_coverage import TEXT, client, coverage_of, home, made  # noqa: F401 (fixtures)
+from tests.helpers.coverage import TEXT, client, coverage_of, home, made  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(900)
 
