@@ -9,6 +9,7 @@ import json
 import os
 import signal
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +133,10 @@ def test_the_cgroup_of_a_killed_supervisor_is_swept_and_a_running_jobs_is_not(cl
         os.kill(runs[lost["id"]]["pid"], signal.SIGKILL)
         wait_for(lambda: client.call("jobs.get", {"id": lost["id"]})["state"] == "lost", 30)
         assert os.path.isdir(runs[lost["id"]]["cgroup"])  # nobody was left to remove it
+        # The killed job's process leaves the cgroup once the kernel has reaped it, a moment after
+        # the job reads as lost; the sweep leaves a cgroup that still holds a process.
+        events = os.path.join(runs[lost["id"]]["cgroup"], "cgroup.events")
+        wait_for(lambda: "populated 0" in Path(events).read_text(), 30)
         containment.sweep(parent, older_than_s=0)  # what the next job's start does, for those a minute old
         assert not os.path.exists(runs[lost["id"]]["cgroup"])
         assert os.path.isdir(runs[running["id"]]["cgroup"])

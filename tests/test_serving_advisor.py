@@ -49,7 +49,8 @@ def served_figures(client, job, models, prompts):
     start = time.time()
     for prompt in prompts:
         serving_fixtures.complete(job["meta"]["url"], models["target"], prompt, 32)
-    time.sleep(1.5)  # the sampler reads the end of the burst
+    ended = time.time()
+    wait_for(lambda: (client.call("serving.stats", {"id": job["id"]}).get("time") or 0) > ended, 30)  # read after the burst
     return client.call("serving.stats", {"id": job["id"], "window_s": time.time() - start + 0.9})
 
 

@@ -47,6 +47,11 @@ class Served:
     def stats(self, window_s=None):
         return self.client.call("serving.stats", {"id": self.job["id"], "window_s": window_s})
 
+    def read_since_burst(self):
+        """Wait until the sampler has read the server after the last burst ended (its reads are
+        a second apart, later on a busy machine)."""
+        wait_for(lambda: (self.stats().get("time") or 0) > self.last_request_at, 30)
+
     def log(self):
         return self.client.call("jobs.tail", {"id": self.job["id"], "offset": 0, "max_bytes": 1024 * 1024})["text"]
 
@@ -79,7 +84,7 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     home, _ = gpuhost
     start = quiet_window_start(served)
     served.burst([[5, 6, 7, 8], [9, 10, 11, 12, 13], [20, 21, 22]])
-    time.sleep(1.5)  # the sampler reads the end of the burst
+    served.read_since_burst()
     window_s = time.time() - start + 0.9
     figures = served.stats(window_s)
     assert figures["source"] == "metrics" and figures["engine"] == "vllm"
@@ -112,7 +117,7 @@ def test_our_accept_length_for_an_interval_equals_vllm_log_line(served):
     start = quiet_window_start(served)
     spoiler = serving_fixtures.SPOILER_TOKENS[0]
     served.burst([[5, 6, 7, 8], [9, 10, spoiler], [20, 21, 22], [30, 31, spoiler + 1], [40, 41]])
-    time.sleep(1.5)
+    served.read_since_burst()
     window_s = time.time() - start + 0.9
     ours = served.stats(window_s)
     drafts = ours["num_drafts"]
