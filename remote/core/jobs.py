@@ -26,7 +26,7 @@ import subprocess
 import threading
 import time
 
-from . import containment, paths
+from . import containment, job_log, paths
 from .job_counter import raise_counter, read_counter
 from .job_input import check_command, check_cwd, check_env, check_exec_size, disk_error
 from .login_env import login_environment, login_path, resolve_executable
@@ -47,19 +47,6 @@ class DamagedJob(NotFound):
     """A job directory whose records are not a job's (hand-edited, or a stray directory)."""
 
     damaged = True
-
-
-def utf8_boundary(data):
-    """Length of `data` without a UTF-8 character cut off at its end (windows of a log are
-    decoded one by one, and a split character would show as two replacement marks)."""
-    for back in range(1, min(4, len(data)) + 1):
-        byte = data[-back]
-        if byte < 0x80:
-            return len(data)  # ASCII: nothing is cut
-        if byte >= 0xC0:  # the lead byte of the last character
-            needed = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
-            return len(data) if back >= needed else len(data) - back
-    return len(data)
 
 
 # ---------------------------------------------------------------- the store
@@ -280,48 +267,12 @@ class JobStore:
         return os.path.join(self.job_dir(job_id), "output.log")
 
     def tail(self, job_id, offset=0, max_bytes=65536):
-        """A window of the log: `offset` < 0 counts from the end. Never reads more than max_bytes."""
-        path = self.log_path(job_id)
-        max_bytes = max(1, min(int(max_bytes), TAIL_MAX_BYTES))
-        with open(path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            offset = int(offset)
-            if offset < 0:
-                offset = max(0, size + offset)
-                if offset > 0:
-                    # Start on a line boundary so the first line shown is whole.
-                    f.seek(offset)
-                    head = f.read(min(size - offset, max_bytes))
-                    newline = head.find(b"\n")
-                    if 0 <= newline < len(head) - 1:
-                        offset += newline + 1
-            offset = min(offset, size)
-            f.seek(offset)
-            data = f.read(min(max_bytes, size - offset))
-        if offset + len(data) < size:
-            data = data[: utf8_boundary(data)]
-        return {"offset": offset, "next_offset": offset + len(data), "size": size, "text": data.decode("utf-8", "replace")}
+        """A window of the log: `offset` < 0 counts from the end (see job_log.tail)."""
+        return job_log.tail(self.log_path(job_id), offset, min(int(max_bytes), TAIL_MAX_BYTES))
 
     def read_lines_from(self, job_id, offset, max_bytes=65536, final=False, partial=False):
-        """Whole lines from offset, as (bytes, next_offset). With `final` the rest of the file too;
-        with `partial`, an unfinished last line when no whole line is waiting (a progress bar
-        redrawn with \\r never ends its line), cut on a character boundary."""
-        with open(self.log_path(job_id), "rb") as f:
-            f.seek(offset)
-            data = f.read(max_bytes)
-        if not data:
-            return b"", offset
-        if partial and len(data) < max_bytes and b"\n" not in data:
-            data = data[: utf8_boundary(data)]
-            return data, offset + len(data)
-        if not final and len(data) < max_bytes:
-            cut = data.rfind(b"\n")
-            if cut < 0:
-                return b"", offset
-            data = data[: cut + 1]
-        elif len(data) == max_bytes:
-            data = data[: utf8_boundary(data)]
-        return data, offset + len(data)
+        """Whole lines of the log from offset, as (bytes, next_offset) (see job_log.read_lines_from)."""
+        return job_log.read_lines_from(self.log_path(job_id), offset, max_bytes, final, partial)
 
     # -- stop and forget
 
