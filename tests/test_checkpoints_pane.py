@@ -126,19 +126,24 @@ async def test_open_through_the_picker_by_typing_and_by_walking(client, tmp_path
         assert not isinstance(app.screen, FilePicker)
 
 
+async def compare_from_pane(pilot, app, mine, other):
+    """Open `mine` in the Tensors pane, press c and pick `other`: the compare screen, once shown."""
+    pane = app.query_one(TensorsPane)
+    pane.open_path(str(mine))
+    await wait_until(pilot, lambda: pane.report is not None)
+    await pilot.press("c")
+    await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
+    await pilot.press(*str(other), "enter")
+    await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=30)
+    return app.screen
+
+
 async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
     mine = build_drafter(tmp_path / "mine", hidden=64)
     other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96)
     app = TensorsHost(client)
     async with app.run_test(size=(160, 50)) as pilot:
-        pane = app.query_one(TensorsPane)
-        pane.open_path(str(mine))
-        await wait_until(pilot, lambda: pane.report is not None)
-        await pilot.press("c")
-        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
-        await pilot.press(*str(other), "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=30)
-        screen = app.screen
+        screen = await compare_from_pane(pilot, app, mine, other)
         verdict = screen.query_one("#compare-verdict", Static)
         assert "INCOMPATIBLE" in text_of(verdict) and verdict.has_class("incompatible")
         assert text_of(screen.query_one("#compare-reasons", Static)).strip()
@@ -155,7 +160,7 @@ async def test_compare_two_drafters_whose_shapes_differ(client, tmp_path):
         await pilot.press("d")  # differences only
         assert {str(table.get_row_at(i)[1]) for i in range(table.row_count)} == set(screen.differing_rows())
         await pilot.press("escape")
-        assert app.screen is not screen and pane.report["path"] == str(mine)
+        assert app.screen is not screen and app.query_one(TensorsPane).report["path"] == str(mine)
 
 
 async def test_problems_come_first_errors_red_warnings_yellow(client, tmp_path):
@@ -219,13 +224,7 @@ async def test_compare_at_80x24_keeps_the_status_column_on_screen(client, tmp_pa
     other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96)
     app = TensorsHost(client)
     async with app.run_test(size=(80, 24)) as pilot:
-        pane = app.query_one(TensorsPane)
-        pane.open_path(str(mine))
-        await wait_until(pilot, lambda: pane.report is not None)
-        await pilot.press("c")
-        await wait_until(pilot, lambda: isinstance(app.screen, FilePicker))
-        await pilot.press(*str(other), "enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, CompareScreen), timeout_s=30)
+        await compare_from_pane(pilot, app, mine, other)
         await pilot.pause()
         lines = screen_lines(app)
         header = next(line for line in lines if line.split()[:2] == ["status", "tensor"])
