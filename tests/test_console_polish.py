@@ -175,13 +175,14 @@ async def test_r_on_a_verify_job_that_found_a_file_wrong_downloads_only_that_fil
     app = DownloadsHost(client)
     async with app.run_test(size=(120, 40)) as pilot:
         pane = app.query_one(DownloadsPane)
-        await wait_until(pilot, lambda: check["id"] in pane.jobs)
-        assert pane.selected_id == check["id"]  # the newest download is selected
+        # The newest download is selected (once the pane has drawn its rows).
+        await wait_until(pilot, lambda: check["id"] in pane.jobs and pane.selected_id == check["id"], message="the newest download selected")
         pane.query_one("#downloads-jobs", DataTable).focus()
         await pilot.press("r")
         await wait_until(pilot, lambda: len(pane.jobs) == 3, timeout_s=60)
         again = newest(pane)
-        assert text_of(pane.query_one("#downloads-status", Static)) == "repair started: %s (team/tiny-eagle3)" % again
+        await wait_until(pilot, lambda: text_of(pane.query_one("#downloads-status", Static)) == "repair started: %s (team/tiny-eagle3)" % again,
+                         message="the status line saying the repair started")
         await wait_until(pilot, lambda: pane.jobs[again]["state"] == "verified", timeout_s=60)
         job = client.call("jobs.get", {"id": again})
         assert job["meta"]["action"] == "download" and job["meta"]["files"] == ["config.json"]
