@@ -85,6 +85,9 @@ BAD_CONFIGS = [
     (b"x = " + b"{a = " * 20 + b"1" + b"}" * 20 + b"\n", "x.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a: nested more than 16 levels deep"),
     (b"[hosts.gpu01]\n" + b"a." * 40000 + b"b = 1\n", "a key of more than 16 dotted parts on line 2"),
     (b"# a note\n" * (200 << 10), "larger than 1024 KiB, too large for a config file"),
+    (b'[fleet]\nhosts = "gpu01"\n', "fleet.hosts: expected a list of hosts, got a string"),
+    (b'[fleet]\nhosts = ["gpu01", 2]\n', "fleet.hosts[1]: expected a host name, got a number"),
+    (b'[links]\nkeep = "ten minutes"\n', "links.keep: a duration is a number with s, m, h, d or w, e.g. 30s, 5m, 8h or 1d, not 'ten minutes'"),
     (b"[hosts\nbroken\n", "not valid TOML: Expected ']' at the end of a table declaration (at line 1, column 7)"),
 ]
 
@@ -153,3 +156,12 @@ async def test_the_download_form_remembers_the_interpreter_for_the_host(xdg, age
             assert app.screen.query_one("#form-python", Input).value == sys.executable
     finally:
         client.close()
+
+
+def test_the_fleet_and_the_warm_links_read_from_the_config_file(xdg):
+    assert (config.fleet_hosts(), config.link_keep_s()) == ([], config.DEFAULT_KEEP_S)
+    path = xdg / "specdeck" / "config.toml"
+    path.parent.mkdir(parents=True)
+    path.write_text('[fleet]\nhosts = ["me@gpu01", " trainer ", "me@gpu01"]\n[links]\nkeep = "90s"\n')
+    assert config.fleet_hosts() == ["me@gpu01", "trainer"]
+    assert config.link_keep_s() == 90.0

@@ -10,6 +10,12 @@ honoured), so that an interpreter is typed once:
 
     [hosts."me@gpu01".alerts]                   # kept as written, for later
 
+    [fleet]
+    hosts = ["me@gpu01", "me@gpu02", "trainer"]  # `specdeck` and `specdeck fleet` with no host
+
+    [links]
+    keep = "10m"                                # how long a headless command's SSH link stays warm
+
 A host is named as the user types it (`me@gpu01`, an ~/.ssh/config alias, `local`). Also the
 hub token the user has now, from this process's environment.
 
@@ -31,6 +37,7 @@ else:  # pragma: no cover - older Pythons get tomli from the package's dependenc
 
 HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint")  # strings
 HOST_TABLES = ("alerts",)
+DEFAULT_KEEP_S = 600.0  # a warm link's life after its last use, unless [links] keep says otherwise
 LOCAL = "local"
 MAX_BYTES = 1 << 20
 MAX_DEPTH = 16  # tables and lists within each other; ours go 3 deep
@@ -153,6 +160,28 @@ def check(data, shown):
         for key in HOST_TABLES:
             if key in table and not isinstance(table[key], dict):
                 wrong(["hosts", host, key], "expected a table, got %s" % _kind(table[key]))
+    fleet = data.get("fleet", {})
+    if not isinstance(fleet, dict):
+        wrong(["fleet"], "expected a table, got %s" % _kind(fleet))
+    if "hosts" in fleet:
+        if not isinstance(fleet["hosts"], list):
+            wrong(["fleet", "hosts"], "expected a list of hosts, got %s" % _kind(fleet["hosts"]))
+        for index, host in enumerate(fleet["hosts"]):
+            if not isinstance(host, str) or not host.strip():
+                wrong(["fleet", "hosts", index], "expected a host name, got %s" % (
+                    "an empty string" if isinstance(host, str) else _kind(host)))
+    links = data.get("links", {})
+    if not isinstance(links, dict):
+        wrong(["links"], "expected a table, got %s" % _kind(links))
+    if "keep" in links:
+        from remote.core.windows import parse_duration
+
+        if not isinstance(links["keep"], (str, int, float)) or isinstance(links["keep"], bool):
+            wrong(["links", "keep"], "expected a duration such as \"10m\", got %s" % _kind(links["keep"]))
+        try:
+            parse_duration(links["keep"])
+        except ValueError as exc:
+            wrong(["links", "keep"], str(exc))
     # Everything, known or not: no NUL (it cannot be in a path or an argument), bounded nesting.
     pending = [([], data)]
     while pending:
@@ -175,6 +204,25 @@ def host_settings(host, path=None):
     except ConfigError:
         return {}
     return hosts.get(host_key(host)) or {}
+
+
+def fleet_hosts(path=None):
+    """The hosts `[fleet] hosts` lists, in order, each once ([] without the table); ConfigError
+    when the file cannot be used (the console and `fleet` say so rather than open no host)."""
+    hosts = (load(path).get("fleet") or {}).get("hosts") or []
+    return list(dict.fromkeys(h.strip() for h in hosts))
+
+
+def link_keep_s(path=None):
+    """Seconds a warm link stays after its last use: `[links] keep`, else DEFAULT_KEEP_S (also
+    when the file cannot be read: the keeper must not die of a typo)."""
+    from remote.core.windows import parse_duration
+
+    try:
+        keep = (load(path).get("links") or {}).get("keep")
+        return parse_duration(keep) if keep is not None else DEFAULT_KEEP_S
+    except (ConfigError, ValueError):
+        return DEFAULT_KEEP_S
 
 
 def remembered(host, key, path=None):
