@@ -90,7 +90,9 @@ class SSHLink:
 class LocalLink:
     """The agent as a subprocess of this machine: the embedded default, no SSH."""
 
-    def __init__(self, python=None):
+    def __init__(self, python=None, env=None):
+        """`env`: the agent's environment (default: this process's); benchmarks and tests run
+        several local agents, each with its own SPECDECK_HOME, as hosts of one console."""
         try:
             # Isolated, the package found where it is: never a remote/ of the current directory.
             self.process = subprocess.Popen(
@@ -98,6 +100,7 @@ class LocalLink:
                 stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
+                env=env,
             )
         except OSError as exc:
             raise ConnectError("cannot start the local agent with %s: %s" % (python or sys.executable, exc.strerror or exc))
