@@ -14,6 +14,7 @@ AREAS = (
     "remote.telemetry.methods",
     "remote.training.methods",
     "remote.notify.methods",
+    "remote.fleet.methods",
 )
 
 
