@@ -31,6 +31,7 @@ import sys
 
 from ..checkpoints import cli as checkpoints
 from ..downloads import cli as downloads
+from ..fleet import cli as fleet
 from ..jobs import cli as jobs
 from ..notify import cli as notify
 from ..serving import cli as serving
@@ -39,7 +40,7 @@ from ..training import cli as training
 from . import config, daemon
 from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
 
-AREAS = (telemetry, jobs, checkpoints, downloads, serving, config, training, notify, daemon)  # each adds its commands to the parser
+AREAS = (telemetry, jobs, checkpoints, downloads, serving, config, training, notify, fleet, daemon)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.
