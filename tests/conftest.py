@@ -12,6 +12,7 @@ import pytest
 
 from remote.core.protocol import FrameReader
 
+from tests.fleet_fixtures import *  # noqa: F401,F403
 from tests.hub_fixtures import hub  # noqa: F401
 from tests.sshd_fixtures import *  # noqa: F401,F403
 
