@@ -1,6 +1,7 @@
 """Entry point of the agent: `python agent.pyz COMMAND ...` (or `python -m remote COMMAND`).
 
   relay            what SSH runs: a thin pipe between stdin/stdout and the daemon
+                   (--if-running: only to a daemon already running, never starting one)
   daemon           start the per-user daemon (detached; `--foreground` to stay)
   supervise DIR    internal: lead one job's process group and record its exit
   download SPEC, download-plan SPEC, verify SPEC   the download job's steps
@@ -27,7 +28,7 @@ def main(argv):
     if command == "relay":
         from .core.relay import run_relay
 
-        return run_relay()
+        return run_relay(start_daemon="--if-running" not in rest)
     if command == "daemon":
         from .core.daemon import run_daemon
 

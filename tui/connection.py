@@ -1,14 +1,15 @@
-"""Links to a host's agent: over SSH (tui/ssh_transport.py) or, for `local`, a subprocess on
+"""Links to a host's agent: over SSH (tui/ssh_transport.py), through the link keeper that holds
+SSH links warm between commands (tui/links.py, tui/keeper.py), or, for `local`, a subprocess on
 this machine.
 
 A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our socket
 (paramiko's keepalive alone never notices).
 """
 
+import logging
 import os
 import re
 import selectors
-import shlex
 import socket
 import subprocess
 import sys
@@ -29,6 +30,8 @@ from .ssh_transport import (  # noqa: F401 (the errors and HostKey are part of t
     parse_destination,
 )
 
+log = logging.getLogger(__name__)
+
 # While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
 # quickly and tried again, so that a SYN goes out at least every second: the link is used
 # within a second of its return instead of after the kernel's next SYN retransmission.
@@ -42,10 +45,23 @@ def _last_line(lines):
 
 
 class SSHLink:
-    """The agent's stdin/stdout as an exec channel of an SSH transport."""
+    """The agent's stdin/stdout as an exec channel of an SSH transport.
 
-    def __init__(self, transport, command):
+    The channel runs the boot (tui/bootstrap.py): until the first line that is not the boot's
+    own, reading also answers the boot's request for the agent with its bytes, so the client
+    above reads the hello as from any link. `owns_transport=False` (the keeper's links, which
+    share one transport): closing closes the channel only.
+    """
+
+    def __init__(self, transport, python, agent_args=("relay",), owns_transport=True):
+        from .bootstrap import UPLOAD, boot_command
+
+        command, self._agent = boot_command(python, agent_args)
+        self._upload_line = UPLOAD
+        self._preamble = b""
+        self._booting = True
         self.transport = transport
+        self.owns_transport = owns_transport
         self.channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
         self.channel.exec_command(command)
 
@@ -53,7 +69,29 @@ class SSHLink:
         self.channel.settimeout(seconds)
 
     def read(self, n):
+        if self._booting:
+            return self._read_boot(n)
         return self.channel.recv(n)
+
+    def _read_boot(self, n):
+        while True:
+            out = b""
+            while self._booting and b"\n" in self._preamble:
+                line, _, self._preamble = self._preamble.partition(b"\n")
+                if line + b"\n" == self._upload_line:
+                    self.channel.sendall(self._agent)
+                    continue
+                out += line + b"\n"  # a login banner's line, or the agent's first frame
+                self._booting = not line.lstrip().startswith(b"{")
+            if not self._booting:
+                out, self._preamble = out + self._preamble, b""
+            if out:
+                return out
+            chunk = self.channel.recv(n)
+            if not chunk:
+                out, self._preamble = self._preamble, b""
+                return out
+            self._preamble += chunk
 
     def write(self, data):
         self.channel.sendall(data)
@@ -62,7 +100,8 @@ class SSHLink:
         try:
             self.channel.close()
         finally:
-            close_transport(self.transport)
+            if self.owns_transport:
+                close_transport(self.transport)
 
     def failure(self):
         """Why the agent did not start, from its stderr and exit status."""
@@ -142,34 +181,71 @@ def refuse_unknown(host_key):
     return False
 
 
-def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] = refuse_unknown):
-    """A function that makes a new link to `host` each time it is called (for reconnects)."""
+def accept_all(host_key):
+    """--accept-new: an unknown host key is accepted and remembered."""
+    return True
+
+
+def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] = refuse_unknown, keeper=None):
+    """A function that makes a new link to `host` each time it is called (for reconnects).
+
+    `keeper`: None connects here, as always; "always" (headless commands) takes the link from
+    the link keeper, starting one when none answers; "warm" (the console) takes the keeper's
+    link only when it already holds a live link to `host`, else connects here (where the
+    console's host-key dialog can ask). A keeper that cannot be started or reached is never an
+    error: the link is then made here.
+    """
     if host in (None, "", "local"):
         local_python = None if python in (None, "python3") else python
         return lambda reconnecting=False: LocalLink(local_python)
-    dest = parse_destination(host)
+    if keeper not in (None, "warm", "always"):
+        raise ValueError("keeper is None, 'warm' or 'always', not %r" % (keeper,))
+    resolved = []
 
     def connect(reconnecting=False):
-        from . import bootstrap
+        if keeper:
+            from . import links
 
-        try:
-            transport = open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else None)
-        except ConnectError:
-            raise
-        except Exception as exc:  # whatever paramiko raises beyond what we know: still one line
-            raise ConnectError("could not connect to %s: %s" % (dest, exc or type(exc).__name__))
-        try:
-            remote_path = bootstrap.ensure_agent(transport)
-            return SSHLink(transport, shlex.join([python, remote_path, "relay"]))
-        except Exception as exc:
-            close_transport(transport)
-            if isinstance(exc, ConnectError):
-                raise
-            raise ConnectError("could not start the agent on %s: %s" % (dest, exc or type(exc).__name__))
+            link = links.keeper_link(host, python, accept_new, warm_only=keeper == "warm")
+            if link is not None:
+                return link
+        if not resolved:
+            resolved.append(parse_destination(host))
+        return connect_here(resolved[0], python, accept_new, reconnecting)
 
     return connect
 
 
-def open_client(host, python="python3", accept_new=refuse_unknown, reconnect=False, on_state=None):
-    """Connect to `host` (or `local`) and return a started AgentClient."""
-    return AgentClient(link_factory(host, python, accept_new), reconnect=reconnect, on_state=on_state).start()
+def open_link_transport(dest, accept_new, reconnecting=False):
+    """An authenticated transport to `dest`; whatever goes wrong is a ConnectError of one line."""
+    try:
+        return open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else None)
+    except ConnectError:
+        raise
+    except Exception as exc:  # whatever paramiko raises beyond what we know: still one line
+        raise ConnectError("could not connect to %s: %s" % (dest, exc or type(exc).__name__))
+
+
+def start_agent(transport, dest, python, agent_args=("relay",), owns_transport=True):
+    """An SSHLink running the agent on `transport`; a failure is a ConnectError of one line."""
+    try:
+        return SSHLink(transport, python, agent_args, owns_transport=owns_transport)
+    except ConnectError:
+        raise
+    except Exception as exc:
+        raise ConnectError("could not start the agent on %s: %s" % (dest, exc or type(exc).__name__))
+
+
+def connect_here(dest, python, accept_new, reconnecting=False):
+    """A link made by this process: an SSH transport of its own and the agent's boot on it."""
+    transport = open_link_transport(dest, accept_new, reconnecting)
+    try:
+        return start_agent(transport, dest, python)
+    except BaseException:
+        close_transport(transport)
+        raise
+
+
+def open_client(host, python="python3", accept_new=refuse_unknown, reconnect=False, on_state=None, keeper=None):
+    """Connect to `host` (or `local`) and return a started AgentClient (`keeper`: see link_factory)."""
+    return AgentClient(link_factory(host, python, accept_new, keeper=keeper), reconnect=reconnect, on_state=on_state).start()

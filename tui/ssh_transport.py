@@ -36,6 +36,7 @@ class HostKeyUnknown(ConnectError):
             permanent=True,
         )
         self.host_key = host_key
+        self.notice = notice
         # The console asked in a dialog and was told no: its next step is a key, not a flag.
         self.console_message = "unknown host key for %s: %s %s, not accepted: press r to be asked again%s" % (
             host_key.name, host_key.key_type, host_key.fingerprint, notice)
@@ -73,6 +74,9 @@ class Destination:
     user_known_hosts: List[str] = field(default_factory=list)  # the first one is written to
     global_known_hosts: List[str] = field(default_factory=list)
     hash_known_hosts: bool = False
+    # ssh-agent's socket: None for this process's SSH_AUTH_SOCK, "" for none. The link keeper
+    # (tui/keeper.py) sets the one of the command it connects for, not the one it started with.
+    agent_socket: Optional[str] = None
 
     @property
     def known_hosts_name(self):
@@ -251,7 +255,7 @@ def _candidate_keys(dest, skipped):
     import paramiko
 
     try:
-        for key in paramiko.Agent().get_keys():
+        for key in _agent(dest).get_keys():
             yield "ssh-agent key %s" % fingerprint(key), key
     except Exception:
         pass
@@ -267,6 +271,24 @@ def _candidate_keys(dest, skipped):
             skipped.append("%s: encrypted (add it to ssh-agent)" % path)
         except (paramiko.SSHException, ValueError, OSError) as exc:
             skipped.append("%s: %s" % (path, exc))
+
+
+def _agent(dest):
+    """paramiko's ssh-agent client, on the socket `dest` names (an agent with no keys for "")."""
+    import paramiko
+
+    if dest.agent_socket is None:
+        return paramiko.Agent()
+    agent = paramiko.agent.AgentSSH()
+    if dest.agent_socket:
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(dest.agent_socket)
+        except OSError:
+            conn.close()  # a dangling variable: the agent is gone, as paramiko.Agent() takes it
+            return agent
+        agent._connect(conn)
+    return agent
 
 
 def _authenticate(transport, dest):
@@ -299,7 +321,9 @@ def open_transport(dest, accept_new, tcp_timeout=None):
     jump = sock = transport = None
     try:
         if dest.proxy_jump:
-            jump = open_transport(parse_destination(dest.proxy_jump.split(",")[0]), accept_new)
+            jump_dest = parse_destination(dest.proxy_jump.split(",")[0])
+            jump_dest.agent_socket = dest.agent_socket
+            jump = open_transport(jump_dest, accept_new)
             try:
                 sock = jump.open_channel("direct-tcpip", (dest.hostname, dest.port), ("127.0.0.1", 0), timeout=dest.connect_timeout_s)
             except (paramiko.SSHException, OSError, EOFError) as exc:

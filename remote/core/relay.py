@@ -8,6 +8,11 @@ It holds at most one chunk in each direction: a console that reads slowly blocks
 write, so the relay stops reading the daemon, whose writes then wait (and give up on a client
 that reads nothing for a long time). When the console closes its input, the relay passes the
 half-close on and keeps copying until the daemon has answered everything and closed.
+
+`relay --if-running` neither starts nor replaces a daemon: it is the spare a laptop's link
+keeper (tui/keeper.py) holds open for the next command, and a spare must not bring back a
+daemon that `specdeck daemon stop` just stopped. With no daemon of its build listening it
+exits at once (status 1); the keeper then opens a plain relay when a command asks.
 """
 
 import os
@@ -51,13 +56,17 @@ def _start_daemon():
     )
 
 
-def connect_daemon():
-    """A socket to a daemon of our own build, its hello line and any bytes read past it."""
+def connect_daemon(start=True):
+    """A socket to a daemon of our own build, its hello line and any bytes read past it.
+
+    `start=False`: only a daemon already running, of this build (ConnectionError otherwise)."""
     own_build = buildinfo.build_id()
     deadline = time.monotonic() + CONNECT_TRIES_S
     asked_to_stop = False
     while True:
         sock = _connect()
+        if sock is None and not start:
+            raise ConnectionError("no specdeck daemon is running")
         if sock is None:
             _start_daemon()
             sock = _connect()
@@ -66,6 +75,9 @@ def connect_daemon():
             hello = decode(line)
             if hello.get("build") == own_build:
                 return sock, line, rest
+            if not start:
+                sock.close()
+                raise ConnectionError("the daemon running is of another build")
             if not asked_to_stop:
                 sock.sendall(encode({"id": 0, "method": "daemon.shutdown", "params": {"reason": "replaced by build " + own_build}}))
                 asked_to_stop = True
@@ -99,7 +111,7 @@ def write_all(raw_file):
     return write
 
 
-def run_relay():
+def run_relay(start_daemon=True):
     protocol_out = os.fdopen(os.dup(1), "wb", buffering=0)
     # Anything else written to stdout would corrupt the protocol: send it to a log instead.
     try:
@@ -109,7 +121,7 @@ def run_relay():
         return 1
     os.dup2(log_fd, 1)
     try:
-        sock, hello_line, rest = connect_daemon()
+        sock, hello_line, rest = connect_daemon(start=start_daemon)
     except (ConnectionError, OSError, ValueError) as exc:
         sys.stderr.write("specdeck relay: %s\n" % exc)
         return 1

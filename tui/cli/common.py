@@ -106,7 +106,9 @@ def split_host_path(text):
 
 
 def accept_new_policy(args):
-    return (lambda host_key: True) if args.accept_new else (lambda host_key: False)
+    from ..connection import accept_all, refuse_unknown
+
+    return accept_all if args.accept_new else refuse_unknown
 
 
 def agent_python(args, host):
@@ -117,11 +119,15 @@ def agent_python(args, host):
 
 
 def connect(args, host, reconnect=False):
-    """A started client; with `reconnect`, a notice on stderr each time the link drops and heals."""
+    """A started client; with `reconnect`, a notice on stderr each time the link drops and heals.
+
+    The SSH link comes from the link keeper (tui/keeper.py), which starts on the first command
+    and keeps it warm for the next ones (`specdeck disconnect` ends it)."""
     from ..connection import open_client
 
     on_state = ReconnectNotices(host or "local", getattr(args, "json", False)) if reconnect else None
-    return open_client(host, python=agent_python(args, host), accept_new=accept_new_policy(args), reconnect=reconnect, on_state=on_state)
+    return open_client(host, python=agent_python(args, host), accept_new=accept_new_policy(args), reconnect=reconnect,
+                       on_state=on_state, keeper="always")
 
 
 class ReconnectNotices:

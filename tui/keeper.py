@@ -1,0 +1,469 @@
+"""The link keeper: one background process per laptop user that keeps SSH links to hosts open
+between headless commands, as OpenSSH's ControlPersist does, so that a command to a host it
+holds costs one request's round trip instead of a new SSH connection.
+
+It holds one paramiko transport per host (keyed by the destination as typed and as resolved,
+user@host:port) and, beside it, a spare: an exec channel already running the agent's relay
+with its hello read. A command that asks (tui/links.py) is handed the spare at once: the keeper
+writes the hello it read and from then on copies bytes both ways between the command's Unix
+socket and that channel, and opens the next spare in the background. Each command has its own
+relay (its own streams, cancelled when it leaves), so nothing of the wire is rewritten here.
+A spare runs `relay --if-running`: it never starts or replaces the host's daemon (a spare
+opened just after `specdeck daemon stop` must not bring the daemon back); when none runs, the
+next command gets a plain relay, which starts one.
+
+Host keys are checked against known_hosts here exactly as a command checks them; an unknown
+key is accepted only for a command that said --accept-new (or whose user accepted that very
+fingerprint). Every connection's peer is checked with SO_PEERCRED: only this user. A spare or
+a transport found dead is replaced before the command sees it.
+
+It ends itself after `[links] keep` (tui.config.link_keep_s, read at every check so a changed
+file applies) without a command, closes a host's link unused that long, ends at once when it
+holds no link any more (nothing to keep warm; the next command starts another), and ends on
+`specdeck disconnect` with no host (tui/cli/links.py) or SIGTERM, removing its socket. Its
+lines go to the specdeck log file.
+"""
+
+import fcntl
+import json
+import logging
+import os
+import signal
+import socket
+import struct
+import sys
+import threading
+import time
+
+from .client import HELLO_TIMEOUT_S, ConnectError
+
+log = logging.getLogger("tui.keeper")
+
+CHECK_S = 1.0
+EMPTY_GRACE_S = 5.0  # a keeper that holds no link waits this long for a command, then ends
+HEADER_TIMEOUT_S = 10.0
+CHUNK_BYTES = 65536
+
+
+def main(argv):
+    """`python -m tui.keeper SOCKET`: detach, take the socket, serve until idle."""
+    path = argv[0]
+    if os.fork():  # the starter returns at once; the keeper is nobody's child and no session leader
+        os._exit(0)
+    os.umask(0o077)
+    os.chdir("/")
+    lock = open(path + ".lock", "a")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return 0  # another keeper just started for the same socket: the command reaches that one
+    try:
+        os.unlink(path)  # a killed keeper's socket: no one listens on it any more
+    except FileNotFoundError:
+        pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    from .cli.common import setup_logging
+
+    setup_logging(0, to_stderr=False)
+    keeper = Keeper(listener, path)
+    signal.signal(signal.SIGTERM, lambda *_: keeper.stop())
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        keeper.serve()
+    finally:
+        keeper.end()
+        lock.close()
+    os._exit(0)  # the links' threads are not waited for
+
+
+class Spare:
+    """An exec channel running the relay, its hello read: what a command is handed."""
+
+    def __init__(self, link, head):
+        self.link = link  # tui.connection.SSHLink
+        self.head = head
+
+    def usable(self):
+        channel = self.link.channel
+        return self.link.transport.is_active() and not (channel.closed or channel.eof_received or channel.exit_status_ready())
+
+    def close(self):
+        try:
+            self.link.close()
+        except Exception:
+            pass
+
+
+class HostLink:
+    """One host's transport, its spares (one per interpreter) and who is using it."""
+
+    def __init__(self, key, dest):
+        self.key = key
+        self.dest = dest
+        self.transport = None
+        self.spares = {}
+        self.preparing = set()
+        self.sessions = 0
+        self.last_used = time.monotonic()
+        self.lock = threading.Lock()
+
+    def alive(self):
+        return self.transport is not None and self.transport.is_active()
+
+    def close(self):
+        from .ssh_transport import close_transport
+
+        for spare in self.spares.values():
+            spare.close()
+        self.spares.clear()
+        if self.transport is not None:
+            close_transport(self.transport)
+
+
+class Cold(Exception):
+    """A warm-only request for a host the keeper holds no live link to."""
+
+
+class Keeper:
+    def __init__(self, listener, path):
+        self.listener = listener
+        self.path = path
+        self.inode = os.stat(path).st_ino
+        self.links = {}
+        self.lock = threading.Lock()
+        self.sessions = 0
+        self.last_used = time.monotonic()
+        self.ending = threading.Event()
+
+    # -- the loop
+
+    def serve(self):
+        self.listener.settimeout(CHECK_S)
+        checked = time.monotonic()
+        while not self.ending.is_set():
+            try:
+                conn, _ = self.listener.accept()
+                threading.Thread(target=self.handle, args=(conn,), name="keeper-command", daemon=True).start()
+            except socket.timeout:
+                pass
+            except OSError as exc:
+                if not self.ending.is_set():
+                    log.warning("link keeper: cannot accept on %s: %s", self.path, exc)
+                return
+            if time.monotonic() - checked >= CHECK_S:
+                checked = time.monotonic()
+                self.check()
+
+    def check(self):
+        """Close what has not been used for `[links] keep`; end when nothing is left to keep."""
+        from .config import link_keep_s
+
+        keep_s = link_keep_s()
+        now = time.monotonic()
+        with self.lock:
+            for key, link in list(self.links.items()):
+                if link.sessions:
+                    continue
+                dead = link.transport is not None and not link.transport.is_active()
+                if dead or now - link.last_used > keep_s:
+                    del self.links[key]
+                    threading.Thread(target=link.close, daemon=True).start()
+            idle_s = now - self.last_used
+            if not self.sessions and (idle_s > keep_s or (not self.links and idle_s > min(keep_s, EMPTY_GRACE_S))):
+                self.ending.set()
+
+    def stop(self):
+        """End now: the socket goes at once (a command from now on starts another keeper), the
+        loop within CHECK_S."""
+        self.ending.set()
+        self.unlink()
+
+    def unlink(self):
+        """Remove our socket, not a newer keeper's."""
+        try:
+            if os.stat(self.path).st_ino == self.inode:
+                os.unlink(self.path)
+        except OSError:
+            pass
+
+    def end(self):
+        """Stop listening, remove our socket, close every link."""
+        self.ending.set()
+        self.unlink()
+        self.listener.close()
+        with self.lock:
+            links, self.links = list(self.links.values()), {}
+        for link in links:
+            link.close()
+
+    # -- one connection
+
+    def handle(self, conn):
+        try:
+            uid = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[1]
+            if uid != os.getuid():
+                log.warning("link keeper: refused a connection from uid %d", uid)
+                self.reply(conn, {"ok": False, "error": {"type": "ConnectError", "permanent": True,
+                                                         "message": "refused: this link keeper serves uid %d only" % os.getuid()}})
+                return
+            header = self.read_header(conn)
+            op = header.get("op")
+            if op == "link":
+                self.serve_link(conn, header)
+            elif op == "disconnect":
+                self.reply(conn, self.disconnect(header.get("host")))
+                if self.ending.is_set():
+                    self.stop()
+            elif op == "status":
+                self.reply(conn, self.status())
+            else:
+                self.reply(conn, {"ok": False, "error": {"type": "ConnectError", "message": "unknown keeper request %r" % op}})
+        except Exception as exc:  # a command that went away mid-request, a bug: this connection only
+            log.warning("link keeper: a request failed: %s: %s", type(exc).__name__, exc)
+        finally:
+            conn.close()
+
+    @staticmethod
+    def read_header(conn):
+        conn.settimeout(HEADER_TIMEOUT_S)
+        buffer = b""
+        while b"\n" not in buffer:
+            chunk = conn.recv(4096)
+            if not chunk or len(buffer) > 65536:
+                raise ConnectionError("no request line")
+            buffer += chunk
+        header = json.loads(buffer.partition(b"\n")[0])
+        if not isinstance(header, dict):
+            raise ValueError("the request is not an object")
+        return header
+
+    @staticmethod
+    def reply(conn, message, head=b""):
+        conn.sendall(json.dumps(message).encode() + b"\n" + head)
+
+    def serve_link(self, conn, header):
+        with self.lock:
+            self.sessions += 1
+            self.last_used = time.monotonic()
+        link = None
+        try:
+            try:
+                link, spare = self.take(header)
+            except Cold:
+                self.reply(conn, {"ok": False, "cold": True})
+                return
+            except ConnectError as exc:
+                self.reply(conn, {"ok": False, "error": error_fields(exc)})
+                return
+            try:
+                self.reply(conn, {"ok": True}, spare.head)
+            except OSError:
+                spare.close()
+                return
+            splice(conn, spare.link)
+        finally:
+            now = time.monotonic()
+            with self.lock:
+                self.sessions -= 1
+                self.last_used = now
+                if link is not None:
+                    link.sessions -= 1
+                    link.last_used = now
+
+    def take(self, header):
+        """(the host's link, a started relay for this command), connecting first if needed."""
+        from .connection import parse_destination
+
+        host = str(header.get("host") or "")
+        python = str(header.get("python") or "python3")
+        dest = parse_destination(host)
+        dest.agent_socket = str(header.get("agent_socket") or "")
+        key = (host, str(dest))
+        with self.lock:
+            link = self.links.get(key)
+            if link is None:
+                if header.get("warm_only"):
+                    raise Cold()
+                link = self.links[key] = HostLink(key, dest)
+            link.sessions += 1  # held: not closed as idle meanwhile
+        try:
+            with link.lock:
+                if header.get("warm_only") and not link.alive():
+                    raise Cold()
+                spare = self.started(link, dest, header, python)
+        except BaseException:
+            with self.lock:
+                link.sessions -= 1
+                if link.transport is None and self.links.get(key) is link:
+                    del self.links[key]  # never connected: nothing to keep
+            raise
+        threading.Thread(target=self.prepare_spare, args=(link, python), name="keeper-spare", daemon=True).start()
+        return link, spare
+
+    def started(self, link, dest, header, python):
+        """The spare if it is alive, else a relay started now; a dead transport is replaced once."""
+        from .connection import open_link_transport
+
+        accept_new = bool(header.get("accept_new"))
+        fingerprint = header.get("accept_fingerprint")
+        for attempt in (1, 2):
+            if not link.alive():
+                if link.transport is not None:
+                    link.close()
+                    log.info("link keeper: the link to %s was dead; connecting again", link.key[1])
+                link.transport = None
+                link.dest = dest
+                link.transport = open_link_transport(dest, lambda host_key: accept_new or host_key.fingerprint == fingerprint)
+            spare = link.spares.pop(python, None)
+            if spare is not None:
+                if spare.usable():
+                    return spare
+                spare.close()
+            try:
+                return start_relay(link, python, ("relay",))
+            except ConnectError:
+                if attempt == 2 or link.alive():
+                    raise  # the agent failed to start (no such interpreter, ...): the command's error
+        raise AssertionError("unreachable")
+
+    def prepare_spare(self, link, python):
+        with link.lock:
+            if python in link.spares or python in link.preparing or not link.alive():
+                return
+            link.preparing.add(python)
+        spare = None
+        try:
+            spare = start_relay(link, python, ("relay", "--if-running"))
+        except ConnectError as exc:
+            log.info("link keeper: no spare relay on %s: %s", link.key[1], exc)
+        except Exception as exc:
+            log.info("link keeper: no spare relay on %s: %s: %s", link.key[1], type(exc).__name__, exc)
+        with link.lock:
+            link.preparing.discard(python)
+            if spare is not None:
+                if python in link.spares or not link.alive() or self.ending.is_set():
+                    spare.close()
+                else:
+                    link.spares[python] = spare
+
+    # -- ending links
+
+    def disconnect(self, host):
+        from .connection import parse_destination
+
+        if host:
+            try:
+                resolved = str(parse_destination(host))
+            except ConnectError as exc:
+                return {"ok": False, "error": error_fields(exc)}
+            with self.lock:
+                keys = [k for k in self.links if k[0] == host or k[1] == resolved]
+                links = [self.links.pop(k) for k in keys]
+        else:
+            with self.lock:
+                links, self.links = list(self.links.values()), {}
+            self.ending.set()  # the loop stops once this answer is out (handle calls stop)
+        for link in links:
+            link.close()
+        return {"ok": True, "closed": [{"host": l.key[0], "dest": l.key[1]} for l in links], "keeper_ended": not host,
+                "pid": os.getpid()}
+
+    def status(self):
+        now = time.monotonic()
+        with self.lock:
+            links = [{"host": l.key[0], "dest": l.key[1], "alive": l.alive(), "sessions": l.sessions,
+                      "idle_s": round(now - l.last_used, 1), "spares": sorted(l.spares)} for l in self.links.values()]
+        return {"ok": True, "pid": os.getpid(), "links": links}
+
+
+def start_relay(link, python, agent_args):
+    """A Spare: the agent's relay started on the link's transport, its hello read."""
+    from remote.core.protocol import decode
+
+    from .connection import start_agent
+
+    agent = start_agent(link.transport, link.dest, python, agent_args, owns_transport=False)
+    try:
+        agent.settimeout(HELLO_TIMEOUT_S)
+        buffer = b""
+        while True:
+            while b"\n" in buffer:
+                line, _, rest = buffer.partition(b"\n")
+                try:
+                    frame = decode(line)
+                except ValueError:
+                    frame = None
+                if isinstance(frame, dict) and frame.get("type") == "hello":
+                    agent.settimeout(None)
+                    return Spare(agent, line + b"\n" + rest)
+                log.info("link keeper: skipped a line before the agent's hello on %s (a login banner?)", link.key[1])
+                buffer = rest
+            chunk = agent.read(CHUNK_BYTES)
+            if not chunk:
+                raise ConnectError(agent.failure() or "the agent exited before its handshake")
+            buffer += chunk
+    except ConnectError:
+        agent.close()
+        raise
+    except (OSError, EOFError) as exc:
+        reason = agent.failure() or "the agent did not answer: %s" % (exc or type(exc).__name__)
+        agent.close()
+        raise ConnectError(reason)
+    except BaseException:
+        agent.close()
+        raise
+
+
+def splice(conn, agent):
+    """Copy both ways between the command's socket and the agent's channel until either ends;
+    then end both (the relay on the host sees its channel close, as when a command exits)."""
+    channel = agent.channel
+    conn.settimeout(None)
+    channel.settimeout(None)
+
+    def up():
+        try:
+            while True:
+                data = conn.recv(CHUNK_BYTES)
+                if not data:
+                    break
+                channel.sendall(data)
+        except Exception:
+            pass
+        try:
+            agent.close()
+        except Exception:
+            pass
+
+    sender = threading.Thread(target=up, name="keeper-up", daemon=True)
+    sender.start()
+    try:
+        while True:
+            data = channel.recv(CHUNK_BYTES)
+            if not data:
+                break
+            conn.sendall(data)
+    except Exception:
+        pass
+    try:
+        conn.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
+    sender.join()
+
+
+def error_fields(exc):
+    """A ConnectError as the keeper's reply carries it (tui/links.py error_from makes it again)."""
+    fields = {"type": type(exc).__name__, "message": str(exc), "permanent": bool(exc.permanent)}
+    host_key = getattr(exc, "host_key", None)
+    if host_key is not None:
+        fields["host_key"] = {"name": host_key.name, "key_type": host_key.key_type, "fingerprint": host_key.fingerprint}
+        fields["notice"] = getattr(exc, "notice", "")
+    return fields
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
