@@ -31,8 +31,8 @@ def test_a_mistyped_command_is_named_with_the_command_it_resembles(tmp_path):
     assert one_line(result) == "specdeck: unknown command 'downlaod', did you mean 'download'?"
     alone = run_cli("jbos", "--json")
     assert alone.returncode == 2 and json_error(alone) == {"type": "UsageError", "message": "unknown command 'jbos', did you mean 'jobs'?"}
-    # Nothing like a command, with words after it: not a host either (the console takes one HOST).
-    other = run_cli("frobnicate", "local")
+    # Nothing like a command, with a word no host can be after it (a repo): not the console's hosts.
+    other = run_cli("frobnicate", "org/repo")
     assert other.returncode == 2 and "unknown command 'frobnicate'" in one_line(other) and "specdeck -h" in one_line(other)
 
 

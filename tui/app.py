@@ -1,11 +1,15 @@
 """The console: a connection header, the panes a key away, a footer.
 
-The app paints at once and connects in a thread worker; the client heals the link on its
-own and reports its state, which the header shows. The list of panes, PANES, drives the
-number keys, the tabs and the help screen. The app holds the one subscription to the host's
-job events and hands every pane the job book (attributes down); panes post messages up
-(OpenCheckpoint) and never call each other. Panes read `app.client` (None until connected)
-and do their own requests in workers (tui/pane.py).
+The app paints at once and connects every host on threads of their own (tui/fleet/hosts.py);
+each client heals its link on its own and reports its state. With several hosts the Fleet
+pane (key 0) shows them all, and one of them is the host the other panes show (`current`,
+named in the header; Enter on a host, or `[`/`]` anywhere, changes it: the host's panes are
+made anew for it). The list of panes, PANES, drives the number keys, the tabs and the help
+screen. The app holds the one subscription to the shown host's job events and hands every
+pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
+each other. Panes read `app.client` (the shown host's, None until connected) and do their
+own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
+host's name.
 """
 
 import os
@@ -23,10 +27,14 @@ from remote.core.protocol import RemoteError
 from .checkpoints.pane import TensorsPane
 from .client import ConnectError
 from .downloads.pane import DownloadsPane
+from .fleet.hosts import HostLink
+from .fleet.pane import FleetPane
+from .jobs.book import JobBook
 from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
 from .notify.screen import NotificationsScreen
+from .pane import Pane
 from .pane_host import PaneHost
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
@@ -55,28 +63,41 @@ def pane_bindings(panes):
 
 
 class SpecdeckApp(PaneHost):
-    """specdeck's console for one host."""
+    """specdeck's console for one host or several."""
 
     TITLE = "specdeck"
     CSS_PATH = "app.tcss"
     ENABLE_COMMAND_PALETTE = False
     BINDINGS = [Binding("q", "quit", "quit")] + pane_bindings(PANES) + [
+        Binding("0", "show_fleet", "fleet", show=False, tooltip="every host on one screen (with more than one host)"),
+        Binding("left_square_bracket", "step_host(-1)", "host", show=False, key_display="[",
+                tooltip="show the previous host in the other panes"),
+        Binding("right_square_bracket", "step_host(1)", "host", show=False, key_display="]",
+                tooltip="show the next host in the other panes"),
         Binding("question_mark", "help", "help", tooltip="this list of keys"),
         Binding("i", "host_info", "host", show=False, tooltip="the host: agent, what it can use, the daemon's services and how each is doing"),
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
     ]
 
-    def __init__(self, host="local", python="python3", accept_new=False, **kwargs):
+    def __init__(self, host="local", python="python3", accept_new=False, hosts=None, connect=None, **kwargs):
+        """`hosts`: the hosts as typed (default: `host` alone); `python`: the agent's interpreter,
+        or a function of the host giving it; `connect(host, on_state, ask_host_key)`: how a
+        host's started client is made (default: over SSH, or the local agent)."""
         super().__init__(**kwargs)
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # A tab's sliding underline redrew the screen ~35 times per pane switch, which the
             # next key waited behind; a console watched over SSH has no use for it.
             self.animation_level = "none"
-        self.host = host or "local"
+        names = list(dict.fromkeys(hosts or [host or "local"]))
         self.python = python
         self.accept_new = accept_new
+        self._make_client = connect or self._open_client
+        self.links = [HostLink(name, self._connector(name), self.post_message) for name in names]
+        self.current = self.links[0]
+        self.host = self.current.name
         self.connection_state = "connecting"
         self.pane_classes = PANES
+        self.fleet = len(self.links) > 1  # the Fleet pane, first, with more than one host
         self._quitting = threading.Event()
         self.header = ConnectionHeader(self.host, id="header")
 
@@ -84,15 +105,23 @@ class SpecdeckApp(PaneHost):
 
     def compose(self) -> ComposeResult:
         yield self.header
-        with TabbedContent(id="panes"):
-            for number, pane_class in enumerate(self.pane_classes, 1):
-                with TabPane("%d %s" % (number, pane_class.PANE_TITLE), id=pane_id(pane_class)):
-                    yield pane_class()
+        yield self._pane_tabs()
         yield KeyBar()
+
+    def _pane_tabs(self, initial=""):
+        tabs = []
+        if self.fleet:
+            tabs.append(TabPane("0 Fleet", FleetPane(), id=pane_id(FleetPane)))
+        for number, pane_class in enumerate(self.pane_classes, 1):
+            tabs.append(TabPane("%d %s" % (number, pane_class.PANE_TITLE), pane_class(), id=pane_id(pane_class)))
+        content = TabbedContent(id="panes", initial=initial)
+        for tab in tabs:
+            content.compose_add_child(tab)  # as `with TabbedContent():` would in compose
+        return content
 
     def on_mount(self):
         self.set_interval(1.0, self._show_rtt)
-        self.activate(pane_id(self.pane_classes[0]))
+        self.activate(pane_id(FleetPane if self.fleet else self.pane_classes[0]))
         self._connect()
 
     def action_show_pane(self, index):
@@ -102,13 +131,73 @@ class SpecdeckApp(PaneHost):
         # Focus follows in on_tabbed_content_tab_activated, once: each focus change restyles.
         self.show_tab(pane_id(self.pane_classes[index]))
 
+    def action_show_fleet(self):
+        if not self.fleet:
+            self.notify("one host: the Fleet pane is for several (specdeck HOST1 HOST2 ...)", severity="warning")
+            return
+        self.show_tab(pane_id(FleetPane))
+
     def check_action(self, action, parameters):
         # Pane keys belong to the screen below a dialog, not to the dialog.
-        if action in ("show_pane", "reconnect", "host_info") and isinstance(self.screen, ModalScreen):
+        if action in ("show_pane", "show_fleet", "step_host", "reconnect", "host_info") and isinstance(self.screen, ModalScreen):
             return False
         if action == "reconnect":
             return self.connection_state == "failed"
+        if action == "step_host":
+            return self.fleet
         return True
+
+    # ------------------------------------------------------------------ hosts
+
+    def first_host_tab(self):
+        return pane_id(self.pane_classes[0])
+
+    def link_of(self, name):
+        return next((link for link in self.links if link.name == name), None)
+
+    def action_step_host(self, step):
+        index = self.links.index(self.current)
+        self.show_host(self.links[(index + step) % len(self.links)])
+
+    def show_host(self, link, tab=None):
+        """Make `link` the host the panes show: its panes are made anew, on `tab` (default: the
+        tab shown now; from the Fleet pane, the first of the host's panes)."""
+        tabs = self.query_one(TabbedContent)
+        tab = tab or tabs.active
+        if link is not self.current:
+            events, self._events = self._events, None
+            if events is not None:  # the old host's job events: not for these panes
+                threading.Thread(target=events.cancel, name="specdeck-cancel", daemon=True).start()
+            self.current, self.host = link, link.name
+            self.book = JobBook()
+            self.client = link.client
+            self.connection_state = link.state
+            self._show_header(link)
+            self.call_later(self._remake_panes, tab)
+        elif tab != tabs.active:
+            self.show_tab(tab)
+        link.unseen_alerts = 0
+        self.refresh_bindings()
+
+    async def _remake_panes(self, tab):
+        await self.query_one(TabbedContent).remove()
+        await self.mount(self._pane_tabs(initial=tab), after=self.header)
+        self.activate(tab)
+        if self.client is not None:
+            hello = self.current.hello
+            for pane in self.query(Pane):
+                pane.post_message(ClientReady(hello.get("hostname", ""), hello.get("user", ""), host=self.current.name))
+            self.follow_job_events()
+
+    def _show_header(self, link):
+        header = self.header
+        header.host_label = link.name
+        header.hostname = ""
+        hello = link.hello if link.client is not None else {}
+        if hello.get("user"):
+            self._label_host(hello.get("hostname", ""), hello.get("user"))
+        header.state, header.detail = self.connection_state, dict(link.detail)
+        header.rtt_s = link.rtt_s
 
     def action_host_info(self):
         if isinstance(self.screen, HostInfoScreen):
@@ -134,8 +223,10 @@ class SpecdeckApp(PaneHost):
     def action_help(self):
         if isinstance(self.screen, HelpScreen):
             return
-        sections = [("Anywhere", self.BINDINGS)]
-        for pane_class in self.pane_classes:
+        fleet_keys = ("show_fleet", "step_host")
+        anywhere = [b for b in self.BINDINGS if self.fleet or not b.action.startswith(fleet_keys)]
+        sections = [("Anywhere", anywhere)]
+        for pane_class in ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes):
             bindings = list(getattr(pane_class, "HELP_BINDINGS", ())) + list(getattr(pane_class, "BINDINGS", []))
             sections.append((pane_class.PANE_TITLE, bindings))
         # The keys do not change while the app runs: build the screen once, show it again after.
@@ -145,27 +236,19 @@ class SpecdeckApp(PaneHost):
 
     # ------------------------------------------------------------------ connection
 
-    @work(thread=True, exclusive=True, group="connect", exit_on_error=False)
     def _connect(self):
+        """Connect every host, each on its own thread."""
+        for link in self.links:
+            link.start()
+
+    def _connector(self, name):
+        return lambda on_state: self._make_client(name, on_state, self._ask_host_key)
+
+    def _open_client(self, name, on_state, ask_host_key):
         from .connection import open_client
 
-        try:
-            client = open_client(self.host, python=self.python, accept_new=self._ask_host_key, reconnect=True, on_state=self._on_state)
-        except ConnectError as exc:
-            # A message written for the CLI (a flag to pass) may have the console's own words.
-            self.post_message(ConnectionChanged("failed", {"error": getattr(exc, "console_message", None) or str(exc)}))
-            return
-        if self._quitting.is_set():
-            client.close()
-            return
-        self.client = client
-        hello = client.hello or {}
-        self.post_message(ClientReady(hello.get("hostname", ""), hello.get("user", "")))
-
-    def _on_state(self, state, detail):
-        """The client's state callback; runs on one of its threads."""
-        if state != "closed":
-            self.post_message(ConnectionChanged(state, dict(detail)))
+        python = self.python(name) if callable(self.python) else self.python
+        return open_client(name, python=python, accept_new=ask_host_key, reconnect=True, on_state=on_state)
 
     def _ask_host_key(self, host_key):
         """Runs on the connecting thread: ask in a dialog and wait for the answer."""
@@ -185,8 +268,11 @@ class SpecdeckApp(PaneHost):
         return answer["accept"]
 
     def on_connection_changed(self, message: ConnectionChanged):
+        link = self.link_of(message.host) or self.current
+        if link is not self.current:
+            return  # the Fleet pane reads every host's state on its own clock
         if message.state == "connected" and self.client is None:
-            return  # the first link, before open_client() returned: ClientReady says it, with the client in place
+            return  # the first link, before the client was in place: ClientReady says it
         self.connection_state = message.state
         header = self.header
         header.state = message.state
@@ -199,55 +285,81 @@ class SpecdeckApp(PaneHost):
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):
+        link = self.link_of(message.host) or self.current
+        if link.client is not None and link.alerts_followed is not link.client:
+            link.alerts_followed = link.client
+            self._follow_host_alerts(link)
+        if link is not self.current:
+            return
+        self.client = link.client
         self.connection_state = "connected"
         header = self.header
         header.state, header.detail = "connected", {}
-        header.hostname = message.hostname
-        if message.user:
-            host = message.hostname if self.host == "local" else self.host.split("@")[-1]
-            header.host_label = "%s@%s" % (message.user, host)
+        self._label_host(message.hostname, message.user)
         for pane_class in self.pane_classes:
             for pane in self.query(pane_class):
-                pane.post_message(ClientReady(message.hostname, message.user))
+                pane.post_message(ClientReady(message.hostname, message.user, host=link.name))
         self.follow_job_events()
-        self._follow_host_alerts(self.client)
+        self.refresh_bindings()
+
+    def _label_host(self, hostname, user):
+        header = self.header
+        header.hostname = hostname
+        if user:
+            host = hostname if self.host == "local" else self.host.split("@")[-1]
+            header.host_label = "%s@%s" % (user, host)
 
     # ------------------------------------------------------------------ alerts on the desktop
 
-    @work(thread=True, exclusive=True, group="host-alerts", exit_on_error=False)
-    def _follow_host_alerts(self, client):
+    def _follow_host_alerts(self, link):
         """Every alert the host raises, while the console is open (the client resumes the stream)."""
-        try:
-            client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(HostAlerts(data.get("records") or [])))
-        except (RemoteError, ConnectError):
-            pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
+        client, name = link.client, link.name
+
+        def follow():
+            try:
+                client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(HostAlerts(data.get("records") or [], name)))
+            except (RemoteError, ConnectError):
+                pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
+
+        self.run_worker(follow, thread=True, exit_on_error=False, group="host-alerts")
 
     def on_host_alerts(self, message: HostAlerts):
         alerts = [a for a in message.alerts if a.get("kind") != "test"]
         if not alerts:
             return
-        title, body = alerts_notification(alerts, self.header.hostname or self.host)
+        link = self.link_of(message.host) or self.current
+        shown = link is self.current
+        hostname = (link.hello or {}).get("hostname") or link.name
+        title, body = alerts_notification(alerts, hostname)
+        if self.fleet and link.name not in title:
+            title = "%s: %s" % (link.name, title)
+        if not shown:
+            link.unseen_alerts += len(alerts)
         text = sequence(title, body, kind_for())
         if text and self._driver is not None:
             self._driver.write(text)  # between frames, through the driver's own writer
-        if any("gpu" not in (a.get("categories") or ()) for a in alerts):  # GPU alerts: the GPU pane says them
+        # GPU alerts of the shown host: the GPU pane says them; every other alert is a toast.
+        if not shown or any("gpu" not in (a.get("categories") or ()) for a in alerts):
             self.notify(body, title=title, severity="error" if any(a.get("urgent") for a in alerts) else "information",
                         timeout=20, markup=False)
 
     def _show_rtt(self):
-        client = self.client
-        if client is not None:
-            self.header.rtt_s = client.rtt_s
+        self.header.rtt_s = self.current.rtt_s
+        if self.fleet:
+            down = sum(1 for link in self.links if link.state == "failed")
+            away = sum(1 for link in self.links if link.state in ("connecting", "reconnecting"))
+            parts = ["host %d of %d" % (self.links.index(self.current) + 1, len(self.links))]
+            parts += ["%d failed" % down] if down else []
+            parts += ["%d connecting" % away] if away else []
+            self.header.fleet_text = " · ".join(parts)
 
     def action_reconnect(self):
-        failed, self.client = self.client, None
-        if failed is not None:  # a client that gave up (a changed host key): its threads end here
-            threading.Thread(target=failed.close, name="specdeck-close", daemon=True).start()
+        self.client = None
         self.connection_state = "connecting"
         header = self.header
         header.state, header.detail = "connecting", {}
         self.refresh_bindings()
-        self._connect()
+        self.current.reconnect()
 
     # ------------------------------------------------------------------ errors
 
@@ -262,7 +374,7 @@ class SpecdeckApp(PaneHost):
 
     def on_unmount(self):
         self._quitting.set()
-        client, self.client = self.client, None
-        if client is not None:
+        self.client = None
+        for link in self.links:
             # close() may wait up to 2 s for a local agent: not on the event loop.
-            threading.Thread(target=client.close, name="specdeck-close", daemon=True).start()
+            threading.Thread(target=link.close, name="specdeck-close", daemon=True).start()

@@ -16,17 +16,20 @@ class ConnectionChanged(Message):
 
     state: str
     detail: Dict[str, Any] = field(default_factory=dict)
+    host: str = ""  # the host as typed; "" in a console of one host's panes
 
     def can_replace(self, message: Message) -> bool:
-        return isinstance(message, ConnectionChanged)
+        return isinstance(message, ConnectionChanged) and message.host == self.host
 
 
 @dataclass
 class ClientReady(Message, bubble=False):
-    """The client is connected and `app.client` is set; sent to the app and to every pane."""
+    """A host's client is connected; sent to the app, which sets `app.client` when the host is
+    the one shown and then sends it on to every pane."""
 
     hostname: str = ""
     user: str = ""
+    host: str = ""  # the host as typed
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """`specdeck`: the console, and every console action as a headless command with --json.
 
-  specdeck [HOST]                          open the console (no host: this machine)
+  specdeck [HOST ...]                      open the console (several hosts: the Fleet pane;
+                                           none: [fleet] hosts of the config file, else this machine)
   specdeck run HOST -- CMD ARGS...         start a detached job, print its id
   specdeck jobs HOST                       list jobs
   specdeck logs HOST JOB [--follow]        print a job's log
@@ -27,6 +28,7 @@ HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or
 
 import argparse
 import difflib
+import re
 import sys
 
 from ..checkpoints import cli as checkpoints
@@ -99,26 +101,32 @@ def build_parser():
 def console_parser(add_help=True):
     parser = argparse.ArgumentParser(prog="specdeck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      add_help=add_help)
-    parser.add_argument("host", nargs="?", default="local", help="ssh destination, or local (default)")
+    parser.add_argument("hosts", nargs="*", metavar="HOST",
+                        help="ssh destinations, or local; several open the Fleet pane (default: [fleet] hosts of the config file, else local)")
     connection_options(parser)
     return parser
 
 
+# What a host word can be: user@host, host, host:port, [v6]:port, an alias; never a path or a repo.
+HOST_WORD = re.compile(r"^(?:[^@/\s]+@)?(?:\[[^\]/\s]+\]|[^:@/\s]+)(?::\d+)?$")
+
+
 def unknown_command(argv, command_names):
     """The line for a first word that is neither a command nor a host the console can open
-    (`specdeck downlaod local REPO`: the console takes one HOST and nothing after it), or None."""
+    (`specdeck downlaod local REPO`: a repo is no host, and the console takes hosts only), or None."""
     if not argv or argv[0].startswith("-"):
         return None
     try:
-        _args, extra = console_parser(add_help=False).parse_known_args(argv)
+        args, extra = console_parser(add_help=False).parse_known_args(argv)
     except SystemExit:  # e.g. --python with no value: the console's own parser says so next
         return None
     word = argv[0]
     close = difflib.get_close_matches(word, sorted(command_names), n=1, cutoff=0.6)
-    # A lone word is a host unless it is a near-miss of a command and could not be a destination.
-    lone_typo = not extra and close and difflib.SequenceMatcher(None, word, close[0]).ratio() >= 0.8 \
+    # Hosts unless the first is a near-miss of a command that could not be a destination, or a
+    # word is no host at all (an option of a command, a path).
+    typo = close and difflib.SequenceMatcher(None, word, close[0]).ratio() >= 0.8 \
         and not any(c in word for c in "@.:") and not _ssh_alias(word)
-    if not extra and not lone_typo:
+    if not extra and not typo and all(HOST_WORD.match(host) for host in args.hosts):
         return None
     line = "unknown command %r" % word
     if close:
@@ -131,7 +139,6 @@ def unknown_command(argv, command_names):
 def _ssh_alias(name):
     """Whether ~/.ssh/config names a Host block for this word (then it is a host, not a typo)."""
     import os
-    import re
 
     try:
         with open(os.path.join(os.path.expanduser("~"), ".ssh", "config")) as f:
@@ -143,9 +150,11 @@ def _ssh_alias(name):
 def open_console(argv):
     args = console_parser().parse_args(argv)
     setup_logging(args.verbose, to_stderr=False)  # the screen is the terminal's: log to the file only
+    from .. import config
     from ..app import SpecdeckApp
 
-    SpecdeckApp(host=args.host, python=agent_python(args, args.host), accept_new=args.accept_new).run()
+    hosts = list(dict.fromkeys(args.hosts)) or config.fleet_hosts() or ["local"]
+    SpecdeckApp(hosts=hosts, python=lambda host: agent_python(args, host), accept_new=args.accept_new).run()
     return 0
 
 

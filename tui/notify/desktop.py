@@ -21,11 +21,12 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 class HostAlerts(Message):
-    """Alerts the host raised (notify.follow), for the app to put on the desktop."""
+    """Alerts a host raised (notify.follow), for the app to put on the desktop; `host` as typed."""
 
-    def __init__(self, alerts):
+    def __init__(self, alerts, host=""):
         super().__init__()
         self.alerts = alerts
+        self.host = host
 
 
 def kind_for(env=None):

@@ -1,4 +1,5 @@
-"""The connection header: app name, host, connection state with rtt or retry countdown, clock.
+"""The connection header: app name, host, connection state with rtt or retry countdown, with
+several hosts which one the panes show and how many are down, clock.
 
 It renders only what it is given plus the time: the app feeds it state changes and, once
 a second, the last measured round trip, so painting never waits on the network.
@@ -49,6 +50,7 @@ class ConnectionHeader(Widget):
     state: reactive[str] = reactive("connecting")
     detail: reactive[dict] = reactive(dict, always_update=True)
     rtt_s: reactive = reactive(None)
+    fleet_text: reactive[str] = reactive("")  # with several hosts: which one this is, how many are down
     clock: reactive[str] = reactive("")
 
     def __init__(self, host_label, **kwargs):
@@ -77,6 +79,8 @@ class ConnectionHeader(Widget):
         left.append("  " + self.host_label)
         left.append("  ")
         left.append(self.state_text, style=STATE_STYLES.get(self.state, ""))
+        if self.fleet_text:
+            left.append("  " + self.fleet_text, style="dim")
         grid = Table.grid(expand=True)
         grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         grid.add_column(justify="right", no_wrap=True)

@@ -1,0 +1,110 @@
+"""The console on several hosts (Pilot, real agents): the Fleet pane, the host the other panes
+show and how it changes, alerts of a host not shown, a host that drops and comes back, a host
+that is down from the start. Each host is a local agent with its own state directory (its own
+daemon, jobs and alerts), the 8-GPU one replaying an H200 recording; tests/test_fleet_ssh.py
+runs the console over real SSH hosts."""
+
+import pytest
+from textual.widgets import DataTable, TabbedContent
+
+from tests.helpers.fleet import LocalFleet
+from tests.helpers.pilot import job_rows, text_of
+from tests.helpers.waits import wait_until
+from tui.app import SpecdeckApp
+from tui.fleet import model
+from tui.fleet.pane import FleetPane
+from tui.jobs.pane import JobsPane
+
+SIZE = (180, 40)
+
+
+@pytest.fixture
+def fleet(tmp_path):
+    fleet = LocalFleet(tmp_path, ["alpha", "beta", "gamma"], gpus={"beta": 8})
+    yield fleet
+    fleet.stop()
+
+
+def fleet_rows(app):
+    table = app.query_one(FleetPane).query_one(DataTable)
+    return {str(row[1]): [str(cell) for cell in row] for row in (table.get_row_at(i) for i in range(table.row_count))}
+
+
+def summarised(app, *names):
+    return all(app.link_of(name).summary is not None for name in names)
+
+
+async def test_the_fleet_pane_lists_every_host_and_a_host_that_is_down_fails_alone(fleet):
+    fleet.down.add("gamma")
+    app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
+    async with app.run_test(size=SIZE) as pilot:
+        assert app.query_one(TabbedContent).active == "fleet"  # several hosts: the Fleet pane first
+        await wait_until(pilot, lambda: summarised(app, "alpha", "beta") and app.link_of("gamma").state == "failed",
+                         message="two hosts' summaries and the third's failure")
+        await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", message="the rows drawn")
+        rows = fleet_rows(app)
+        beta = dict(zip(("shown",) + model.COLUMNS, rows["beta"]))
+        assert beta["GPUS BUSY"].endswith("/8") and beta["MEM GiB"].endswith("/1123.2") and beta["HOTTEST"].endswith("°C")
+        assert rows["alpha"][4].startswith("none (")  # no GPU on this machine: said, not zeros
+        assert rows["gamma"][2] == "failed" and rows["gamma"][4].startswith("cannot connect to gamma port 22")
+        assert rows["alpha"][0] == "▶"  # the host the other panes show
+        await wait_until(pilot, lambda: app.header.fleet_text == "host 1 of 3 · 1 failed", message="the header's count")
+        await pilot.press("down", "down")  # the failed host selected: its whole reason under the table
+        await wait_until(pilot, lambda: "gamma: cannot connect to gamma port 22: Connection refused" in text_of(
+            app.query_one("#fleet-detail")), message="gamma's reason in full")
+
+
+async def test_enter_and_the_brackets_change_the_host_the_panes_show(fleet):
+    job = fleet.client("beta").call("jobs.submit", {"argv": ["sleep", "60"], "name": "on beta"})
+    app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: summarised(app, "alpha", "beta", "gamma"), message="every host's summary")
+        await wait_until(pilot, lambda: fleet_rows(app)["beta"][8] == "1", message="beta's running job in its row")
+        await pilot.press("down", "enter")
+        await wait_until(pilot, lambda: app.current.name == "beta" and app.query_one(TabbedContent).active == "gpus",
+                         message="beta shown, on its first pane")
+        assert "beta" in app.header.host_label
+        await pilot.press("2")
+        await wait_until(pilot, lambda: list(job_rows(app)) == [job["id"]],
+                         message="beta's job in the Jobs pane")
+        await pilot.press("right_square_bracket")
+        await wait_until(pilot, lambda: app.current.name == "gamma" and app.query_one(TabbedContent).active == "jobs",
+                         message="] shows the next host on the same pane")
+        await wait_until(pilot, lambda: app.client is not None and app.query_one(JobsPane).is_attached, message="gamma's panes")
+        await pilot.pause(0.5)
+        assert job_rows(app) == {}  # gamma has no job: nothing of beta's is left
+        await pilot.press("left_square_bracket", "left_square_bracket")
+        await wait_until(pilot, lambda: app.current.name == "alpha", message="[ twice: back to alpha")
+        await pilot.press("0")
+        await wait_until(pilot, lambda: fleet_rows(app)["alpha"][0] == "▶" and fleet_rows(app)["beta"][0] == "",
+                         message="the Fleet pane marks the host shown")
+    fleet.client("beta").call("jobs.stop", {"id": job["id"]})
+
+
+async def test_an_alert_of_a_host_not_shown_reaches_the_console_with_its_name(fleet, monkeypatch):
+    monkeypatch.setenv("SPECDECK_DESKTOP_NOTIFY", "off")
+    app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: all(link.alerts_followed is not None for link in app.links), message="alerts followed")
+        job = fleet.client("beta").call("jobs.submit", {"argv": ["sh", "-c", "exit 3"], "name": "gen states"})
+        await wait_until(pilot, lambda: any(n.title.startswith("beta: ") and "exited 3" in n.message for n in app._notifications),
+                         message="beta's alert, named, while alpha is shown")
+        assert app.link_of("beta").unseen_alerts == 1
+        await wait_until(pilot, lambda: fleet_rows(app)["beta"][-1].endswith("1 new"), message="unseen in the Fleet row")
+        app.show_host(app.link_of("beta"))
+        assert app.link_of("beta").unseen_alerts == 0  # seen once its host is shown
+        assert job["id"]
+
+
+async def test_a_host_that_drops_is_reconnecting_in_its_row_and_comes_back_while_the_others_stay(fleet):
+    app = SpecdeckApp(hosts=["alpha", "beta"], connect=fleet.connect)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: summarised(app, "alpha", "beta"), message="both hosts")
+        beta = app.link_of("beta")
+        fleet.down.add("beta")
+        beta.client.link.process.kill()  # the link drops (the agent's end of it dies)
+        await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "reconnecting", message="beta reconnecting in its row")
+        assert "next try" in fleet_rows(app)["beta"][4] or "trying again" in fleet_rows(app)["beta"][4]
+        assert app.link_of("alpha").state == "connected" and fleet_rows(app)["alpha"][2] == "up"
+        fleet.down.discard("beta")
+        await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", timeout_s=30, message="beta back")

@@ -1,0 +1,124 @@
+"""The hosts of one console, each on its own: its own link, heartbeat and reconnection (the
+client's), its own connecting thread, its own poll of the host's summary.
+
+A host that is down, slow, asks about its host key or refuses the login holds only its own
+threads: the others and the keys never wait on it. The console's cost grows with the number
+of hosts, not with how often they speak: each host is asked for one small summary every
+SUMMARY_EVERY_S (the figures the host's feeds already hold), and the Fleet pane reads the
+summaries on its own clock.
+
+A `HostLink` reports to the console through `post(message)` (the app's post_message, safe from
+any thread); it never touches a widget.
+"""
+
+import threading
+import time
+
+from remote.core.protocol import RemoteError
+
+from ..client import ConnectError
+from ..messages import ClientReady, ConnectionChanged
+
+SUMMARY_EVERY_S = 2.0
+SUMMARY_TIMEOUT_S = 10.0
+
+
+class HostLink:
+    """One host: `name` as the user typed it, `state` (connecting, connected, reconnecting,
+    failed), `detail` (the client's: error, next try), `client` once connected, `summary` (the
+    host's last `fleet.summary`, with `summary_at`, a monotonic time), `unseen_alerts`."""
+
+    def __init__(self, name, connect, post):
+        """`connect(on_state)` returns a started AgentClient or raises ConnectError (see
+        tui/app.py, which binds the host's interpreter and host-key question)."""
+        self.name = name
+        self._connect = connect
+        self._post = post
+        self.state = "connecting"
+        self.detail = {}
+        self.client = None
+        self.hello = {}
+        self.summary = None
+        self.summary_at = None
+        self.summary_error = None
+        self.unseen_alerts = 0
+        self.alerts_followed = None  # the client whose alerts are followed
+        self._closed = threading.Event()
+        self._generation = 0
+
+    # -- the link
+
+    def start(self):
+        """Connect on a thread of its own; the client heals the link after that."""
+        self._generation += 1
+        generation = self._generation
+        self.state, self.detail = "connecting", {}
+        threading.Thread(target=self._run, args=(generation,), name="specdeck-host-%s" % self.name, daemon=True).start()
+
+    def _run(self, generation):
+        try:
+            client = self._connect(lambda state, detail: self._on_state(generation, state, detail))
+        except ConnectError as exc:
+            if generation == self._generation and not self._closed.is_set():
+                # A message written for the CLI (a flag to pass) may have the console's own words.
+                self._on_state(generation, "failed", {"error": getattr(exc, "console_message", None) or str(exc)})
+            return
+        if self._closed.is_set() or generation != self._generation:
+            client.close()
+            return
+        self.client = client
+        self.hello = client.hello or {}
+        self.state, self.detail = "connected", {}
+        self._post(ClientReady(self.hello.get("hostname", ""), self.hello.get("user", ""), host=self.name))
+        self._poll(client)
+
+    def _on_state(self, generation, state, detail):
+        """The client's state callback (one of its threads)."""
+        if state == "closed" or generation != self._generation:
+            return
+        if state == "connected" and self.client is None:
+            return  # the first link, before connect() returned: ClientReady says it, with the client in place
+        self.state, self.detail = state, dict(detail)
+        self._post(ConnectionChanged(state, dict(detail), host=self.name))
+
+    def reconnect(self):
+        """Connect again after a failure (r): the client that gave up is closed."""
+        failed, self.client = self.client, None
+        self.alerts_followed = None
+        if failed is not None:
+            threading.Thread(target=failed.close, name="specdeck-close", daemon=True).start()
+        self.start()
+
+    def close(self):
+        self._closed.set()
+        client, self.client = self.client, None
+        if client is not None:
+            client.close()
+
+    @property
+    def rtt_s(self):
+        client = self.client
+        return client.rtt_s if client is not None and self.state == "connected" else None
+
+    # -- the summary
+
+    def _poll(self, client):
+        """Ask for the host's summary every SUMMARY_EVERY_S while this client is the host's."""
+        while not self._closed.is_set() and self.client is client and client.state != "failed":
+            if client.state == "connected":
+                try:
+                    self.summary = client.call("fleet.summary", timeout=SUMMARY_TIMEOUT_S)
+                    self.summary_at = time.monotonic()
+                    self.summary_error = None
+                except RemoteError as exc:
+                    self.summary_error = exc.message  # an agent without the method: the link still shows
+                except ConnectError:
+                    pass  # the state says why; the client heals
+            self._closed.wait(SUMMARY_EVERY_S)
+
+    def summary_age_s(self, now=None):
+        """Seconds since the summary came, plus the figures' own age on the host: how old what
+        the row shows is."""
+        if self.summary_at is None:
+            return None
+        return (now if now is not None else time.monotonic()) - self.summary_at
