@@ -39,10 +39,10 @@ from ..notify import cli as notify
 from ..serving import cli as serving
 from ..telemetry import cli as telemetry
 from ..training import cli as training
-from . import config, daemon
+from . import config, daemon, links
 from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
 
-AREAS = (telemetry, jobs, checkpoints, downloads, serving, config, training, notify, fleet, daemon)  # each adds its commands to the parser
+AREAS = (telemetry, jobs, checkpoints, downloads, serving, config, training, notify, fleet, daemon, links)  # each adds its commands to the parser
 
 
 HELP = """The console, and every console action as a headless command with --json.
