@@ -14,9 +14,9 @@ import collections
 import threading
 import time
 
+from ..core.jobs import LIVE_STATES as LIVE
 from ..core.services import Service
 
-LIVE = ("running", "starting")
 ALERT_WINDOW_S = 3600.0
 ALERTS_KEPT = 200
 BREAK_EVEN_EVERY_S = 30.0
