@@ -375,7 +375,7 @@ class Keeper:
         now = time.monotonic()
         with self.lock:
             links = [{"host": l.key[0], "dest": l.key[1], "alive": l.alive(), "sessions": l.sessions,
-                      "idle_s": round(now - l.last_used, 1), "spares": sorted(l.spares)} for l in self.links.values()]
+                      "idle_s": round(now - l.last_used, 1), "spares": sorted(l.spares), "preparing": sorted(l.preparing)} for l in self.links.values()]
         return {"ok": True, "pid": os.getpid(), "links": links}
 
 

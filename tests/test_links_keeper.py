@@ -1,0 +1,234 @@
+"""Links kept warm between headless commands, over a real sshd with real keeper processes: the
+second command reuses the first one's SSH link (one login for both), a keeper killed with
+SIGKILL or a link cut on the host's side is replaced without a word to the user, `[links] keep`
+ends the keeper and its socket, `specdeck disconnect` ends a link now, another user can neither
+reach the socket nor, when the directory is opened to them, be served by it, an unknown host
+key is refused through the keeper with the same one line, and the console takes a warm link
+only when the keeper holds one.
+
+Each test has its own XDG_RUNTIME_DIR (so its own keeper); the keepers it started are killed at
+its end, found by that directory in their command line.
+"""
+
+import json
+import os
+import signal
+import socket
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers.waits import wait_for
+
+
+def keeper_pids(runtime_dir):
+    """Live keeper processes serving sockets under `runtime_dir`."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            cmdline = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
+            state = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z" and any(b"tui.keeper" in part for part in cmdline) and any(part.startswith(str(runtime_dir).encode()) for part in cmdline):
+            pids.append(int(entry))
+    return pids
+
+
+class Laptop:
+    """A laptop-side user of the loopback sshd with a runtime directory of its own."""
+
+    def __init__(self, sshd, home, runtime_dir, host_python):
+        self.sshd, self.home, self.runtime_dir, self.host_python = sshd, home, runtime_dir, host_python
+
+    def cli(self, *args, check=None, python=True):
+        extra = ("--python", self.host_python) if python and args[0] != "disconnect" else ()
+        return run_cli(args[0], *extra, *args[1:], home=self.home, env={"XDG_RUNTIME_DIR": str(self.runtime_dir)}, check=check)
+
+    def logins(self):
+        return self.sshd.log_text().count("Accepted publickey for %s " % self.sshd.user)
+
+    def sockets(self):
+        directory = self.runtime_dir / "specdeck"
+        return sorted(p.name for p in directory.iterdir() if p.name.endswith(".sock")) if directory.exists() else []
+
+    def status(self, monkeypatch):
+        monkeypatch.setenv("HOME", str(self.home))
+        monkeypatch.setenv("XDG_RUNTIME_DIR", str(self.runtime_dir))
+        from tui import links
+
+        return links.request({"op": "status"})
+
+
+@pytest.fixture
+def laptop_user(sshd, tmp_path, host_python):
+    runtime_dir = Path(tempfile.mkdtemp(prefix="sd-rt-"))  # short: a socket path holds ~107 bytes
+    home = sshd.client_home(tmp_path)
+    yield Laptop(sshd, home, runtime_dir, host_python)
+    for pid in keeper_pids(runtime_dir):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    wait_for(lambda: not keeper_pids(runtime_dir), 10, message="the test's keepers to die")
+
+
+def jobs_ok(laptop):
+    result = laptop.cli("jobs", "gpuhost", "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    return json.loads(result.stdout)
+
+
+def test_second_command_reuses_the_link(laptop_user, monkeypatch):
+    before = laptop_user.logins()
+    jobs_ok(laptop_user)
+    assert laptop_user.logins() == before + 1
+    [keeper] = keeper_pids(laptop_user.runtime_dir)
+    jobs_ok(laptop_user)
+    run = laptop_user.cli("run", "gpuhost", "--json", "--", "true", check=0)
+    assert json.loads(run.stdout)["id"]
+    assert laptop_user.logins() == before + 1  # three commands, one login
+    assert keeper_pids(laptop_user.runtime_dir) == [keeper]
+    [link] = laptop_user.status(monkeypatch)["links"]
+    assert link["host"] == "gpuhost" and link["alive"] and link["dest"].endswith(":%d" % laptop_user.sshd.port)
+
+
+def test_killed_keeper_is_replaced_and_the_next_command_says_nothing(laptop_user):
+    jobs_ok(laptop_user)
+    [killed] = keeper_pids(laptop_user.runtime_dir)
+    os.kill(killed, signal.SIGKILL)
+    wait_for(lambda: killed not in keeper_pids(laptop_user.runtime_dir), 10, message="the keeper to die")
+    assert laptop_user.sockets()  # the killed keeper's socket is still there, listened to by no one
+    jobs_ok(laptop_user)  # nothing on stderr
+    [replacement] = keeper_pids(laptop_user.runtime_dir)
+    assert replacement != killed
+
+
+def test_a_link_cut_on_the_host_side_is_replaced_without_an_error(laptop_user, host_user):
+    jobs_ok(laptop_user)
+    logins = laptop_user.logins()
+    # The keeper's SSH session on the host: kill it there, as a host reboot or a firewall would.
+    sessions = [pid for pid in host_user.pids() if Path("/proc/%d/cmdline" % pid).read_bytes().startswith(b"sshd:")]
+    assert sessions
+    for pid in sessions:
+        os.kill(pid, signal.SIGKILL)
+    jobs_ok(laptop_user)
+    assert laptop_user.logins() == logins + 1
+
+
+def test_keep_from_the_config_ends_the_keeper_and_its_socket(laptop_user, private_laptop_config):
+    (private_laptop_config / "specdeck").mkdir(parents=True)
+    (private_laptop_config / "specdeck" / "config.toml").write_text('[links]\nkeep = "2s"\n')
+    jobs_ok(laptop_user)
+    assert keeper_pids(laptop_user.runtime_dir) and laptop_user.sockets()
+    wait_for(lambda: not keeper_pids(laptop_user.runtime_dir), 30, message="the keeper to end after keep = 2s")
+    assert laptop_user.sockets() == []
+
+
+def test_disconnect_ends_the_link_now(laptop_user):
+    nothing = laptop_user.cli("disconnect", "gpuhost", check=0)
+    assert "nothing to close" in nothing.stdout
+    jobs_ok(laptop_user)
+    logins = laptop_user.logins()
+    closed = laptop_user.cli("disconnect", "gpuhost", "--json", check=0)
+    reply = json.loads(closed.stdout)
+    assert [c["host"] for c in reply["closed"]] == ["gpuhost"]
+    jobs_ok(laptop_user)
+    assert laptop_user.logins() == logins + 1  # the link was really gone: a new login
+    ended = laptop_user.cli("disconnect", check=0)
+    assert "ended the link keeper" in ended.stdout and "gpuhost" in ended.stdout
+    wait_for(lambda: not keeper_pids(laptop_user.runtime_dir), 10, message="the keeper to end")
+    assert laptop_user.sockets() == []
+
+
+def test_another_user_cannot_use_the_keeper(laptop_user, host_user, host_python):
+    jobs_ok(laptop_user)
+    [name] = laptop_user.sockets()
+    path = laptop_user.runtime_dir / "specdeck" / name
+    probe = (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "try:\n"
+        "    s.connect(sys.argv[1])\n"
+        "except OSError as exc:\n"
+        "    print('connect:', exc.strerror); sys.exit(0)\n"
+        "s.settimeout(10)\n"  # the keeper answers a stranger before reading a request
+        "print('reply:', s.makefile().readline().strip())\n"
+    )
+    assert host_user.run([host_python, "-c", probe, str(path)]).stdout.strip() == "connect: Permission denied"
+    # Opened to others by mistake: the keeper still serves only its own user (SO_PEERCRED)...
+    for directory in (laptop_user.runtime_dir, laptop_user.runtime_dir / "specdeck"):
+        directory.chmod(0o755)
+    path.chmod(0o777)
+    answered = host_user.run([host_python, "-c", probe, str(path)]).stdout.strip()
+    assert answered.startswith("reply: ")
+    reply = json.loads(answered[len("reply: "):])
+    assert reply["ok"] is False and "refused" in reply["error"]["message"]
+    # ...and a command of its own user refuses a directory others may open, in one line.
+    refused = laptop_user.cli("jobs", "gpuhost")
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("specdeck: refusing to keep links in") and "0755" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+
+
+def test_unknown_host_key_refused_through_the_keeper(sshd, tmp_path, host_python, laptop_user):
+    laptop_user.home = sshd.client_home(tmp_path, known_hosts=False)
+    known_hosts = laptop_user.home / ".ssh" / "known_hosts"
+    refused = laptop_user.cli("jobs", "gpuhost")
+    assert refused.returncode == 2
+    [line] = refused.stderr.strip().splitlines()
+    assert line.startswith("specdeck: unknown host key for") and sshd.host_fingerprint in line and "--accept-new" in line
+    assert known_hosts.read_text() == ""
+    again = laptop_user.cli("jobs", "gpuhost")  # the keeper holds nothing for that host: refused again
+    assert again.returncode == 2 and again.stderr == refused.stderr
+    accepted = laptop_user.cli("jobs", "gpuhost", "--accept-new")
+    assert accepted.returncode == 0, accepted.stderr
+    assert sshd.host_key_pub.split()[1] in known_hosts.read_text()
+
+
+def test_the_console_takes_the_keepers_link_only_when_warm(laptop_user, monkeypatch):
+    from tui.client import AgentClient
+    from tui.connection import link_factory
+    from tui.links import KeeperLink
+
+    monkeypatch.setenv("HOME", str(laptop_user.home))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(laptop_user.runtime_dir))
+    monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
+    cold = AgentClient(link_factory("gpuhost", python=laptop_user.host_python, keeper="warm")).start()
+    try:
+        assert not isinstance(cold.link, KeeperLink)
+        assert keeper_pids(laptop_user.runtime_dir) == []  # "warm" never starts a keeper
+    finally:
+        cold.close()
+    jobs_ok(laptop_user)
+    logins = laptop_user.logins()
+    warm = AgentClient(link_factory("gpuhost", python=laptop_user.host_python, keeper="warm")).start()
+    try:
+        assert isinstance(warm.link, KeeperLink)
+        assert warm.call("ping")["time"] > 0
+        assert laptop_user.logins() == logins
+    finally:
+        warm.close()
+
+
+def test_spare_relay_never_brings_a_stopped_daemon_back(laptop_user, host_user, monkeypatch):
+    from tests.conftest import daemon_pid
+
+    jobs_ok(laptop_user)
+    stopped = laptop_user.cli("daemon", "stop", "gpuhost", "--json", check=0)
+    assert json.loads(stopped.stdout)["was_running"] is True
+    state = host_user.home / ".cache" / "specdeck"
+    # The keeper prepares a spare relay after every command, the stop too: once it is done, no
+    # daemon runs (a spare never starts one).
+    wait_for(lambda: not laptop_user.status(monkeypatch)["links"][0]["preparing"], 30, message="the spare to be ready")
+    wait_for(lambda: daemon_pid(state) is None, 10, message="the daemon to stop")
+    sock = socket.socket(socket.AF_UNIX)
+    assert sock.connect_ex(str(state / "daemon.sock")) != 0
+    sock.close()
+    jobs_ok(laptop_user)  # a command starts it again, as without a keeper
+    assert daemon_pid(state) is not None
