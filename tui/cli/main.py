@@ -22,6 +22,8 @@
   specdeck gpus HOST [--since DURATION] [--alerts]   GPUs, CPU, memory, disks; a window of history
   specdeck notify HOST [--add URL | --list | --test]  where the host sends alerts (phone, chat)
   specdeck daemon stop HOST                stop the host's daemon (jobs keep running)
+  specdeck fleet [HOST ...] [--timeout S]  every host in one line, asked at once
+  specdeck disconnect [HOST]               end the warm link a headless command left open
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`.
 """
