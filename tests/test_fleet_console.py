@@ -39,19 +39,21 @@ async def test_the_fleet_pane_lists_every_host_and_a_host_that_is_down_fails_alo
     app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
     async with app.run_test(size=SIZE) as pilot:
         assert app.query_one(TabbedContent).active == "fleet"  # several hosts: the Fleet pane first
-        await wait_until(pilot, lambda: summarised(app, "alpha", "beta") and app.link_of("gamma").state == "failed",
-                         message="two hosts' summaries and the third's failure")
+        await wait_until(pilot, lambda: summarised(app, "alpha", "beta") and app.link_of("gamma").state == "reconnecting",
+                         message="two hosts' summaries, and the third tried again")
         await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", message="the rows drawn")
         rows = fleet_rows(app)
         beta = dict(zip(("shown",) + model.COLUMNS, rows["beta"]))
         assert beta["GPUS BUSY"].endswith("/8") and beta["MEM GiB"].endswith("/1123.2") and beta["HOTTEST"].endswith("°C")
         assert rows["alpha"][4].startswith("none (")  # no GPU on this machine: said, not zeros
-        assert rows["gamma"][2] == "failed" and rows["gamma"][4].startswith("cannot connect to gamma port 22")
+        assert rows["gamma"][2] == "reconnecting" and rows["gamma"][4].startswith(("next try in", "trying again now"))
         assert rows["alpha"][0] == "▶"  # the host the other panes show
-        await wait_until(pilot, lambda: app.header.fleet_text == "host 1 of 3 · 1 failed", message="the header's count")
-        await pilot.press("down", "down")  # the failed host selected: its whole reason under the table
-        await wait_until(pilot, lambda: "gamma: cannot connect to gamma port 22: Connection refused" in text_of(
+        await wait_until(pilot, lambda: app.header.fleet_text == "host 1 of 3 · 1 reconnecting", message="the header's count")
+        await pilot.press("down", "down")  # the host that is down selected: its whole reason under the table
+        await wait_until(pilot, lambda: "(cannot connect to gamma port 22: Connection refused)" in text_of(
             app.query_one("#fleet-detail")), message="gamma's reason in full")
+        fleet.down.discard("gamma")  # the host is back: it joins without a key pressed
+        await wait_until(pilot, lambda: summarised(app, "gamma"), timeout_s=30, message="gamma joined")
 
 
 async def test_enter_and_the_brackets_change_the_host_the_panes_show(fleet):

@@ -92,7 +92,8 @@ class SpecdeckApp(PaneHost):
         self.python = python
         self.accept_new = accept_new
         self._make_client = connect or self._open_client
-        self.links = [HostLink(name, self._connector(name), self.post_message) for name in names]
+        # With several hosts one that is away when the console opens is tried again until it is back.
+        self.links = [HostLink(name, self._connector(name), self.post_message, retry=len(names) > 1) for name in names]
         self.current = self.links[0]
         self.host = self.current.name
         self.connection_state = "connecting"
@@ -248,7 +249,9 @@ class SpecdeckApp(PaneHost):
         from .connection import open_client
 
         python = self.python(name) if callable(self.python) else self.python
-        return open_client(name, python=python, accept_new=ask_host_key, reconnect=True, on_state=on_state)
+        # A link the keeper holds warm (a headless command's, moments ago) is taken as it is;
+        # else the console connects itself, where its dialog can ask about a host key.
+        return open_client(name, python=python, accept_new=ask_host_key, reconnect=True, on_state=on_state, keeper="warm")
 
     def _ask_host_key(self, host_key):
         """Runs on the connecting thread: ask in a dialog and wait for the answer."""
@@ -346,11 +349,9 @@ class SpecdeckApp(PaneHost):
     def _show_rtt(self):
         self.header.rtt_s = self.current.rtt_s
         if self.fleet:
-            down = sum(1 for link in self.links if link.state == "failed")
-            away = sum(1 for link in self.links if link.state in ("connecting", "reconnecting"))
+            states = [link.state for link in self.links]
             parts = ["host %d of %d" % (self.links.index(self.current) + 1, len(self.links))]
-            parts += ["%d failed" % down] if down else []
-            parts += ["%d connecting" % away] if away else []
+            parts += ["%d %s" % (states.count(state), state) for state in ("failed", "reconnecting", "connecting") if state in states]
             self.header.fleet_text = " · ".join(parts)
 
     def action_reconnect(self):

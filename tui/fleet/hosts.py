@@ -11,12 +11,13 @@ A `HostLink` reports to the console through `post(message)` (the app's post_mess
 any thread); it never touches a widget.
 """
 
+import itertools
 import threading
 import time
 
 from remote.core.protocol import RemoteError
 
-from ..client import ConnectError
+from ..client import RETRY_INTERVALS_S, ConnectError
 from ..messages import ClientReady, ConnectionChanged
 
 SUMMARY_EVERY_S = 2.0
@@ -28,12 +29,16 @@ class HostLink:
     failed), `detail` (the client's: error, next try), `client` once connected, `summary` (the
     host's last `fleet.summary`, with `summary_at`, a monotonic time), `unseen_alerts`."""
 
-    def __init__(self, name, connect, post):
+    def __init__(self, name, connect, post, retry=False):
         """`connect(on_state)` returns a started AgentClient or raises ConnectError (see
-        tui/app.py, which binds the host's interpreter and host-key question)."""
+        tui/app.py, which binds the host's interpreter and host-key question). With `retry`
+        (a fleet) a first connection that fails is tried again as a dropped link is, backing off
+        to every 15 s, unless trying again cannot cure it (a host key, a refused login): a host
+        that was rebooting when the console opened joins when it is back."""
         self.name = name
         self._connect = connect
         self._post = post
+        self.retry = retry
         self.state = "connecting"
         self.detail = {}
         self.client = None
@@ -56,13 +61,24 @@ class HostLink:
         threading.Thread(target=self._run, args=(generation,), name="specdeck-host-%s" % self.name, daemon=True).start()
 
     def _run(self, generation):
-        try:
-            client = self._connect(lambda state, detail: self._on_state(generation, state, detail))
-        except ConnectError as exc:
-            if generation == self._generation and not self._closed.is_set():
+        for attempt in itertools.count(1):
+            started = time.monotonic()
+            try:
+                client = self._connect(lambda state, detail: self._on_state(generation, state, detail))
+                break
+            except ConnectError as exc:
+                if generation != self._generation or self._closed.is_set():
+                    return
                 # A message written for the CLI (a flag to pass) may have the console's own words.
-                self._on_state(generation, "failed", {"error": getattr(exc, "console_message", None) or str(exc)})
-            return
+                error = getattr(exc, "console_message", None) or str(exc)
+                if exc.permanent or not self.retry:
+                    self._on_state(generation, "failed", {"error": error})
+                    return
+                wait_s = max(0.0, started + RETRY_INTERVALS_S[min(attempt, len(RETRY_INTERVALS_S)) - 1] - time.monotonic())
+                self._on_state(generation, "reconnecting", {"error": error, "attempt": attempt, "next_try_at": time.time() + wait_s,
+                                                            "next_try_in_s": wait_s})
+                if self._closed.wait(wait_s):
+                    return
         if self._closed.is_set() or generation != self._generation:
             client.close()
             return
