@@ -13,22 +13,30 @@ import selectors
 import socket
 import subprocess
 import sys
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from remote.core.paths import package_argv
 
 from .client import AgentClient, ConnectError
-from .ssh_transport import (  # noqa: F401 (the errors and HostKey are part of this module's face)
-    CONNECT_TIMEOUT_S,
-    AuthenticationRefused,
-    HostKey,
-    HostKeyChanged,
-    HostKeyRevoked,
-    HostKeyUnknown,
-    close_transport,
-    open_transport,
-    parse_destination,
-)
+
+if TYPE_CHECKING:
+    from .ssh_transport import HostKey
+# The SSH side (tui/ssh_transport.py, and paramiko under it) is loaded when first used: a
+# command whose link comes from the keeper never needs it. Its errors, HostKey and
+# parse_destination are part of this module's face all the same.
+_FROM_SSH_TRANSPORT = frozenset((
+    "CONNECT_TIMEOUT_S", "AuthenticationRefused", "HostKey", "HostKeyChanged", "HostKeyRevoked", "HostKeyUnknown",
+    "close_transport", "open_transport", "parse_destination",
+))
+
+
+def __getattr__(name):
+    if name in _FROM_SSH_TRANSPORT:
+        from . import ssh_transport
+
+        return getattr(ssh_transport, name)
+    raise AttributeError("module %r has no attribute %r" % (__name__, name))
+
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +62,7 @@ class SSHLink:
     """
 
     def __init__(self, transport, python, agent_args=("relay",), owns_transport=True):
+        from . import ssh_transport
         from .bootstrap import UPLOAD, boot_command
 
         command, self._agent = boot_command(python, agent_args)
@@ -62,7 +71,7 @@ class SSHLink:
         self._booting = True
         self.transport = transport
         self.owns_transport = owns_transport
-        self.channel = transport.open_session(timeout=CONNECT_TIMEOUT_S)
+        self.channel = transport.open_session(timeout=ssh_transport.CONNECT_TIMEOUT_S)
         self.channel.exec_command(command)
 
     def settimeout(self, seconds):
@@ -101,6 +110,8 @@ class SSHLink:
             self.channel.close()
         finally:
             if self.owns_transport:
+                from .ssh_transport import close_transport
+
                 close_transport(self.transport)
 
     def failure(self):
@@ -186,7 +197,7 @@ def accept_all(host_key):
     return True
 
 
-def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] = refuse_unknown, keeper=None):
+def link_factory(host, python="python3", accept_new: Callable[["HostKey"], bool] = refuse_unknown, keeper=None):
     """A function that makes a new link to `host` each time it is called (for reconnects).
 
     `keeper`: None connects here, as always; "always" (headless commands) takes the link from
@@ -210,6 +221,8 @@ def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] =
             if link is not None:
                 return link
         if not resolved:
+            from .ssh_transport import parse_destination
+
             resolved.append(parse_destination(host))
         return connect_here(resolved[0], python, accept_new, reconnecting)
 
@@ -218,6 +231,8 @@ def link_factory(host, python="python3", accept_new: Callable[[HostKey], bool] =
 
 def open_link_transport(dest, accept_new, reconnecting=False):
     """An authenticated transport to `dest`; whatever goes wrong is a ConnectError of one line."""
+    from .ssh_transport import open_transport
+
     try:
         return open_transport(dest, accept_new, tcp_timeout=RECONNECT_TCP_TIMEOUT_S if reconnecting else None)
     except ConnectError:
@@ -238,6 +253,8 @@ def start_agent(transport, dest, python, agent_args=("relay",), owns_transport=T
 
 def connect_here(dest, python, accept_new, reconnecting=False):
     """A link made by this process: an SSH transport of its own and the agent's boot on it."""
+    from .ssh_transport import close_transport
+
     transport = open_link_transport(dest, accept_new, reconnecting)
     try:
         return start_agent(transport, dest, python)

@@ -42,6 +42,7 @@ log = logging.getLogger("tui.keeper")
 CHECK_S = 1.0
 EMPTY_GRACE_S = 5.0  # a keeper that holds no link waits this long for a command, then ends
 HEADER_TIMEOUT_S = 10.0
+LOCK_WAIT_S = 5.0
 CHUNK_BYTES = 65536
 
 
@@ -53,10 +54,8 @@ def main(argv):
     os.umask(0o077)
     os.chdir("/")
     lock = open(path + ".lock", "a")
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return 0  # another keeper just started for the same socket: the command reaches that one
+    if not take_lock(lock, path):
+        return 0  # another keeper runs for this socket: the command reaches that one
     try:
         os.unlink(path)  # a killed keeper's socket: no one listens on it any more
     except FileNotFoundError:
@@ -67,6 +66,10 @@ def main(argv):
     from .cli.common import setup_logging
 
     setup_logging(0, to_stderr=False)
+    leave_out_invoke()
+    # The agent's zipapp is built (tens of ms, mostly zlib, which lets go of the GIL) while the
+    # first command's SSH connection is being made, not after it.
+    threading.Thread(target=_build_agent, name="keeper-build", daemon=True).start()
     keeper = Keeper(listener, path)
     signal.signal(signal.SIGTERM, lambda *_: keeper.stop())
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
@@ -77,6 +80,41 @@ def main(argv):
         keeper.end()
         lock.close()
     os._exit(0)  # the links' threads are not waited for
+
+
+def take_lock(lock, path):
+    """The keeper's lock for `path`. Held by a keeper that is ending (its socket already gone),
+    it is waited for: that one is about to exit. Held by one that listens: False."""
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if os.path.exists(path) or time.monotonic() > deadline:
+                return False
+            time.sleep(0.01)
+
+
+def _build_agent():
+    from .bootstrap import build_agent
+
+    build_agent()
+
+
+def leave_out_invoke():
+    """paramiko imports `invoke` (with asyncio, yaml and unittest.mock: 80 ms of a cold command)
+    only to run `Match exec` lines of ~/.ssh/config; without such a line (or an Include, which
+    might hold one) it is left out, and paramiko reads the config as before."""
+    import re
+
+    try:
+        with open(os.path.join(os.path.expanduser("~"), ".ssh", "config"), errors="replace") as f:
+            text = f.read()
+    except OSError:
+        text = ""
+    if not re.search(r"^\s*(match\b.*\bexec\b|include\b)", text, re.I | re.M):
+        sys.modules.setdefault("invoke", None)  # `import invoke` then raises ImportError, which paramiko expects
 
 
 class Spare:
@@ -109,6 +147,7 @@ class HostLink:
         self.sessions = 0
         self.last_used = time.monotonic()
         self.lock = threading.Lock()
+        self.spare_ready = threading.Condition(self.lock)  # a spare's preparation ended
 
     def alive(self):
         return self.transport is not None and self.transport.is_active()
@@ -216,7 +255,9 @@ class Keeper:
             elif op == "disconnect":
                 self.reply(conn, self.disconnect(header.get("host")))
                 if self.ending.is_set():
-                    self.stop()
+                    conn.close()
+                    self.end()
+                    os._exit(0)  # now, not at the loop's next turn: a keeper started next waits for our lock
             elif op == "status":
                 self.reply(conn, self.status())
             else:
@@ -317,6 +358,8 @@ class Keeper:
                 link.transport = None
                 link.dest = dest
                 link.transport = open_link_transport(dest, lambda host_key: accept_new or host_key.fingerprint == fingerprint)
+            # A spare on its way is nearer than a new channel: back-to-back commands wait for it.
+            link.spare_ready.wait_for(lambda: python not in link.preparing, HELLO_TIMEOUT_S)
             spare = link.spares.pop(python, None)
             if spare is not None:
                 if spare.usable():
@@ -348,6 +391,7 @@ class Keeper:
                     spare.close()
                 else:
                     link.spares[python] = spare
+            link.spare_ready.notify_all()
 
     # -- ending links
 

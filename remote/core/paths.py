@@ -17,7 +17,6 @@ last session ends, and the daemon must outlive sessions.)
 import os
 import stat
 import sys
-import tempfile
 
 SOCKET_NAME = "daemon.sock"
 SOCKET_DIR_NOTE = "socket-dir"  # in the state directory: where the socket lives when not there
@@ -105,6 +104,8 @@ def _noted_socket_dir(note):
 
 
 def socket_path():
+    import tempfile  # only for a deep state directory; the console's commands import this module too
+
     state = state_dir()
     path = os.path.join(state, SOCKET_NAME)
     # sun_path holds 107 bytes; a deep state directory puts the socket in a private place in TMPDIR.

@@ -18,7 +18,6 @@ the client's info on stderr, -vv everything including paramiko's.
 
 import json
 import logging
-import logging.handlers
 import os
 import re
 import sys
@@ -186,6 +185,29 @@ class _QuietParamiko(logging.Filter):
         return not record.name.startswith("paramiko")
 
 
+class _LogFile(logging.Handler):
+    """The rotating log file, made at its first record: most commands log nothing, and
+    logging.handlers (with socket, pickle, queue) is not worth importing for nothing."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+        self.file = None
+
+    def emit(self, record):
+        if self.file is None:
+            import logging.handlers
+
+            self.file = logging.handlers.RotatingFileHandler(self.path, maxBytes=1 << 20, backupCount=1, delay=True)
+            self.file.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+        self.file.handle(record)
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+        super().close()
+
+
 def setup_logging(verbosity=0, to_stderr=True):
     """Warnings to the log file (opened on the first record); -v: info on stderr, -vv: debug."""
     root = logging.getLogger()
@@ -193,8 +215,7 @@ def setup_logging(verbosity=0, to_stderr=True):
     path = log_path()
     try:
         os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        to_file = logging.handlers.RotatingFileHandler(path, maxBytes=1 << 20, backupCount=1, delay=True)
-        to_file.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
+        to_file = _LogFile(path)
         to_file.setLevel(logging.WARNING if not verbosity else logging.DEBUG)
         root.addHandler(to_file)
     except OSError:
