@@ -6,6 +6,7 @@
   supervise DIR    internal: lead one job's process group and record its exit
   download SPEC, download-plan SPEC, verify SPEC   the download job's steps
   serving-bench SPEC   the A/B benchmark job (baseline server, then speculative)
+  node-sample      a cluster node's GPUs, one JSON line a sample (a step of a Slurm job)
   wire-reference   print the wire's reference (every method, frame and error type)
 """
 
@@ -46,6 +47,10 @@ def main(argv):
         from .serving import bench
 
         return bench.main(argv)
+    if command == "node-sample":
+        from .telemetry import node_sample
+
+        return node_sample.main(rest)
     if command == "wire-reference":
         from .core.wire import reference
 
