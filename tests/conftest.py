@@ -14,6 +14,7 @@ from remote.core.protocol import FrameReader
 
 from tests.fleet_fixtures import *  # noqa: F401,F403
 from tests.hub_fixtures import hub  # noqa: F401
+from tests.slurm_fixtures import *  # noqa: F401,F403
 from tests.sshd_fixtures import *  # noqa: F401,F403
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
