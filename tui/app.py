@@ -12,12 +12,14 @@ own requests in workers (tui/pane.py). Alerts of every host reach the desktop wi
 host's name.
 """
 
+import asyncio
 import os
 import threading
 
 from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
+from textual.css.query import NoMatches
 from textual.screen import ModalScreen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
@@ -100,6 +102,7 @@ class SpecdeckApp(PaneHost):
         self.pane_classes = PANES
         self.fleet = len(self.links) > 1  # the Fleet pane, first, with more than one host
         self._quitting = threading.Event()
+        self._remakes = 0  # host switches made: a newer one ends an older one's pane making
         self.header = ConnectionHeader(self.host, id="header")
 
     # ------------------------------------------------------------------ layout
@@ -109,15 +112,15 @@ class SpecdeckApp(PaneHost):
         yield self._pane_tabs()
         yield KeyBar()
 
-    def _pane_tabs(self, initial=""):
-        tabs = []
-        if self.fleet:
-            tabs.append(TabPane("0 Fleet", FleetPane(), id=pane_id(FleetPane)))
-        for number, pane_class in enumerate(self.pane_classes, 1):
-            tabs.append(TabPane("%d %s" % (number, pane_class.PANE_TITLE), pane_class(), id=pane_id(pane_class)))
+    def _pane_tabs(self, initial="", only=None):
+        """The tabs, each with its pane; with `only` (a tab id), the other tabs empty for now."""
+        classes = ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes)
         content = TabbedContent(id="panes", initial=initial)
-        for tab in tabs:
-            content.compose_add_child(tab)  # as `with TabbedContent():` would in compose
+        for number, pane_class in enumerate(classes, 0 if self.fleet else 1):
+            tab_id = pane_id(pane_class)
+            children = [pane_class()] if only in (None, tab_id) else []
+            # As `with TabbedContent():` would in compose.
+            content.compose_add_child(TabPane("%d %s" % (number, pane_class.PANE_TITLE), *children, id=tab_id))
         return content
 
     def on_mount(self):
@@ -181,14 +184,42 @@ class SpecdeckApp(PaneHost):
         self.refresh_bindings()
 
     async def _remake_panes(self, tab):
-        await self.query_one(TabbedContent).remove()
-        await self.mount(self._pane_tabs(initial=tab), after=self.header)
+        """The panes of the host now shown: the tab on screen first, so it is there at once, then
+        the others one per turn of the event loop (a key pressed meanwhile is answered between
+        them); the host's job events once every pane is there to hear them. A newer switch
+        ends an older one's making."""
+        self._remakes += 1
+        remake = self._remakes
+        try:
+            await self.query_one(TabbedContent).remove()
+        except NoMatches:
+            return  # the console is closing
+        await self.mount(self._pane_tabs(initial=tab, only=tab), after=self.header)
         self.activate(tab)
+        self._client_ready_to(self.query(Pane))
+        self.call_later(self._mount_next_pane, remake)
+
+    async def _mount_next_pane(self, remake):
+        if remake != self._remakes or not self.is_running:
+            return
+        classes = {pane_id(c): c for c in ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes)}
+        empty = next((tab for tab in self.query(TabPane) if tab.id in classes and not tab.query(Pane)), None)
+        if empty is not None:
+            pane = classes[empty.id]()
+            await empty.mount(pane)
+            if self.query_one(TabbedContent).active == empty.id:  # its tab was chosen before it was there
+                self.activate(empty.id)
+            self._client_ready_to([pane])
+            self.call_later(self._mount_next_pane, remake)
+            return
+        if self.client is not None:
+            self.follow_job_events()
+
+    def _client_ready_to(self, panes):
         if self.client is not None:
             hello = self.current.hello
-            for pane in self.query(Pane):
+            for pane in panes:
                 pane.post_message(ClientReady(hello.get("hostname", ""), hello.get("user", ""), host=self.current.name))
-            self.follow_job_events()
 
     def _show_header(self, link):
         header = self.header
