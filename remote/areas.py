@@ -12,6 +12,7 @@ AREAS = (
     "remote.downloads.methods",
     "remote.serving.methods",
     "remote.telemetry.methods",
+    "remote.slurm.nodes",  # a Slurm job's nodes, sampled on the nodes (into telemetry)
     "remote.training.methods",
     "remote.notify.methods",
     "remote.fleet.methods",

@@ -3,8 +3,9 @@ sleeps: a GPU idle while the job holding it still runs (a stalled training, a hu
 GPU memory close to full, heat, throttling, and a job that ends with a non-zero code.
 
 Each alert names its kind (`kind`, and `title` as a person reads it: `download failed`, `GPU
-temperature`) and its source (`source`: `GPU 2`, `job j7`, `download j4`), and its `message`
-says both: `download j4: verification failed (2 files differ: ...)`, `GPU 2: temperature 91 °C`.
+temperature`) and its source (`source`: `GPU 2`, `job j7`, `download j4`, `n2 GPU 5` for a GPU
+of a cluster job's node), and its `message` says both: `download j4: verification failed (2
+files differ: ...)`, `GPU 2: temperature 91 °C`, `n2 GPU 5: idle 12 min while j9 runs, ...`.
 
 Each rule has a threshold and a duration (the condition must hold that long); the console
 sends the per-host settings with `telemetry.configure` and they are kept in the state
@@ -85,6 +86,8 @@ def alert_source(alert):
     if alert["kind"] == "job_failed":
         kind = alert.get("job_kind") or "command"
         return "%s %s" % (JOB_WORDS.get(kind, kind), alert.get("job_id"))
+    if alert.get("node"):
+        return "%s GPU %s" % (alert["node"], alert.get("gpu_index"))
     return "GPU %s" % alert.get("gpu_index")
 
 
@@ -212,11 +215,13 @@ class AlertLog:
 
 
 class AlertRules:
-    """Evaluates the rules on each sample and on job events; `check()` returns new records."""
+    """Evaluates the rules on each sample and on job events; `check()` returns new records. The
+    rules of a cluster job's node (`node`: its name) name the node in each alert."""
 
-    def __init__(self, log, settings):
+    def __init__(self, log, settings, node=None):
         self.log = log
         self.settings = settings
+        self.node = node
         self._since = {}  # (rule, gpu index) -> (time the condition began, job id)
         self._open = {}  # (rule, gpu index) -> the fired alert
         self._counter = 0
@@ -226,6 +231,8 @@ class AlertRules:
         alert = {"id": "a%d-%d" % (int(now * 1000), self._counter), "kind": kind, "started_at": started_at, "fired_at": now,
                  "ended_at": None}
         alert.update(fields)
+        if self.node:
+            alert["node"] = self.node
         alert["source"] = alert_source(alert)
         alert["title"] = alert_title(alert)
         alert["message"] = alert_text(alert)

@@ -27,11 +27,14 @@ def sampler(call):
     return call.service(TelemetrySampler.name)
 
 
-def _query(call, name, host, gpu, start, end, resolution_s):
-    """The series of `name` for the host, or for the GPUs (one when `gpu` is an index)."""
+def _query(call, name, host, gpu, start, end, resolution_s, node=None):
+    """The series of `name` for the host, or for the GPUs (one when `gpu` is an index); those of
+    a cluster job's node when `node` names it (its series carry the node's name), else the host's own."""
     labels = dict(HOST_LABELS) if host else ({} if gpu is None else {"gpu": str(gpu)})
+    if node is not None:
+        labels["node"] = node
     found, used = feed_wire.query_history(call, TelemetrySampler.name, name, labels, start, end, resolution_s)
-    return [s for s in found if host or "gpu" in s["labels"]], used
+    return [s for s in found if (host or "gpu" in s["labels"]) and s["labels"].get("node") == node], used
 
 
 @method("telemetry.latest")
@@ -46,7 +49,11 @@ def telemetry_latest(call):
     nvlink_count, nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s, ecc_corrected_errors,
     ecc_uncorrected_errors, xid_errors, last_xid, lost?}], processes: [{pid, gpu_index,
     memory_bytes, kind, job_id, command, started_at} or {pid, gpu_index, memory_bytes, kind,
-    other_namespace: true}], age_s, stale, error?}`. A field the GPU or driver does not report is
+    other_namespace: true}], nodes: {name: node}, age_s, stale, error?}`. `nodes`: the nodes of
+    the running cluster jobs, each sampled on the node by a step of its job (remote/slurm/nodes.py):
+    `{node, job_id, slurm_job_id, job_gpus, time, host, nvml, gpus, processes (with slurm_job_id
+    in place of job_id), age_s, stale, error}`, `error` saying why a node has no current figures
+    (its sampling step refused or ended); absent while no cluster job runs. A field the GPU or driver does not report is
     null; rates are null in the first sample. `age_s`: seconds since the sample was taken (at
     this reply); `stale`: older than the sampling interval plus its 2 s deadline (the sampler is
     failing or stuck: `error` says why), so the figures are not current."""
@@ -67,7 +74,9 @@ def telemetry_follow(call):
     """Stream the samples, once a second. Params: `stream`, `after` (a seq; absent: from now).
     Frames: first `{snapshot: sample (as telemetry.latest), records: []}`; then `{records:
     [delta]}`, each delta holding `time` and only what changed: `host` (changed keys), `nvml`,
-    `gpus` ([{index, changed keys}]), `processes` (the whole list, when it changed); a delta
+    `gpus` ([{index, changed keys}]), `processes` (the whole list, when it changed), `nodes`
+    ({name: that node's delta, its own changed fields (age_s, error, ...) included; null: the
+    node is gone}); a delta
     with `full: true` is a whole sample (the set of GPUs changed). remote/telemetry/sample.py
     `apply_delta` rebuilds the sample. Every delta carries `age_s` and `stale`; when sampling
     fails or hangs, a delta with `stale: true`, `age_s` and `error` and nothing else comes (again
@@ -82,40 +91,46 @@ def telemetry_history(call):
     temperature_c, power_w, sm_clock_mhz, memory_clock_mhz, pcie_rx_bytes_per_s,
     pcie_tx_bytes_per_s, nvlink_rx_bytes_per_s, nvlink_tx_bytes_per_s; or a host series:
     cpu_percent, memory_used_bytes, load_1m, network_rx_bytes_per_s, network_tx_bytes_per_s
-    with `host: true`), `gpu` (one index; default all), `start`/`end` or `since_s` (default the
-    last hour), `resolution_s` (default: about 500 points). Reply: `{metric, resolution_s,
-    series: [{gpu_index, points: [[time, min, mean, max], ...]}]}` (`gpu_index` null for the host)."""
+    with `host: true`), `gpu` (one index; default all), `node` (a cluster job's node: its GPUs or
+    its host figures; default this host's), `start`/`end` or `since_s` (default the last hour),
+    `resolution_s` (default: about 500 points). Reply: `{metric, resolution_s, node, series:
+    [{gpu_index, points: [[time, min, mean, max], ...]}]}` (`gpu_index` null for the host)."""
     metric = call.param("metric", str, required=True)
     host = call.param("host", bool, False)
+    node = call.param("node", str)
     if metric not in (HOST_SERIES if host else GPU_SERIES):
         raise BadRequest("no %s series %r (there are: %s)" % ("host" if host else "GPU", metric, ", ".join(HOST_SERIES if host else GPU_SERIES)))
     start, end = feed_wire.history_window(call)
-    found, resolution_s = _query(call, metric, host, call.param("gpu", int), start, end, call.param("resolution_s", float))
+    found, resolution_s = _query(call, metric, host, call.param("gpu", int), start, end, call.param("resolution_s", float), node)
     series = [{"gpu_index": None if host else int(s["labels"]["gpu"]), "points": s["points"]} for s in found]
     series.sort(key=lambda s: -1 if s["gpu_index"] is None else s["gpu_index"])
-    return {"metric": metric, "resolution_s": resolution_s, "series": series}
+    return {"metric": metric, "resolution_s": resolution_s, "node": node, "series": series}
 
 
 @method("telemetry.samples")
 def telemetry_samples(call):
     """Every sample of a window at the store's resolution (1 s for the last 6 hours, then 10 s,
     then 1 min; coarser where the window would exceed 2,000 samples). Params: `start`/`end` or
-    `since_s`. Reply: `{resolution_s, samples: [record]}`, each record shaped as
-    `telemetry.latest` with the stored fields (bucket means), names and totals from the latest
-    sample, and no processes."""
+    `since_s`, `node` (a cluster job's node; default this host). Reply: `{resolution_s, node,
+    samples: [record]}`, each record shaped as `telemetry.latest` with the stored fields (bucket
+    means), names and totals from the latest sample, and no processes."""
     start, end = feed_wire.history_window(call)
+    node = call.param("node", str)
     resolution_s = max(1.0, (end - start) / SAMPLES_MAX)
     host_series, gpu_series, used = {}, {}, resolution_s
     for name in HOST_SERIES:
-        found, used = _query(call, name, True, None, start, end, resolution_s)
+        found, used = _query(call, name, True, None, start, end, resolution_s, node)
         for series in found:
             host_series[name] = series["points"]
     for name in GPU_SERIES:
-        found, used = _query(call, name, False, None, start, end, resolution_s)
+        found, used = _query(call, name, False, None, start, end, resolution_s, node)
         for series in found:
             gpu_series[(int(series["labels"]["gpu"]), name)] = series["points"]
-    samples = samples_from_series(host_series, gpu_series, sampler(call).latest_sample())
-    return {"resolution_s": used, "samples": samples}
+    latest = sampler(call).latest_sample()
+    if node is not None:
+        latest = ((latest or {}).get("nodes") or {}).get(node)
+    samples = samples_from_series(host_series, gpu_series, latest)
+    return {"resolution_s": used, "node": node, "samples": samples}
 
 
 @method("telemetry.configure")

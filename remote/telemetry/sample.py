@@ -3,6 +3,10 @@ stream, the series it adds to the history store, and the way back from the store
 
 Both sides import this module: the host builds deltas with `delta()`, the console rebuilds
 the full sample with `apply_delta()`, so the two can never disagree about the format.
+
+A sample may carry `nodes`: {node name: a sample of the same shape (host, nvml, gpus, processes,
+time) taken on a node of a cluster job, with its job, age and error}. Its delta is a delta per
+node that changed (null for a node gone); its series carry the node in their labels.
 """
 
 # Digits kept per field: enough for a screen or a chart, no noise on the wire.
@@ -56,6 +60,21 @@ def delta(previous, current):
         out["gpus"] = gpus
     if previous["processes"] != current["processes"]:
         out["processes"] = current["processes"]
+    old_nodes, new_nodes = previous.get("nodes") or {}, current.get("nodes") or {}
+    if old_nodes != new_nodes:
+        out["nodes"] = {name: node_delta(old_nodes.get(name), node) for name, node in new_nodes.items() if old_nodes.get(name) != node}
+        out["nodes"].update((name, None) for name in old_nodes if name not in new_nodes)
+    return out
+
+
+SAMPLE_KEYS = ("time", "host", "nvml", "gpus", "processes", "nodes", "full")
+
+
+def node_delta(previous, current):
+    """A node's delta: as a sample's, with the node's own fields (job, age, error) that changed."""
+    out = delta(previous, current)
+    if not out.get("full"):
+        out.update((key, value) for key, value in current.items() if key not in SAMPLE_KEYS and previous.get(key, _ABSENT) != value)
     return out
 
 
@@ -82,18 +101,35 @@ def apply_delta(sample, change):
         out["gpus"] = [dict(gpu, **by_index[gpu["index"]]) if gpu["index"] in by_index else gpu for gpu in sample["gpus"]]
     if "processes" in change:
         out["processes"] = change["processes"]
+    if "nodes" in change:
+        nodes = dict(sample.get("nodes") or {})
+        for name, node in change["nodes"].items():
+            if node is None:
+                nodes.pop(name, None)
+            else:
+                nodes[name] = apply_node_delta(nodes.get(name), node)
+        out["nodes"] = nodes
     return out
 
 
-def series_points(sample):
-    """[(source, name, labels, value)] of one sample for the history store (absent values skipped)."""
+def apply_node_delta(node, change):
+    """A node's sample after its delta (node_delta), its own fields included."""
+    out = apply_delta(node, change)
+    out.update((key, value) for key, value in change.items() if key not in SAMPLE_KEYS)
+    return out
+
+
+def series_points(sample, node=None):
+    """[(source, name, labels, value)] of one sample for the history store (absent values skipped);
+    a node's sample (`node`: its name) has the node in its GPUs' labels and its host's."""
     points = []
     host = sample["host"]
+    extra = {"node": node} if node else {}
     for name in HOST_SERIES:
         if host.get(name) is not None:
-            points.append((HOST_SOURCE, name, {}, host[name]))
+            points.append((HOST_SOURCE, name, dict(extra), host[name]))
     for gpu in sample["gpus"]:
-        labels = {"gpu": str(gpu["index"])}
+        labels = dict(extra, gpu=str(gpu["index"]))
         for name in GPU_SERIES:
             if gpu.get(name) is not None:
                 points.append((GPU_SOURCE, name, labels, gpu[name]))

@@ -8,6 +8,11 @@ the service, the topic, the history source and the wire methods.
 
 It records while no console is connected. A host without NVML (no driver, no nvidia-ml-py)
 still gets its CPU, memory, load, network and disk figures, with the reason in `nvml.reason`.
+
+The GPUs of other machines, the nodes of a cluster job, are sampled on those machines by the
+service named `nodes` (remote/slurm/nodes.py), which records their series (labelled by node) and
+runs their alerts; each sample here carries the latest of each node under `nodes`, so the one
+stream shows the host and the nodes.
 """
 
 import json
@@ -31,6 +36,7 @@ DOWNLOAD_DIRS_REFRESH_S = 60.0
 SETTINGS_FILE = "settings.json"
 SOURCE_KEY = "host"  # the one source: this host and its GPUs
 HOST_LABELS = {"device": "host"}  # host series beside the GPUs' {"gpu": index} under one source name
+NODES_SERVICE = "nodes"  # the service that samples a cluster job's nodes, when the daemon runs one
 
 
 def load_settings(directory):
@@ -167,7 +173,17 @@ class TelemetrySampler(Feed):
                 held += [(reader.index,) + process for process in reader.processes()]
         described = self.mapper.describe_all({pid for _, pid, _, _ in held}, now_monotonic)
         processes = [dict(described[pid], gpu_index=index, memory_bytes=memory, kind=kind) for index, pid, memory, kind in held]
-        return {"time": round(now, 3), "host": host, "nvml": self._nvml_state, "gpus": gpus, "processes": processes}
+        sample = {"time": round(now, 3), "host": host, "nvml": self._nvml_state, "gpus": gpus, "processes": processes}
+        nodes = self._node_samples()
+        if nodes:  # only while a cluster job runs; a delta says when a node is gone
+            sample["nodes"] = nodes
+        return sample
+
+    def _node_samples(self):
+        """{node: its latest sample with its job, age and error} of the cluster jobs' nodes."""
+        services = getattr(self.daemon, "services", None)
+        nodes = services.get(NODES_SERVICE) if services is not None else None
+        return nodes.node_samples() if nodes is not None else {}
 
     def _open_nvml(self):
         self._nvml_tried_at = time.monotonic()
