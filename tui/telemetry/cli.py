@@ -1,6 +1,7 @@
 """GPU telemetry from the command line: `specdeck gpus HOST [--json] [--since DURATION]`, the
 latest sample, or every sample of a window at the history store's resolution; and the alerts
-that fired (`--alerts`)."""
+that fired (`--alerts`). `--job J` / `--node N`: the GPUs of a Slurm job's nodes, sampled on the
+nodes themselves (remote/slurm/nodes.py), in place of the host's."""
 
 import time
 
@@ -27,6 +28,8 @@ def add_commands(commands):
     p.add_argument("host")
     p.add_argument("--since", metavar="DURATION", help="every sample of the last DURATION (10m, 8h, 2d) from the host's history")
     p.add_argument("--alerts", action="store_true", help="the alerts that fired (with --since: in that window)")
+    p.add_argument("--job", metavar="JOB", help="the GPUs of this Slurm job's nodes (its id here, or its Slurm id)")
+    p.add_argument("--node", metavar="NODE", help="the GPUs of this node of a running Slurm job")
 
 
 def cmd_gpus(args):
@@ -37,6 +40,8 @@ def cmd_gpus(args):
         alerts = client.call("telemetry.alerts", params)["alerts"]
         emit(args, {"alerts": alerts}, lambda: "\n".join(alert_text(a) for a in alerts) or "no alerts")
         return 0
+    if args.job or args.node:
+        return show_nodes(args, client, since_s)
     if since_s is None:
         sample = client.call("telemetry.latest")
         emit(args, sample, lambda: format_sample(sample))
@@ -44,6 +49,57 @@ def cmd_gpus(args):
     reply = client.call("telemetry.samples", {"since_s": since_s}, timeout=120)
     emit(args, {"samples": reply["samples"]}, lambda: format_samples(reply["samples"], reply["resolution_s"]))
     return 0
+
+
+def chosen_nodes(nodes, job, node):
+    """{name: sample} of the nodes asked for: those of `job` (its id or its Slurm id), or `node`."""
+    return {name: sample for name, sample in nodes.items()
+            if (node is None or name == node) and (job is None or job in (sample.get("job_id"), sample.get("slurm_job_id")))}
+
+
+def show_nodes(args, client, since_s):
+    asked = " and ".join(filter(None, ["job %s" % args.job if args.job else None, "node %s" % args.node if args.node else None]))
+    nodes = chosen_nodes(client.call("telemetry.latest").get("nodes") or {}, args.job, args.node)
+    if since_s is not None:
+        # Ended jobs' nodes are in the history store still: a node named outright is asked for as it is.
+        names = sorted(nodes) or ([args.node] if args.node else [])
+        if not names:
+            raise CommandError("no running Slurm job's node matches %s (a job's nodes are named while it runs; --node N asks the history)" % asked)
+        windows = {name: client.call("telemetry.samples", {"since_s": since_s, "node": name}, timeout=120) for name in names}
+        emit(args, {"nodes": {name: reply["samples"] for name, reply in windows.items()}},
+             lambda: "\n\n".join("node %s\n%s" % (name, format_samples(reply["samples"], reply["resolution_s"])) for name, reply in windows.items()))
+        return 0
+    if not nodes:
+        raise CommandError("no running Slurm job's node matches %s (specdeck jobs HOST shows where its job runs)" % asked)
+    emit(args, {"nodes": nodes}, lambda: "\n\n".join(format_node(name, nodes[name]) for name in sorted(nodes)))
+    return 0
+
+
+def format_node(name, node):
+    """One node of a Slurm job: a head line (its job, its age, why it has no current figures),
+    then its host figures, GPUs and processes as the host's are shown."""
+    head = "node %s  job %s (Slurm %s)" % (name, node.get("job_id"), node.get("slurm_job_id"))
+    if node.get("age_s") is not None:
+        head += "  sampled %d s ago" % node["age_s"]
+    lines = [head]
+    if node.get("error"):
+        lines.append("not current: %s" % node["error"])
+    if node.get("time") is None:
+        return "\n".join(lines)
+    processes = [dict(p, job_id=node.get("job_id") if p.get("slurm_job_id") == node.get("slurm_job_id") else None)
+                 for p in node.get("processes") or ()]
+    body = format_sample(dict(node, processes=processes, stale=False)).splitlines()
+    return "\n".join(lines + ["node" + line[4:] if line.startswith("host  ") else line for line in body])
+
+
+def nodes_lines(nodes):
+    """The running Slurm jobs' nodes, a line each, under the host's figures."""
+    lines = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        lines.append("node %-10s job %s (Slurm %s)  %s%s" % (name, node.get("job_id"), node.get("slurm_job_id"), model.node_summary(node),
+                                                           "  (%s)" % node["error"] if node.get("error") else ""))
+    return lines + ["(--job JOB or --node NODE shows a node's GPUs)"] if lines else []
 
 
 def format_host(host, nvml):
@@ -93,6 +149,8 @@ def format_sample(sample):
             shown["command"] = shown["command"][:60]
             rows.append(tuple(shown[key] for _, key in PROCESS_COLUMNS))
         lines += _table(rows)
+    if sample.get("nodes"):
+        lines += [""] + nodes_lines(sample["nodes"])
     return "\n".join(lines)
 
 

@@ -81,3 +81,15 @@ def process_figures(process, now):
     started = process.get("started_at")
     return dict(shown, job=process.get("job_id") or "-", runtime=display.format_duration(now - started) if started else "-",
                 command=process.get("command") or "")
+
+
+def node_summary(node):
+    """A Slurm job's node in a few words: `8 GPUs 97% 120/141G`, `no figures` when it has none."""
+    gpus = node.get("gpus") or []
+    if not gpus:
+        return "no figures" if node.get("error") else "no GPUs"
+    utilization = [g["utilization_percent"] for g in gpus if g.get("utilization_percent") is not None]
+    used = sum(g.get("memory_used_bytes") or 0 for g in gpus)
+    total = sum(g.get("memory_total_bytes") or 0 for g in gpus)
+    mean = whole(sum(utilization) / len(utilization), "%") if utilization else "-"
+    return "%d GPU%s %s %s/%sG" % (len(gpus), "" if len(gpus) == 1 else "s", mean, gib(used, 0), gib(total, 0) if total else "-")

@@ -2,6 +2,10 @@
 history chart of one metric over a window (a minute to a week, from the host's history store),
 and the GPU processes with the job that owns each. Alerts fired on the host ring the bell.
 
+While a Slurm job runs, its nodes' GPUs come in the same samples (`nodes`, sampled on each node
+by a step of the job): a line names the job's nodes with their figures (or why a node has none),
+and `n` shows one node's GPUs, processes and chart in place of the host's, and back.
+
 Samples come from the `telemetry.follow` stream (deltas rebuilt on the client's thread); the
 chart is seeded from `telemetry.history` when the metric or window changes, then grows with
 the stream (windows up to an hour) or is asked again once a minute (longer ones). Alerts are
@@ -22,7 +26,7 @@ from .. import display
 from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..widgets.chart import TimeChart
-from .rows import gpu_row, host_line, process_lines
+from .rows import gpu_row, host_line, nodes_line, process_lines
 
 # (key word, sample field, chart label, scale to the chart's unit)
 METRICS = (
@@ -58,9 +62,11 @@ class GpusPane(Pane):
     BINDINGS = [
         Binding("m", "next_metric", "metric", tooltip="chart another metric: utilisation, memory, power, temperature, PCIe"),
         Binding("w", "next_window", "window", tooltip="chart another window: 1 min, 10 min, 1 h, 6 h, 1 day, 1 week"),
+        Binding("n", "next_node", "node", tooltip="show the GPUs of the next node of a Slurm job (then this host again)"),
     ]
     DEFAULT_CSS = """
     GpusPane #gpu-host { height: auto; }
+    GpusPane #gpu-nodes { height: auto; }
     GpusPane #gpu-rows { height: auto; }
     GpusPane #gpu-chart { height: 1fr; min-height: 5; }
     GpusPane #gpu-processes { height: auto; max-height: 4; color: $text-muted; }
@@ -78,9 +84,11 @@ class GpusPane(Pane):
         self._alerts = None
         self._queried_at = None
         self._charting_host = False  # the chart shows the host's CPU and memory (no GPUs)
+        self.node = None  # the Slurm job's node shown, None: this host
 
     def compose(self):
         yield Static(Text("connecting…"), id="gpu-host")
+        yield Static(id="gpu-nodes")
         yield Static(id="gpu-rows")
         yield TimeChart(id="gpu-chart")
         yield Static(id="gpu-processes")
@@ -127,19 +135,43 @@ class GpusPane(Pane):
                 self._append(sample)
         self.render_sample()
 
+    def nodes(self):
+        """{name: the latest sample of that node} of the running Slurm jobs."""
+        return (self.sample or {}).get("nodes") or {}
+
+    def shown(self):
+        """The sample whose GPUs the pane shows: the host's, or the chosen node's."""
+        node = self.nodes().get(self.node) if self.node is not None else None
+        if node is None:
+            return self.sample
+        # A node's processes belong to its job when their environment names its Slurm job.
+        processes = [dict(p, job_id=node.get("job_id") if p.get("slurm_job_id") == node.get("slurm_job_id") else None)
+                     for p in node.get("processes") or ()]
+        return dict(node, processes=processes, host=node.get("host") or {})
+
     def render_sample(self):
-        sample = self.sample
-        if sample is None:
+        if self.sample is None:
             return
+        if self.node is not None and self.node not in self.nodes():
+            self.node = None  # its job ended: back to the host
+            self.series = {}
+            self._query_history()
+        sample = self.shown()
         jobs = {}
         for process in sample.get("processes") or ():
             if process.get("job_id") and process["job_id"] not in jobs.setdefault(process["gpu_index"], []):
                 jobs[process["gpu_index"]].append(process["job_id"])
-        self.query_one("#gpu-host", Static).update(self._freshness_line() + host_line(sample["host"], sample.get("nvml") or {}))
+        nodes = self.query_one("#gpu-nodes", Static)
+        if nodes.display != bool(self.nodes()):
+            nodes.display = bool(self.nodes())
+            self.refresh_bindings()  # n (a node) comes and goes
+        if self.nodes():
+            nodes.update(nodes_line(self.nodes(), self.node))
+        self.query_one("#gpu-host", Static).update(self._freshness_line() + host_line(sample["host"], sample.get("nvml") or {}, self.node))
         rows = Text("\n").join(gpu_row(gpu, jobs.get(gpu["index"])) for gpu in sample["gpus"])
         self.query_one("#gpu-rows", Static).update(rows)
         self.query_one("#gpu-rows", Static).display = bool(sample["gpus"])
-        self.query_one("#gpu-processes", Static).update(process_lines(sample.get("processes") or [], sample["time"], 3))
+        self.query_one("#gpu-processes", Static).update(process_lines(sample.get("processes") or [], sample["time"] or self.sample["time"], 3))
         self._draw_chart()
         self._show_status()
 
@@ -162,7 +194,11 @@ class GpusPane(Pane):
             return
         _, field, _, _ = METRICS[self.metric_index]
         cutoff = sample["time"] - WINDOWS_S[self.window_index]
-        for gpu in sample["gpus"]:
+        if self.node is not None:
+            node = (sample.get("nodes") or {}).get(self.node)
+            if node is None or node.get("stale"):
+                return  # a node's old figures are not charted again as new points
+        for gpu in (sample["gpus"] if self.node is None else node["gpus"]):
             value = gpu.get(field)
             if value is None:
                 continue
@@ -179,12 +215,13 @@ class GpusPane(Pane):
             return
         name, field, label, scale = METRICS[self.metric_index]
         chart = self.query_one(TimeChart)
-        chart.title = "%s, last %s" % (label, display.format_age(WINDOWS_S[self.window_index]))
+        chart.title = "%s%s, last %s" % ("%s: " % self.node if self.node else "", label, display.format_age(WINDOWS_S[self.window_index]))
         series = {"gpu%d" % index: [[p[0]] + [None if v is None else v * scale for v in p[1:]] for p in points]
                   for index, points in sorted(self.series.items())}
         thresholds = []
-        if self.sample and self.sample["gpus"]:
-            gpu = self.sample["gpus"][0]
+        shown = self.shown()
+        if shown and shown["gpus"]:
+            gpu = shown["gpus"][0]
             if field == "power_w" and gpu.get("power_limit_w"):
                 thresholds.append((gpu["power_limit_w"], "power limit"))
             if field == "memory_used_bytes" and gpu.get("memory_total_bytes"):
@@ -199,18 +236,19 @@ class GpusPane(Pane):
             self._query_host_history()
             return
         window_s = WINDOWS_S[self.window_index]
-        metric_index, window_index = self.metric_index, self.window_index
+        metric_index, window_index, node = self.metric_index, self.window_index, self.node
         self._queried_at = time.monotonic()
 
         def done(result):
-            if (metric_index, window_index) != (self.metric_index, self.window_index):
+            if (metric_index, window_index, node) != (self.metric_index, self.window_index, self.node):
                 return  # the user moved on meanwhile
             self.series = {s["gpu_index"]: s["points"] for s in result["series"]}
             self._draw_chart()
 
-        self.request("telemetry.history", {"metric": METRICS[metric_index][1], "since_s": float(window_s),
-                                           "resolution_s": max(1.0, window_s / CHART_POINTS)},
-                     done=done, title="GPU history")
+        params = {"metric": METRICS[metric_index][1], "since_s": float(window_s), "resolution_s": max(1.0, window_s / CHART_POINTS)}
+        if node is not None:
+            params["node"] = node
+        self.request("telemetry.history", params, done=done, title="GPU history")
 
     def _requery_long_window(self):
         if self.active and WINDOWS_S[self.window_index] > LIVE_WINDOW_MAX_S:
@@ -230,13 +268,27 @@ class GpusPane(Pane):
         self._show_status()
         self._query_history()
 
+    def action_next_node(self):
+        """This host, then each node of the running Slurm jobs in turn."""
+        places = [None] + sorted(self.nodes())
+        self.node = places[(places.index(self.node) + 1) % len(places)] if self.node in places else None
+        self.series = {}
+        self._charting_host = self._charts_host()
+        self.refresh_bindings()
+        self.render_sample()
+        self._draw_chart()
+        self._show_status()
+        self._query_history()
+
     def _show_status(self):
-        sample = self.sample or {}
+        sample = self.shown() or {}
         nvml = sample.get("nvml") or {}
         gpus = len(sample.get("gpus") or ())
         text = "m metric: %s   w window: %s" % (METRICS[self.metric_index][0], display.format_age(WINDOWS_S[self.window_index]))
         if gpus:
             text += "   %d GPU%s, driver %s" % (gpus, "" if gpus == 1 else "s", nvml.get("driver_version") or "?")
+        if self.nodes():
+            text += "   n node: %s" % (self.node or "this host")
         if self._charting_host:
             text = "w window: %s   no GPUs: the chart shows the host's CPU and memory" % display.format_age(WINDOWS_S[self.window_index])
         self.set_status(text)
@@ -250,7 +302,7 @@ class GpusPane(Pane):
     def _charts_host(self):
         """True when there is no GPU to chart (no NVML on the host): CPU and memory instead."""
         sample = self.sample
-        return sample is not None and not sample.get("gpus") and not (sample.get("nvml") or {}).get("available")
+        return sample is not None and self.node is None and not sample.get("gpus") and not (sample.get("nvml") or {}).get("available")
 
     def _chart_source_changed(self):
         """After a sample: when it turns out the host has no GPU (or has one again), the chart
@@ -267,6 +319,8 @@ class GpusPane(Pane):
     def check_action(self, action, parameters):
         if action == "next_metric" and self._charting_host:
             return None  # shown dimmed: there is no GPU metric to pick
+        if action == "next_node" and not self.nodes():
+            return None  # no Slurm job runs: nothing but this host
         return True
 
     def _append_host(self, sample):

@@ -46,9 +46,12 @@ def _unit(text, unit):
     return text if text == "-" else text + unit
 
 
-def host_line(host, nvml):
+def host_line(host, nvml, node=None):
+    """The host's (or a node's: `node` names it) CPU, memory, load and disks, and why no GPU is shown."""
     shown = model.host_figures(host)
     parts = ["cpu %s" % shown["cpu"], "mem %s/%s GiB" % (shown["memory_used"], shown["memory_total"]), "load %s" % shown["load"]]
+    if node is not None:
+        parts.insert(0, "%s:" % node)
     for disk in (host.get("disks") or ())[:2]:
         figures = model.disk_figures(disk)
         parts.append("%s %s free" % (figures["role"].split(",")[0], figures["free"].split(" (")[0]))
@@ -71,3 +74,23 @@ def process_lines(processes, now, limit):
     if len(processes) > limit:
         lines.append("… %d more (specdeck gpus HOST lists all)" % (len(processes) - limit))
     return "\n".join(lines) if lines else "no GPU processes"
+
+
+def nodes_line(nodes, chosen):
+    """The Slurm jobs' nodes in a line or two: each with its GPUs' mean utilisation and memory
+    (the one shown in brackets), then why a node has no current figures, one line each."""
+    line = Text("nodes: ")
+    problems = []
+    for name in sorted(nodes):
+        node = nodes[name]
+        summary = model.node_summary(node)
+        label = "[%s]" % name if name == chosen else name
+        line += Text(label, style="bold" if name == chosen else "")
+        line += Text(" %s  " % summary, style="yellow" if node.get("error") else "")
+        if node.get("error"):
+            problems.append("%s: %s" % (name, node["error"]))
+    jobs = sorted({"%s (Slurm %s)" % (n.get("job_id"), n.get("slurm_job_id")) for n in nodes.values()})
+    line += Text("of " + ", ".join(jobs), style="cyan")
+    for problem in problems[:2]:
+        line += Text("\n" + problem[:158], style="yellow")
+    return line
