@@ -1,6 +1,9 @@
 """One followed training or data-generation run: where its log was read to, its parser, its step
 store, its checkpoints and its progress; `read_log()` reads the next stretch of its log.
 
+A Slurm job's log is what all its tasks wrote (its output file): the lines of the rank that
+logs are read, the other ranks' skipped (ranks.py), so a run on several nodes is one run.
+
 A record is stamped with when it was read: the records of one read are spread evenly over the
 stretch since the previous read (they were written within it), so no time is ever in the
 future and a burst keeps its order. Every record goes to the run's step store (stepstore.py,
@@ -24,6 +27,7 @@ from ..core.records import read_json, write_json
 from . import checkpoints, curves, logparse, stepstore
 from .datagen import Samples
 from .logreader import LogReader
+from .ranks import RankFilter, is_multi_task
 
 STATE_FILE = "training-state.json"
 TRAINING_STATE = "training_state.json"  # speculators' own, in each checkpoint: {epoch, local_step, global_step}
@@ -57,6 +61,7 @@ class Run:
         self.epoch_starts = state.get("epoch_starts") or {}  # epoch -> its first step
         self.notices = dict(state.get("notices") or {})  # what -> its text (the cut lines' count grows)
         self.assembler = logparse.Assembler()
+        self.ranks = RankFilter() if is_multi_task(job) else None  # a Slurm job's log: one rank's lines
         self.recent = []  # (time, step) of the last records, for the rate
         self.newest = {}  # kind -> the newest record of the last read (the history store's sample)
         self.writer = stepstore.StepWriter(job_dir) if self.kind == "training" else None
@@ -83,10 +88,15 @@ class Run:
         lines = self.reader.read(self.log_path, size, self.ended)
         samples_seen = False
         for line in lines:
+            text = line.text
+            if text is not None and self.ranks is not None:
+                text = self.ranks.line(text)
+                if text is None:
+                    continue  # another rank's: the rank that logs gives the run's one set of curves
             # A cut line is read as an empty one: it ends a record that was open, and is nothing itself.
-            self.assembler.feed(line.text if line.text is not None else "", line.start)
-            if self.kind == "datagen" and line.text is not None:
-                samples_seen = self.samples.read_line(line.text) or samples_seen
+            self.assembler.feed(text if text is not None else "", line.start)
+            if self.kind == "datagen" and text is not None:
+                samples_seen = self.samples.read_line(text) or samples_seen
         if self.ended and self.caught_up(size):
             self.assembler.flush()
         opened = self.assembler.open_at()
