@@ -16,6 +16,7 @@ AREAS = (
     "remote.training.methods",
     "remote.notify.methods",
     "remote.fleet.methods",
+    "remote.slurm.methods",
 )
 
 

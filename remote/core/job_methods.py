@@ -15,11 +15,14 @@ def jobs_submit(call):
     run argv under, as downloads, serving and training name it), `name`, `kind` (any short
     lower-case word: command, download, server, training, ...; default command), `meta` (an
     object kept with the job for the panes of its kind), `notify` (true: the host's notification
-    channels say when it ends, however it ends; kept as meta `notify`). The job's environment is
-    the user's login environment on the host plus `env`, nothing of the daemon's. Reply: the job, as
-    `jobs.get`. Errors: BadRequest, one line naming the field (a NUL or a byte that is not
-    UTF-8 in argv, env or cwd, `=` in an env name, argv and environment over the kernel's
-    ARG_MAX, a cwd that is no directory, a command not found), NoSpace."""
+    channels say when it ends, however it ends; kept as meta `notify`), `engine` (who runs it:
+    `local`, the default, a supervisor of ours; or an engine an area registers, such as `slurm`:
+    see remote/core/job_engines.py), `engine_options` (that engine's own, e.g. Slurm's `nodes`,
+    `partition`). The job's environment is the user's login environment on the host plus `env`,
+    nothing of the daemon's. Reply: the job, as `jobs.get`. Errors: BadRequest, one line naming
+    the field (a NUL or a byte that is not UTF-8 in argv, env or cwd, `=` in an env name, argv
+    and environment over the kernel's ARG_MAX, a cwd that is no directory, a command not found,
+    an unknown engine), NoSpace, and the engine's own (one line; nothing is left of a refused job)."""
     job = call.daemon.jobs.submit(
         call.param("argv", list, required=True),
         cwd=call.param("cwd", str),
@@ -28,8 +31,12 @@ def jobs_submit(call):
         name=call.param("name", str),
         kind=call.param("kind", str, "command"),
         meta=dict(call.param("meta", dict) or {}, notify=True) if call.param("notify", bool) else call.param("meta", dict),
+        engine=call.param("engine", str),
+        engine_options=call.param("engine_options", dict),
     )
     call.daemon.services.wake("job-events")
+    if job.get("engine") not in (None, "local"):
+        call.daemon.services.wake(job["engine"] + "-jobs")  # the engine's watcher looks at it now
     return job
 
 
@@ -48,7 +55,11 @@ def jobs_get(call):
     `stopping` while a stop is under way (process_state stays running), or, for a job that
     reports progress, its own word (downloading, verified, ...). `containment` says what holds
     the job's processes for a stop: `cgroup` (a cgroup v2 of its own), `systemd-scope` (a
-    systemd user scope), `process-group` (none: found by scanning); null before it started."""
+    systemd user scope), `process-group` (none: found by scanning); null before it started.
+    `engine`: `local`, or the engine that runs it (job_engines.py), which adds its own fields
+    (Slurm: `slurm_id`, `nodes`, `pending_reason`, `foreign`, `slurm`; state `pending` while
+    the scheduler holds it, process_state `starting` then). Ids other than `j...` are jobs of
+    the user's that an engine knows and we did not start (`foreign`: true)."""
     return call.daemon.jobs.describe(call.param("id", str, required=True))
 
 
@@ -77,6 +88,8 @@ def jobs_stop(call):
         raise BadRequest("grace_s must be a number of seconds >= 0")
     job = call.daemon.jobs.stop(call.param("id", str, required=True), grace_s=grace_s)
     call.daemon.services.wake("job-events")
+    if job.get("engine") not in (None, "local"):
+        call.daemon.services.wake(job["engine"] + "-jobs")
     return job
 
 
@@ -101,7 +114,7 @@ def jobs_follow(call):
     offset it starts from; snapshot: always false), frames may come before it."""
     jobs = call.daemon.jobs
     job_id = call.param("id", str, required=True)
-    jobs.job_dir(job_id)  # NotFound now rather than in the stream
+    jobs.describe(job_id)  # NotFound now rather than in the stream
     return streams.follow(call, LogSource(jobs, job_id))
 
 

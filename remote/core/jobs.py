@@ -8,6 +8,9 @@ Each job is a directory under jobs_dir():
   stop.json     present once a stop was asked for (when, and the grace before KILL)
   output.log    stdout and stderr of the process
   progress.json optional, written by jobs that report progress (downloads)
+  engine.json   for a job run by an engine other than ours (Slurm: job_engines.py), that
+                engine's record (its id, nodes, state), kept current by the engine's service;
+                such a job has no supervisor, run.json or exit.json
 run.json and exit.json are reserved (blank) at submit, so that a full disk cannot lose them.
 
 A supervisor process (supervisor.py) starts the job, records its end and carries out a stop,
@@ -26,7 +29,7 @@ import subprocess
 import threading
 import time
 
-from . import containment, job_log, paths
+from . import containment, job_engines, job_log, paths
 from .job_counter import raise_counter, read_counter
 from .job_input import check_command, check_cwd, check_env, check_exec_size, disk_error
 from .login_env import login_environment, login_path, resolve_executable
@@ -37,7 +40,7 @@ from .supervisor import STOP_GRACE_S, is_same_process, legacy_stop, process_star
 log = logging.getLogger("specdeck.jobs")
 
 TAIL_MAX_BYTES = 1024 * 1024
-SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json")
+SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json", "engine.json")
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
 LIVE_STATES = ("running", "starting")
@@ -60,10 +63,13 @@ class JobStore:
 
     # -- submit
 
-    def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None, reserved=None, secret_env=None):
+    def submit(self, argv, cwd=None, env=None, interpreter=None, name=None, kind="command", meta=None, reserved=None, secret_env=None,
+               engine=None, engine_options=None):
         """Start a job. `reserved`: (job_id, job_dir) from `reserve`, for a caller that put files
         in the directory first. `secret_env`: variables (a token) the job's process gets that are
         never written anywhere: they go to the supervisor over a pipe, not into job.json.
+        `engine`: the name of a job engine (job_engines.py) that runs it instead of a supervisor
+        of ours, with its `engine_options`; "local" or None: ours.
 
         The job's environment is the user's login environment on this host plus `env` and
         `secret_env`; nothing of the daemon's own."""
@@ -71,6 +77,9 @@ class JobStore:
             raise BadRequest("a job kind is a short lower-case word (command, download, server, training), not %r" % (kind,))
         if meta is not None and not isinstance(meta, dict):
             raise BadRequest("meta must be an object")
+        runner = None if engine in (None, job_engines.LOCAL) else job_engines.get(engine)
+        if runner is not None:
+            engine_options = runner.check_options(engine_options)
         check_command(argv, interpreter)
         env = check_env(env or {}, "env")
         secret_env = check_env(secret_env or {}, "secret env")
@@ -94,6 +103,8 @@ class JobStore:
             "submitted_at": time.time(),
             "meta": meta or {},
         }
+        if runner is not None:
+            return self._submit_to_engine(runner, job_id, job_dir, spec, environment, engine_options, whole=reserved is None)
         try:
             # The two records the supervisor writes later get their space now: a disk that
             # fills while the job runs cannot lose how it ended.
@@ -120,12 +131,29 @@ class JobStore:
             raise RemoteError("InternalError", "the job's supervisor did not start: %s" % (lines[-1] if lines else "exit %d" % launcher.returncode))
         return self.describe(job_id)
 
+    def _submit_to_engine(self, runner, job_id, job_dir, spec, environment, options, whole):
+        """Hand the job to an engine; job.json is written only once the engine took it, and a
+        refusal (or a crash on the way) takes back everything, so nothing is left half-created."""
+        spec["engine"] = runner.name
+        try:
+            open(os.path.join(job_dir, "output.log"), "ab").close()
+            record = runner.submit(job_dir, spec, environment, options)
+            write_json(os.path.join(job_dir, "engine.json"), record)
+            write_json(os.path.join(job_dir, "job.json"), spec)
+        except OSError as exc:
+            self._undo(job_id, job_dir, whole)
+            raise disk_error(exc, "a new job", self.root)
+        except BaseException:
+            self._undo(job_id, job_dir, whole)
+            raise
+        return self.describe(job_id)
+
     def _undo(self, job_id, job_dir, whole):
         """Take back a submit that failed: the whole directory, or what submit put in a reserved one."""
         if whole:
             shutil.rmtree(job_dir, ignore_errors=True)
             return
-        for name in ("job.json", "run.json", "exit.json", "output.log"):
+        for name in ("job.json", "run.json", "exit.json", "output.log", "engine.json"):
             try:
                 os.unlink(os.path.join(job_dir, name))
             except OSError:
@@ -173,6 +201,12 @@ class JobStore:
         return path
 
     def describe(self, job_id):
+        foreign = self._foreign_engine(job_id)
+        if foreign is not None:
+            job = foreign.foreign_job(job_id)
+            if job is None:
+                raise NotFound("no job %s on this host" % job_id)
+            return job
         try:
             return self._describe(job_id)
         except (TypeError, ValueError, AttributeError, KeyError) as exc:
@@ -195,7 +229,12 @@ class JobStore:
             log_bytes = os.path.getsize(os.path.join(job_dir, "output.log"))
         except OSError:
             log_bytes = 0
-        state = _process_state(job_dir, spec, run, end, stop)
+        runner = None
+        if spec.get("engine") not in (None, job_engines.LOCAL):
+            runner = job_engines.get(spec["engine"])
+            state = "lost"  # the engine says otherwise
+        else:
+            state = _process_state(job_dir, spec, run, end, stop)
         job = {
             "id": job_id,
             "name": spec.get("name"),
@@ -214,7 +253,11 @@ class JobStore:
             "error": end.get("error") if end else None,
             "containment": run.get("containment", "process-group") if run else None,
             "meta": spec.get("meta", {}),
+            "engine": spec.get("engine") or job_engines.LOCAL,
         }
+        if runner is not None:
+            runner.describe(job_dir, spec, _object(read_json(os.path.join(job_dir, "engine.json"))) or {}, job)
+            state = job["process_state"]
         if progress is not None:
             job["progress"] = progress
             # A job that reports progress names its own states (downloading, verified, ...): while
@@ -231,6 +274,12 @@ class JobStore:
         if (job_id, reason) not in self._noted:
             self._noted.add((job_id, reason))
             log.warning("skipped job %s: %s (remove its directory, %s, or forget it)", job_id, reason, os.path.join(self.root, job_id))
+
+    def _foreign_engine(self, job_id):
+        """The engine that claims a job id that is not ours (a user's own Slurm job), or None."""
+        if isinstance(job_id, str) and not JOB_ID_PATTERN.match(job_id):
+            return job_engines.claiming(job_id)
+        return None
 
     def ids(self):
         """Every job id, oldest first."""
@@ -261,9 +310,14 @@ class JobStore:
                 jobs.append(self.describe(job_id))
             except NotFound:
                 continue  # a directory being created right now, or a damaged one
+        for runner in job_engines.engines():  # the user's jobs that an engine ran without us
+            jobs.extend(job for job in runner.foreign_jobs() if kind is None or job.get("kind") == kind)
         return jobs
 
     def log_path(self, job_id):
+        foreign = self._foreign_engine(job_id)
+        if foreign is not None:
+            return foreign.foreign_log_path(job_id)
         return os.path.join(self.job_dir(job_id), "output.log")
 
     def tail(self, job_id, offset=0, max_bytes=65536):
@@ -279,12 +333,20 @@ class JobStore:
     def stop(self, job_id, grace_s=STOP_GRACE_S):
         """Ask the job's supervisor to stop it: TERM to everything the job started, KILL after
         the grace. The supervisor carries it out (a daemon killed meanwhile changes nothing).
-        Returns at once; a later stop with a shorter grace shortens it."""
+        Returns at once; a later stop with a shorter grace shortens it. A job of an engine is
+        stopped by the engine (Slurm: scancel), which its service finishes after the grace."""
+        foreign = self._foreign_engine(job_id)
+        if foreign is not None:
+            return foreign.stop_foreign(job_id, grace_s)
         job_dir = self.job_dir(job_id)
         job = self.describe(job_id)
         if job["process_state"] not in LIVE_STATES:
             return job
         stop_path = os.path.join(job_dir, "stop.json")
+        if job["engine"] != job_engines.LOCAL:
+            write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})
+            job_engines.get(job["engine"]).stop(job_dir, job, grace_s)
+            return self.describe(job_id)
         try:
             write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})
             stop_signal = signal.SIGUSR1

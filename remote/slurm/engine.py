@@ -1,0 +1,344 @@
+"""Slurm as a job engine (remote/core/job_engines.py): a job submitted with `engine: slurm`
+is written as a batch script and handed to `sbatch --parsable`; from then on Slurm is the
+truth about it, and the job stays ours (`j12`, its directory, its log, its events).
+
+A job directory of a Slurm job holds, beside job.json:
+  slurm.sh     the batch script: `exec` of the job's argv, every argument shlex-quoted (the
+               job's command never passes through a shell as a string)
+  output.log   Slurm's output file for the job (`--output`, `--open-mode=append`), followed as
+               the job's log by byte offset, as any job's: it survives the daemon's restart
+  engine.json  the record: Slurm's id, script and output paths, partition, nodes, Slurm's
+               state and pending reason, exit code and signal, when a stop's KILL went out;
+               rewritten by the watcher (watcher.py) whenever Slurm says something new
+  stop.json    a stop was asked for: TERM went out at once (`scancel --signal=TERM --full`),
+               and the watcher sends KILL (`scancel --signal=KILL --full`, then `scancel`)
+               once the grace is over, the way a supervisor does for a local job
+
+The user's other Slurm jobs (from the same squeue) are listed beside ours with ids `s<Slurm
+id>` and `foreign: true`: their output file (scontrol's StdOut) can be followed and they can be
+stopped the same way.
+"""
+
+import os
+import shlex
+import threading
+import time
+
+from ..core import job_engines
+from ..core.protocol import BadRequest, NotFound
+from ..core.records import read_json, write_json
+from . import commands
+
+ENGINE = "slurm"
+FOREIGN_PREFIX = "s"
+FOREIGN_FRESH_S = 2.0  # a listing asks squeue again when the watcher's rows are older than this
+PENDING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
+RUNNING = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING")
+SUCCEEDED = ("COMPLETED",)
+STOPPED = ("CANCELLED",)
+LOST = "LOST"  # ours: Slurm forgot the job before anyone heard how it ended
+OPTION_TYPES = {"nodes": int, "gpus_per_node": int, "partition": str, "time": str, "account": str, "sbatch_args": list}
+
+
+def batch_script(job_id, argv):
+    """The batch script of a job: its argv, each argument quoted; `exec`, so that the job's exit
+    code and signal are the command's own."""
+    return "#!/bin/sh\n# specdeck job %s: the job's command, every argument quoted.\nexec %s\n" % (job_id, " ".join(shlex.quote(a) for a in argv))
+
+
+def sbatch_argv(spec, options, script, output):
+    argv = ["sbatch", "--parsable", "--job-name", spec["name"][:64] or spec["id"], "--output", output.replace("%", "%%"), "--open-mode=append",
+            "--chdir", spec["cwd"]]
+    if options.get("nodes"):
+        argv += ["--nodes", str(options["nodes"])]
+    if options.get("gpus_per_node"):
+        argv += ["--gpus-per-node", str(options["gpus_per_node"])]
+    for name in ("partition", "time", "account"):
+        if options.get(name):
+            argv += ["--%s" % name, options[name]]
+    return argv + list(options.get("sbatch_args") or []) + [script]
+
+
+def job_fields(record, stop=None):
+    """What a job's description says about a Slurm job, from its record (ours or a foreign row)."""
+    state = record.get("state") or "PENDING"
+    nodes = commands.expand_hosts(record.get("nodelist")) if state not in PENDING else []
+    if state in PENDING:
+        process_state, word = "starting", "pending"
+    elif state in RUNNING:
+        process_state = word = "running"
+    elif state == LOST:
+        process_state = word = "lost"
+    elif state in STOPPED or (stop is not None and (record.get("signal") or record.get("exit_code") not in (0, None))):
+        process_state = word = "stopped"
+    elif state in SUCCEEDED:
+        process_state = word = "succeeded"
+    else:
+        process_state = word = "failed"
+    reason = record.get("reason") if state in PENDING and record.get("reason") not in (None, "", "None") else None
+    slurm = {
+        "id": record.get("slurm_id"),
+        "state": state,
+        "reason": record.get("reason"),
+        "nodes": nodes,
+        "nodelist": record.get("nodelist") or "",
+        "partition": record.get("partition"),
+        "script": record.get("script"),
+        "output": record.get("output"),
+        "exit_code": record.get("exit_code"),
+        "signal": record.get("signal"),
+        "started_at": record.get("started_at"),
+        "ended_at": record.get("ended_at"),
+    }
+    return {
+        "state": word,
+        "process_state": process_state,
+        "exit_code": record.get("exit_code") if process_state not in ("starting", "running") else None,
+        "signal": record.get("signal") if process_state not in ("starting", "running") else None,
+        "started_at": record.get("started_at"),
+        "ended_at": record.get("ended_at") if process_state not in ("starting", "running") else None,
+        "containment": "slurm",
+        "slurm_id": record.get("slurm_id"),
+        "nodes": nodes,
+        "pending_reason": reason,
+        "slurm": slurm,
+    }
+
+
+def row_record(row):
+    """A record (as engine.json holds it) from one squeue row."""
+    state = row["state"].split()[0] if row.get("state") else "PENDING"
+    ended = state not in PENDING and state not in RUNNING
+    code, sig = commands.parse_exit(row.get("exit_code")) if ended else (None, None)
+    return {
+        "slurm_id": row["jobid"],
+        "state": state,
+        "reason": row.get("reason"),
+        "nodelist": row.get("nodelist") or "",
+        "partition": row.get("partition"),
+        "exit_code": code,
+        "signal": sig,
+        "started_at": commands.slurm_time(row.get("starttime")) if state not in PENDING else None,
+        "ended_at": commands.slurm_time(row.get("endtime")) if ended else None,
+        "submitted_at": commands.slurm_time(row.get("submittime")),
+        "name": row.get("name"),
+        "user": row.get("username"),
+    }
+
+
+def final(record):
+    state = (record or {}).get("state") or "PENDING"
+    return state not in PENDING and state not in RUNNING
+
+
+class SlurmEngine(job_engines.JobEngine):
+    name = ENGINE
+
+    def __init__(self):
+        self._lock = threading.Lock()  # one squeue at a time, whoever asks (the watcher, a listing)
+        self.rows = {}  # Slurm id -> squeue row, of the last poll
+        self.rows_at = 0.0  # monotonic time of the last poll; 0: never
+        self.ours = {}  # Slurm id -> our job id, of every Slurm job with a directory
+        self.store = None  # the daemon's JobStore, from the watcher's start
+        self.foreign_output = {}  # Slurm id -> its StdOut path (asked of scontrol once)
+        self.foreign_kills = {}  # Slurm id -> monotonic time its KILL is due
+        self.polls = 0
+
+    # -- submit
+
+    def check_options(self, options):
+        options = dict(options or {})
+        for name, value in options.items():
+            kind = OPTION_TYPES.get(name)
+            if kind is None:
+                raise BadRequest("unknown Slurm option %r (known: %s)" % (name, ", ".join(sorted(OPTION_TYPES))))
+            if value is None:
+                continue
+            if not isinstance(value, kind) or isinstance(value, bool):
+                raise BadRequest("the Slurm option %s must be %s" % (name, {int: "a whole number", str: "a string", list: "a list of strings"}[kind]))
+            if kind is int and value < 1:
+                raise BadRequest("the Slurm option %s must be at least 1" % name)
+            if kind is str and (not value or "\0" in value):
+                raise BadRequest("the Slurm option %s must be a non-empty string" % name)
+            if kind is list and not all(isinstance(a, str) and a and "\0" not in a for a in value):
+                raise BadRequest("sbatch_args must be a list of non-empty strings")
+        return options
+
+    def submit(self, job_dir, spec, environment, options):
+        env = dict(environment)
+        script = os.path.join(job_dir, "slurm.sh")
+        output = os.path.join(job_dir, "output.log")
+        with open(script, "w") as f:
+            f.write(batch_script(spec["id"], spec["argv"]))
+        os.chmod(script, 0o700)
+        # A host without Slurm answers in one line, before anything is asked of a controller.
+        stdout, _, _ = commands.run(sbatch_argv(spec, options, script, output), env=env)
+        slurm_id = stdout.strip().splitlines()[-1].split(";")[0].strip() if stdout.strip() else ""
+        if not slurm_id:
+            raise commands.SlurmError("sbatch said nothing about the job it took (no job id)")
+        with self._lock:
+            self.ours[slurm_id] = spec["id"]
+        return {
+            "slurm_id": slurm_id,
+            "script": script,
+            "output": output,
+            "options": options,
+            "state": "PENDING",
+            "reason": None,
+            "nodelist": "",
+            "partition": options.get("partition"),
+            "exit_code": None,
+            "signal": None,
+            "started_at": None,
+            "ended_at": None,
+            "submitted_at": time.time(),
+        }
+
+    # -- describe and stop (ours)
+
+    def describe(self, job_dir, spec, record, job):
+        stop = read_json(os.path.join(job_dir, "stop.json"))
+        job.update(job_fields(record, stop if isinstance(stop, dict) else None))
+        job["foreign"] = False
+
+    def stop(self, job_dir, job, grace_s):
+        slurm_id = job["slurm_id"]
+        if job["process_state"] == "starting":
+            commands.run(["scancel", slurm_id])  # nothing runs yet: out of the queue
+        else:
+            commands.run(["scancel", "--signal=TERM", "--full", slurm_id])
+
+    # -- the user's other Slurm jobs
+
+    def claims(self, job_id):
+        return job_id.startswith(FOREIGN_PREFIX) and job_id[len(FOREIGN_PREFIX):].replace("_", "").isdigit()
+
+    def foreign_rows(self):
+        if time.monotonic() - self.rows_at > FOREIGN_FRESH_S:
+            try:
+                self.poll()
+            except (commands.NoSlurm, commands.SlurmError):
+                return {}
+        with self._lock:
+            return {slurm_id: row for slurm_id, row in self.rows.items() if slurm_id not in self.ours}
+
+    def foreign_jobs(self):
+        if self.store is None:
+            return []  # the watcher has not read our own jobs yet: ours would look foreign
+        try:
+            commands.environment()
+        except Exception:
+            return []
+        return [self._foreign_description(row) for row in self.foreign_rows().values()]
+
+    def _foreign_description(self, row):
+        record = row_record(row)
+        slurm_id = record["slurm_id"]
+        job = {
+            "id": FOREIGN_PREFIX + slurm_id,
+            "name": record.get("name"),
+            "kind": "slurm",
+            "argv": None,
+            "cwd": None,
+            "submitted_at": record.get("submitted_at"),
+            "pid": None,
+            "log_bytes": _size(self.foreign_output.get(slurm_id)),
+            "error": None,
+            "meta": {},
+            "engine": ENGINE,
+            "foreign": True,
+        }
+        job.update(job_fields(record))
+        job["slurm"]["output"] = self.foreign_output.get(slurm_id)
+        return job
+
+    def foreign_job(self, job_id):
+        slurm_id = job_id[len(FOREIGN_PREFIX):]
+        row = self.foreign_rows().get(slurm_id)
+        return None if row is None else self._foreign_description(row)
+
+    def foreign_log_path(self, job_id):
+        slurm_id = job_id[len(FOREIGN_PREFIX):]
+        path = self.foreign_output.get(slurm_id)
+        if path is None:
+            if slurm_id not in self.foreign_rows():
+                raise NotFound("no job %s on this host" % job_id)
+            stdout, _, _ = commands.run(["scontrol", "show", "job", "-o", slurm_id])
+            path = commands.parse_show_job(stdout).get("StdOut")
+            if not path:
+                raise NotFound("Slurm names no output file for job %s" % slurm_id)
+            self.foreign_output[slurm_id] = path
+        return path
+
+    def stop_foreign(self, job_id, grace_s):
+        slurm_id = job_id[len(FOREIGN_PREFIX):]
+        job = self.foreign_job(job_id)
+        if job is None:
+            raise NotFound("no job %s on this host" % job_id)
+        if job["process_state"] == "starting":
+            commands.run(["scancel", slurm_id])
+        elif job["process_state"] == "running":
+            commands.run(["scancel", "--signal=TERM", "--full", slurm_id])
+            with self._lock:
+                self.foreign_kills[slurm_id] = time.monotonic() + grace_s
+        job = self.foreign_job(job_id) or job
+        if job["process_state"] == "running":
+            job["state"] = "stopping"
+        return job
+
+    # -- asking Slurm
+
+    def poll(self):
+        """One squeue for all of the user's jobs; returns the rows by Slurm id."""
+        import getpass
+
+        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser()))
+        rows = commands.parse_queue(stdout)
+        with self._lock:
+            self.rows, self.rows_at = rows, time.monotonic()
+            self.polls += 1
+        return rows
+
+    def ask_ended(self, slurm_id):
+        """How an ended job that squeue no longer lists ended: scontrol while Slurm keeps it,
+        else the job completion log (`sacct -c`), else accounting (`sacct`); None when none knows."""
+        try:
+            stdout, _, code = commands.run(["scontrol", "show", "job", "-o", slurm_id], check=False)
+        except commands.SlurmError:
+            code = 1
+        if code == 0 and stdout.strip():
+            fields = commands.parse_show_job(stdout)
+            state = (fields.get("JobState") or "").split()[0] if fields.get("JobState") else ""
+            if state:
+                exit_code, sig = commands.parse_exit(fields.get("ExitCode"))
+                return {"state": state, "nodelist": fields.get("NodeList", ""), "exit_code": exit_code, "signal": sig,
+                        "ended_at": commands.slurm_time(fields.get("EndTime")), "reason": fields.get("Reason")}
+        for extra in (["-c"], []):
+            try:
+                stdout, _, code = commands.run(["sacct"] + extra + ["--noheader", "--parsable2", "--allocations", "--jobs", slurm_id,
+                                                                     "--format", "State,ExitCode,NodeList,End"], check=False)
+            except commands.SlurmError:
+                continue
+            lines = [line for line in stdout.splitlines() if line.strip()]
+            if code == 0 and lines:
+                state, exit_value, nodelist, end = (lines[-1].split("|") + ["", "", "", ""])[:4]
+                exit_code, sig = commands.parse_exit(exit_value)
+                return {"state": state.split()[0] if state else LOST, "nodelist": nodelist, "exit_code": exit_code, "signal": sig,
+                        "ended_at": commands.slurm_time(end)}
+        return None
+
+
+def _size(path):
+    try:
+        return os.path.getsize(path) if path else 0
+    except OSError:
+        return 0
+
+
+def read_record(job_dir):
+    record = read_json(os.path.join(job_dir, "engine.json"))
+    return record if isinstance(record, dict) else None
+
+
+def write_record(job_dir, record):
+    write_json(os.path.join(job_dir, "engine.json"), record)
