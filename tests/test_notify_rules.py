@@ -13,6 +13,7 @@ from remote.core.streams import Topic
 from remote.notify.channels import ChannelStore, quiet_until, wants
 from remote.notify.evaluate import Evaluator
 from remote.notify.queue import GATHER_S, RETRY_FOR_S, AlertQueue
+from remote.serving.sampler import ServingFeed
 
 
 class Clock:
@@ -81,12 +82,14 @@ def test_channels_take_what_they_are_on(tmp_path):
 
 
 class Host:
-    """What the evaluator reads of a daemon: its hello, topics and job store."""
+    """What the evaluator reads of a daemon: its hello, topics, job store and the serving feed
+    (whose rule gives a server's break-even; the feed is not started: nothing is scraped)."""
 
     def __init__(self, root):
         self.hello = {"hostname": "gpu01"}
         self.jobs = JobStore(str(root))
         self.topics = {name: Topic(name) for name in ("jobs", "alerts", "training", "serving")}
+        self.services = {"serving": ServingFeed(self)}
 
 
 @pytest.fixture

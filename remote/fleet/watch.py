@@ -151,19 +151,5 @@ class FleetWatch(Service):
         return value
 
     def _look_up_break_even(self, server_id):
-        if server_id.startswith("u"):
-            return None  # attached: no job, no meta
-        try:
-            meta = self.daemon.jobs.describe(server_id).get("meta") or {}
-        except Exception:  # forgotten meanwhile
-            return None
-        line = meta.get("break_even")
-        if line is None and meta.get("drafter"):
-            for bench in reversed(self.daemon.jobs.list(kind="benchmark")):
-                result = (bench.get("progress") or {}).get("result") or {}
-                bench_meta = bench.get("meta") or {}
-                if result.get("break_even_accept_length") and (bench_meta.get("target"), bench_meta.get("drafter")) == (
-                        meta.get("target"), meta.get("drafter")):
-                    line = result["break_even_accept_length"]
-                    break
-        return float(line) if isinstance(line, (int, float)) and not isinstance(line, bool) else None
+        serving = self.daemon.services.get("serving")  # its rule, the one the notify rules use
+        return serving.break_even(server_id) if serving is not None else None

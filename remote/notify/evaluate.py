@@ -236,17 +236,8 @@ class Evaluator:
         if time.time() - state["looked_at"] < BREAK_EVEN_EVERY_S:
             return state["break_even"]
         state["looked_at"] = time.time()
-        job = self._job(server_id, fresh=True) if not server_id.startswith("u") else None
-        meta = (job or {}).get("meta") or {}
-        line = meta.get("break_even")
-        if line is None and meta.get("drafter"):
-            for bench in reversed(self.daemon.jobs.list(kind="benchmark")):
-                result = (bench.get("progress") or {}).get("result") or {}
-                bench_meta = bench.get("meta") or {}
-                if result.get("break_even_accept_length") and (bench_meta.get("target"), bench_meta.get("drafter")) == (
-                        meta.get("target"), meta.get("drafter")):
-                    line = result["break_even_accept_length"]
-                    break
+        serving = self.daemon.services.get("serving")  # its rule, the one the fleet summary uses
+        line = serving.break_even(server_id) if serving is not None else None
         state["break_even"] = line if isinstance(line, (int, float)) else None
         return state["break_even"]
 

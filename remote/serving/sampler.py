@@ -203,7 +203,29 @@ class ServingFeed(Feed):
         # Each scrape's own thread's CPU (time.thread_time), not the daemon's: the cost of reading.
         return {"servers": len(workers), "scrapes": reads, "cpu_ms_per_scrape": round(1000.0 * cpu_s / reads, 3) if reads else None}
 
-    # -- questions from wire methods
+    # -- questions from wire methods and other services
+
+    def break_even(self, server_id):
+        """A server's break-even accept length: its job's meta `break_even` (serve --break-even),
+        else the newest benchmark's of the same target and drafter; None when neither says (an
+        attached server has no job). The one rule for everything that compares a server with
+        its break-even (the notify rules, the fleet summary)."""
+        if server_id.startswith("u"):
+            return None
+        try:
+            meta = self.daemon.jobs.describe(server_id).get("meta") or {}
+        except Exception:  # forgotten meanwhile
+            return None
+        line = meta.get("break_even")
+        if line is None and meta.get("drafter"):
+            for bench in reversed(self.daemon.jobs.list(kind="benchmark")):
+                result = (bench.get("progress") or {}).get("result") or {}
+                bench_meta = bench.get("meta") or {}
+                if result.get("break_even_accept_length") and (bench_meta.get("target"), bench_meta.get("drafter")) == (
+                        meta.get("target"), meta.get("drafter")):
+                    line = result["break_even_accept_length"]
+                    break
+        return float(line) if isinstance(line, (int, float)) and not isinstance(line, bool) else None
 
     def server(self, server_id):
         return self.source(server_id)
