@@ -20,9 +20,12 @@ The core imports no area, so an engine area registers itself here when the compo
   when there is none), their log at `foreign_log_path(id)`, stopped by `stop_foreign(id, grace_s)`.
 """
 
+import threading
+
 from .protocol import BadRequest, NotFound
 
 _ENGINES = {}
+_requested = threading.local()  # the engine the wire call being served asks for (see `requested`)
 
 LOCAL = "local"
 
@@ -78,6 +81,34 @@ def get(name):
 
 def engines():
     return list(_ENGINES.values())
+
+
+class requested:
+    """`with requested(name, options):` while a wire call is served (wire.dispatch): every job
+    that call starts, whichever area starts it (jobs.submit, serving.start, training.start,
+    ...), runs under that engine, unless the area names one itself. This is how `job_engine`
+    and `job_engine_options` work for every method that starts a job, with no area knowing of
+    them. Checked here, so a wrong one is refused before the method does anything."""
+
+    def __init__(self, name, options):
+        if name is not None and not isinstance(name, str):
+            raise BadRequest("parameter 'job_engine' has the wrong type")
+        if options is not None and not isinstance(options, dict):
+            raise BadRequest("parameter 'job_engine_options' has the wrong type")
+        self.value = None if name in (None, LOCAL) else (get(name).name, dict(options or {}))
+
+    def __enter__(self):
+        self.before = getattr(_requested, "value", None)
+        _requested.value = self.value
+        return self
+
+    def __exit__(self, *exc):
+        _requested.value = self.before
+
+
+def requested_engine():
+    """(name, options) of the engine the current wire call asks for, or (None, None)."""
+    return getattr(_requested, "value", None) or (None, None)
 
 
 def claiming(job_id):

@@ -15,10 +15,11 @@ def jobs_submit(call):
     run argv under, as downloads, serving and training name it), `name`, `kind` (any short
     lower-case word: command, download, server, training, ...; default command), `meta` (an
     object kept with the job for the panes of its kind), `notify` (true: the host's notification
-    channels say when it ends, however it ends; kept as meta `notify`), `engine` (who runs it:
-    `local`, the default, a supervisor of ours; or an engine an area registers, such as `slurm`:
-    see remote/core/job_engines.py), `engine_options` (that engine's own, e.g. Slurm's `nodes`,
-    `partition`). The job's environment is the user's login environment on the host plus `env`,
+    channels say when it ends, however it ends; kept as meta `notify`), `job_engine` (who runs
+    it: `local`, the default, a supervisor of ours; or an engine an area registers, such as
+    `slurm`: see remote/core/job_engines.py), `job_engine_options` (that engine's own, e.g.
+    Slurm's `nodes`, `partition`, `gpus_per_node`, `time`, `account`, `sbatch_args`); every method
+    that starts a job takes these two. The job's environment is the user's login environment on the host plus `env`,
     nothing of the daemon's. Reply: the job, as `jobs.get`. Errors: BadRequest, one line naming
     the field (a NUL or a byte that is not UTF-8 in argv, env or cwd, `=` in an env name, argv
     and environment over the kernel's ARG_MAX, a cwd that is no directory, a command not found,
@@ -31,12 +32,8 @@ def jobs_submit(call):
         name=call.param("name", str),
         kind=call.param("kind", str, "command"),
         meta=dict(call.param("meta", dict) or {}, notify=True) if call.param("notify", bool) else call.param("meta", dict),
-        engine=call.param("engine", str),
-        engine_options=call.param("engine_options", dict),
     )
     call.daemon.services.wake("job-events")
-    if job.get("engine") not in (None, "local"):
-        call.daemon.services.wake(job["engine"] + "-jobs")  # the engine's watcher looks at it now
     return job
 
 
@@ -88,8 +85,6 @@ def jobs_stop(call):
         raise BadRequest("grace_s must be a number of seconds >= 0")
     job = call.daemon.jobs.stop(call.param("id", str, required=True), grace_s=grace_s)
     call.daemon.services.wake("job-events")
-    if job.get("engine") not in (None, "local"):
-        call.daemon.services.wake(job["engine"] + "-jobs")
     return job
 
 

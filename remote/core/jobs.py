@@ -77,6 +77,8 @@ class JobStore:
             raise BadRequest("a job kind is a short lower-case word (command, download, server, training), not %r" % (kind,))
         if meta is not None and not isinstance(meta, dict):
             raise BadRequest("meta must be an object")
+        if engine is None:
+            engine, engine_options = job_engines.requested_engine()
         runner = None if engine in (None, job_engines.LOCAL) else job_engines.get(engine)
         if runner is not None:
             engine_options = runner.check_options(engine_options)

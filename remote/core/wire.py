@@ -10,6 +10,7 @@ import importlib
 import inspect
 import math
 
+from . import job_engines
 from .protocol import BadRequest, NotFound, RemoteError
 
 # The modules whose import registers methods, in the order the reference lists them. The
@@ -105,7 +106,9 @@ def dispatch(daemon, connection, method_name, params):
     function = METHODS.get(method_name)
     if function is None:
         raise RemoteError("UnknownMethod", "the host agent has no method %r" % method_name)
-    return function(Call(daemon, connection, params))
+    # `job_engine` (with `job_engine_options`) is a parameter of every method that starts a job.
+    with job_engines.requested(params.get("job_engine"), params.get("job_engine_options")):
+        return function(Call(daemon, connection, params))
 
 
 # ---------------------------------------------------------------- the reference
@@ -146,6 +149,9 @@ ERRORS = (
     ("HubError", "the hub answered something unexpected"),
     ("MissingDependency", "the interpreter for downloads has no huggingface_hub; the message names interpreters that have it"),
     ("PlanFailed", "resolving the file list failed without a typed reason; the message has its last line"),
+    # A job engine's (remote/slurm/commands.py).
+    ("NoSlurm", "a job asked for Slurm on a host without a working Slurm (no sbatch on the login PATH)"),
+    ("SlurmError", "Slurm refused or failed a request (a bad partition, an unknown account, over a time limit); the message is Slurm's own line"),
 )
 # Every type above is raised somewhere in remote/, and every type raised is above: a test
 # (tests/test_core_wire_reference.py) finds them in the sources and compares.

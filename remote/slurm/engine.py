@@ -143,6 +143,8 @@ class SlurmEngine(job_engines.JobEngine):
         self.foreign_output = {}  # Slurm id -> its StdOut path (asked of scontrol once)
         self.foreign_kills = {}  # Slurm id -> monotonic time its KILL is due
         self.polls = 0
+        self.wake = lambda: None  # the watcher's: look at Slurm now (set by its start)
+        self.woken = False  # a submit or stop since the watcher's last poll
 
     # -- submit
 
@@ -178,6 +180,8 @@ class SlurmEngine(job_engines.JobEngine):
             raise commands.SlurmError("sbatch said nothing about the job it took (no job id)")
         with self._lock:
             self.ours[slurm_id] = spec["id"]
+        self.woken = True
+        self.wake()
         return {
             "slurm_id": slurm_id,
             "script": script,
@@ -207,6 +211,8 @@ class SlurmEngine(job_engines.JobEngine):
             commands.run(["scancel", slurm_id])  # nothing runs yet: out of the queue
         else:
             commands.run(["scancel", "--signal=TERM", "--full", slurm_id])
+        self.woken = True
+        self.wake()
 
     # -- the user's other Slurm jobs
 

@@ -53,6 +53,7 @@ class SlurmWatcher(Service):
 
     def start(self):
         self.engine.store = self.daemon.jobs
+        self.engine.wake = lambda: self.daemon.services.wake(self.name)
 
     def detail(self):
         return {"polls": self.engine.polls, "interval_s": self.interval_s, "slurm": self.available, "foreign": len(self._foreign),
@@ -86,6 +87,7 @@ class SlurmWatcher(Service):
             self.available, self.interval_s = False, NO_SLURM_INTERVAL_S
             return
         self.available = True
+        woken, self.engine.woken = self.engine.woken, False
         live = self._our_live_jobs()
         try:
             rows = self.engine.poll()
@@ -114,7 +116,7 @@ class SlurmWatcher(Service):
             self.daemon.services.wake("job-events")
         if stopping or self.engine.foreign_kills:
             self.interval_s = STOP_INTERVAL_S
-        elif changed:
+        elif changed or woken:
             self.interval_s = MIN_INTERVAL_S
         else:
             self.interval_s = min(self.interval_s * 2, LIVE_MAX_INTERVAL_S if live else IDLE_MAX_INTERVAL_S)
