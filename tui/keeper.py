@@ -176,6 +176,7 @@ class Keeper:
         self.sessions = 0
         self.last_used = time.monotonic()
         self.ending = threading.Event()
+        self.sources = sources_stamp()
 
     # -- the loop
 
@@ -318,6 +319,7 @@ class Keeper:
         """(the host's link, a started relay for this command), connecting first if needed."""
         from .connection import parse_destination
 
+        self.follow_sources()
         host = str(header.get("host") or "")
         python = str(header.get("python") or "python3")
         dest = parse_destination(host)
@@ -372,6 +374,28 @@ class Keeper:
                     raise  # the agent failed to start (no such interpreter, ...): the command's error
         raise AssertionError("unreachable")
 
+    def follow_sources(self):
+        """A keeper lives for minutes: when this laptop's agent sources changed meanwhile (an
+        upgrade in place, a developer's edit), the agent is built again and the spares of the
+        old build are dropped, so a command runs the agent a fresh process would ship."""
+        stamp = sources_stamp()
+        if stamp == self.sources:
+            return
+        from remote.core import buildinfo
+
+        from . import bootstrap
+
+        self.sources = stamp
+        bootstrap._built.clear()
+        buildinfo._cached.clear()
+        with self.lock:
+            links = list(self.links.values())
+        for link in links:
+            with link.lock:
+                spares, link.spares = list(link.spares.values()), {}
+            for spare in spares:
+                spare.close()
+
     def prepare_spare(self, link, python):
         with link.lock:
             if python in link.spares or python in link.preparing or not link.alive():
@@ -421,6 +445,23 @@ class Keeper:
             links = [{"host": l.key[0], "dest": l.key[1], "alive": l.alive(), "sessions": l.sessions,
                       "idle_s": round(now - l.last_used, 1), "spares": sorted(l.spares), "preparing": sorted(l.preparing)} for l in self.links.values()]
         return {"ok": True, "pid": os.getpid(), "links": links}
+
+
+def sources_stamp():
+    """Names, sizes and mtimes of the agent's sources here (a stat each: ~1 ms)."""
+    import remote
+
+    stamp = []
+    for directory, subdirectories, names in os.walk(os.path.dirname(os.path.abspath(remote.__file__))):
+        subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
+        for name in names:
+            if name.endswith(".py"):
+                try:
+                    st = os.stat(os.path.join(directory, name))
+                except OSError:
+                    continue
+                stamp.append((directory, name, st.st_mtime_ns, st.st_size))
+    return sorted(stamp)
 
 
 def start_relay(link, python, agent_args):
