@@ -23,7 +23,6 @@ import logging
 import os
 import socket
 import stat
-import subprocess
 import sys
 import time
 
@@ -125,6 +124,8 @@ def start_keeper(path):
     leaks into a process that lives on; it costs ~20 ms of interpreter start, measured in
     benchmarks/bench_headless.py.
     """
+    import subprocess
+
     parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     code = "import sys; sys.path[:0] = [%r]; from tui.keeper import main; sys.exit(main(sys.argv[1:]))" % parent
     try:
