@@ -9,7 +9,7 @@ the cluster is skipped where they are missing).
     ``SlurmCluster``: one ``slurmctld`` and two ``slurmd`` (nodes ``n1`` and ``n2``, both at
     127.0.0.1, each on its own port with its own spool directory: the packaged slurmd runs
     several per machine with ``-N NODE``), authentication ``auth/none``, a partition ``debug``
-    (default, ``MaxTime`` 60 minutes) over both nodes, 2 CPUs and 2 GPUs (gres ``gpu``, two plain
+    (default, ``MaxTime`` 60 minutes, enforced at submit: ``EnforcePartLimits=ALL``) over both nodes, 2 CPUs and 2 GPUs (gres ``gpu``, two plain
     files standing for devices: no CUDA_VISIBLE_DEVICES, no NVML) per node, ended jobs kept by ``scontrol`` for ``MinJobAge`` (300 s) and
     written to the job completion log (``JobCompType=jobcomp/filetxt``, so ``sacct -c`` answers;
     there is no slurmdbd, so plain ``sacct`` does not). ``KillWait`` is Slurm's default 30 s.
@@ -81,6 +81,7 @@ CommunicationParameters=NoInAddrAny,NoCtldInAddrAny
 MailProg=/bin/true
 ReturnToService=2
 MinJobAge=300
+EnforcePartLimits=ALL
 JobCompType=jobcomp/filetxt
 JobCompLoc={dir}/jobcomp.txt
 GresTypes=gpu

@@ -10,6 +10,14 @@ honoured), so that an interpreter is typed once:
 
     [hosts."me@gpu01".alerts]                   # kept as written, for later
 
+    [hosts."me@gpu01".slurm]                    # what --slurm asks of Slurm unless told otherwise
+    partition = "gpu"
+    account = "proj42"
+    time = "4:00:00"
+    nodes = 1
+    gpus_per_node = 8
+    sbatch_args = ["--qos=high"]
+
     [fleet]
     hosts = ["me@gpu01", "me@gpu02", "trainer"]  # `specdeck` and `specdeck fleet` with no host
 
@@ -36,7 +44,9 @@ else:  # pragma: no cover - older Pythons get tomli from the package's dependenc
     import tomli as tomllib
 
 HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint")  # strings
-HOST_TABLES = ("alerts",)
+HOST_TABLES = ("alerts", "slurm")
+# [hosts."x".slurm]: the Slurm options of --slurm (tui/cli/slurm_options.py), by type.
+SLURM_KEYS = {"partition": str, "account": str, "time": str, "nodes": int, "gpus_per_node": int, "sbatch_args": list}
 DEFAULT_KEEP_S = 600.0  # a warm link's life after its last use, unless [links] keep says otherwise
 LOCAL = "local"
 MAX_BYTES = 1 << 20
@@ -160,6 +170,17 @@ def check(data, shown):
         for key in HOST_TABLES:
             if key in table and not isinstance(table[key], dict):
                 wrong(["hosts", host, key], "expected a table, got %s" % _kind(table[key]))
+        for key, kind in SLURM_KEYS.items():
+            value = table.get("slurm", {}).get(key)
+            if value is None:
+                continue
+            keys = ["hosts", host, "slurm", key]
+            if kind is int and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
+                wrong(keys, "expected a whole number of at least 1, got %s" % (value if isinstance(value, int) and not isinstance(value, bool) else _kind(value)))
+            if kind is str and (not isinstance(value, str) or not value.strip()):
+                wrong(keys, "expected a non-empty string, got %s" % ("an empty string" if isinstance(value, str) else _kind(value)))
+            if kind is list and (not isinstance(value, list) or not all(isinstance(a, str) and a for a in value)):
+                wrong(keys, "expected a list of sbatch arguments (strings), got %s" % _kind(value))
     fleet = data.get("fleet", {})
     if not isinstance(fleet, dict):
         wrong(["fleet"], "expected a table, got %s" % _kind(fleet))

@@ -89,6 +89,7 @@ def job_fields(record, stop=None):
         "signal": record.get("signal"),
         "started_at": record.get("started_at"),
         "ended_at": record.get("ended_at"),
+        "killed_after_grace": bool(record.get("kill_sent_at")),  # a stop's TERM was not enough
     }
     return {
         "state": word,
@@ -173,8 +174,14 @@ class SlurmEngine(job_engines.JobEngine):
         with open(script, "w") as f:
             f.write(batch_script(spec["id"], spec["argv"]))
         os.chmod(script, 0o700)
-        # A host without Slurm answers in one line, before anything is asked of a controller.
-        stdout, _, _ = commands.run(sbatch_argv(spec, options, script, output), env=env)
+        try:
+            stdout, _, _ = commands.run(sbatch_argv(spec, options, script, output), env=env)
+        except commands.SlurmError as refused:
+            # A refusal of this job (Slurm's reason), or no working Slurm at all: ask the controller.
+            _, errors, code = commands.run(["scontrol", "ping"], env=env, check=False)
+            if code != 0:
+                raise commands.NoSlurm("Slurm does not work on this host: %s" % (commands.slurm_words(errors) if errors.strip() else refused.message))
+            raise
         slurm_id = stdout.strip().splitlines()[-1].split(";")[0].strip() if stdout.strip() else ""
         if not slurm_id:
             raise commands.SlurmError("sbatch said nothing about the job it took (no job id)")

@@ -6,6 +6,7 @@ import threading
 import time
 
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
+from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..client import ConnectError
 from . import model
 
@@ -29,6 +30,7 @@ def add_commands(commands):
     p.add_argument("--interpreter", metavar="PATH", help="run CMD with this interpreter, e.g. a venv's python")
     p.add_argument("--kind", default="command", choices=("command", "server", "training", "benchmark"))
     p.add_argument("--notify", action="store_true", help="tell the host's notification channels when it ends, however it ends")
+    add_slurm_options(p)
 
     p = commands.add_parser("jobs", help="list the host's jobs")
     p.set_defaults(func=cmd_jobs)
@@ -47,6 +49,7 @@ def add_commands(commands):
     p.add_argument("job")
     p.add_argument("--grace", type=float, default=10.0, metavar="S", help="seconds between TERM and KILL (default 10)")
     p.add_argument("--wait", action="store_true", help="return once the job has ended")
+    p.add_argument("--yes", action="store_true", help="cancel a Slurm job specdeck did not start without asking")
 
     p = commands.add_parser("forget", help="remove ended jobs and their logs from the host")
     p.set_defaults(func=cmd_forget)
@@ -59,12 +62,15 @@ def cmd_run(args):
     if not argv:
         raise CommandError("nothing to run: give the command after --, e.g. specdeck run HOST -- python train.py")
     env = env_option(args.env)
+    params = {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind,
+              "notify": args.notify or None}
+    params.update(slurm_params(args))
     client = connect(args, args.host)
-    job = client.call(
-        "jobs.submit", {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind,
-                        "notify": args.notify or None}
-    )
-    emit(args, {"id": job["id"]}, job["id"])
+    job = client.call("jobs.submit", params)
+    if job.get("slurm_id"):
+        emit(args, {"id": job["id"], "slurm_id": job["slurm_id"]}, "%s  slurm %s" % (job["id"], job["slurm_id"]))
+    else:
+        emit(args, {"id": job["id"]}, job["id"])
     return 0
 
 
@@ -80,7 +86,7 @@ def format_jobs(jobs):
 
 
 def cmd_jobs(args):
-    jobs = connect(args, args.host).call("jobs.list")["jobs"]
+    jobs = [model.with_engine_fields(job) for job in connect(args, args.host).call("jobs.list")["jobs"]]
     emit(args, jobs, lambda: format_jobs(jobs) if jobs else "no jobs on this host")
     return 0
 
@@ -134,8 +140,23 @@ def cmd_logs(args):
     return 0
 
 
+def confirm_foreign_stop(args, job):
+    """A Slurm job specdeck did not start is cancelled only when the user says so: --yes, or
+    `y` at the question on a terminal."""
+    if args.yes:
+        return
+    what = "%s is Slurm job %s, which specdeck did not start (%s)" % (job["id"], job.get("slurm_id"), job.get("name") or "no name")
+    if args.json or not sys.stdin.isatty():
+        raise CommandError("%s: add --yes to cancel it" % what)
+    answer = input("%s. Cancel it? [y/N] " % what)
+    if answer.strip().lower() not in ("y", "yes"):
+        raise CommandError("not cancelled")
+
+
 def cmd_stop(args):
     client = connect(args, args.host)
+    if not model.is_ours(args.job):
+        confirm_foreign_stop(args, client.call("jobs.get", {"id": args.job}))
     job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
     if args.wait:
         while model.is_live(job):

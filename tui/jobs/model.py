@@ -24,6 +24,41 @@ COLUMNS = (("id", "id"), ("kind", "kind"), ("state", "state"), ("runtime", "runt
            ("name", "name"))
 
 
+def is_ours(job_id):
+    """True for an id of a job specdeck started (`j12`); others (`s345`) are the user's jobs that
+    a scheduler runs and we only watch."""
+    return job_id.startswith("j")
+
+
+def with_engine_fields(job):
+    """The job with the fields every job has in `specdeck jobs --json`, whatever runs it and
+    however old the agent: `engine` (local, slurm), `slurm_id`, `nodes`, `pending_reason`, `foreign`."""
+    job = dict(job)
+    job.setdefault("engine", "local")
+    job.setdefault("slurm_id", None)
+    job.setdefault("nodes", [])
+    job.setdefault("pending_reason", None)
+    job.setdefault("foreign", False)
+    return job
+
+
+def id_text(job):
+    """`j12`, `j12 (slurm 345)` for a Slurm job of ours, `s345 (not ours)` for a user's own."""
+    if job.get("foreign"):
+        return "%s (not ours)" % job["id"]
+    if job.get("slurm_id"):
+        return "%s (slurm %s)" % (job["id"], job["slurm_id"])
+    return job["id"]
+
+
+def state_text(job):
+    """The state, with the reason Slurm gives for a pending job: `pending: Resources`."""
+    state = job.get("state") or "?"
+    if job.get("pending_reason"):
+        return "%s: %s" % (state, job["pending_reason"])
+    return state
+
+
 def process_state(job):
     """The job's process state (`running`, `succeeded`, ...); a job described without one by its state."""
     return job.get("process_state", job.get("state"))
@@ -57,9 +92,9 @@ def exit_text(job):
 def figures(job, now=None):
     """{column key: text} of one job, as the Jobs table and `specdeck jobs` show it."""
     return {
-        "id": job["id"],
+        "id": id_text(job),
         "kind": job.get("kind") or "",
-        "state": job.get("state") or "?",
+        "state": state_text(job),
         "runtime": display.format_duration(runtime(job, now)),
         "exit": exit_text(job),
         "started": display.format_time(job.get("started_at")),

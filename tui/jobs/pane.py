@@ -297,6 +297,12 @@ class JobsPane(Pane):
             return
         question = "Stop %s (%s)?\nTERM to its processes now, KILL after %d s if still running." % (
             job["id"], job.get("name") or "", STOP_GRACE_S)
+        if job.get("foreign"):  # the user's own Slurm job: said plainly, since specdeck did not start it
+            question = "Cancel Slurm job %s (%s)?\nspecdeck did not start it. scancel: TERM now, KILL after %d s if still running." % (
+                job.get("slurm_id"), job.get("name") or "", STOP_GRACE_S)
+        elif job.get("slurm_id"):
+            question = "Stop %s (Slurm job %s, %s)?\nscancel: TERM now, KILL after %d s if still running." % (
+                job["id"], job["slurm_id"], job.get("name") or "", STOP_GRACE_S)
 
         def answered(yes):
             if yes:

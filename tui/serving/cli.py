@@ -19,6 +19,7 @@ from remote.serving import breakeven as breakeven_math
 
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
+from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..freshness import stale_text
 from . import advisor
 from .model import SPEC_KEYS, figure, per_k, per_position
@@ -60,6 +61,7 @@ def add_commands(commands):
     _server_options(p)
     p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
     p.add_argument("--wait", action="store_true", help="exit 0 once the server answers, 1 if it died (its last lines on stderr)")
+    add_slurm_options(p)
 
     p = commands.add_parser("spec", help="a server's accept length and speculation figures")
     p.set_defaults(func=cmd_spec)
@@ -85,6 +87,7 @@ def add_commands(commands):
     p.add_argument("--prompts", metavar="FILE", help="one prompt a line (default: a built-in set)")
     p.add_argument("--requests", type=int, default=16, metavar="N", help="requests per server (default 16)")
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
+    add_slurm_options(p)
     advisor.add_commands(commands)
 
 
@@ -95,8 +98,10 @@ def engine_python(args):
 
 
 def _start_params(args):
-    return {"target": args.target, "drafter": args.drafter, "k": args.k, "engine": args.engine, "port": args.port,
-            "gpus": args.gpus, "python": engine_python(args), "env": env_option(args.env), "engine_args": getattr(args, "after_dashes", [])}
+    params = {"target": args.target, "drafter": args.drafter, "k": args.k, "engine": args.engine, "port": args.port,
+              "gpus": args.gpus, "python": engine_python(args), "env": env_option(args.env), "engine_args": getattr(args, "after_dashes", [])}
+    params.update(slurm_params(args))  # serve and bench: the server (or the benchmark) as a Slurm job
+    return params
 
 
 def cmd_serve(args):

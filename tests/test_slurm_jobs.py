@@ -1,0 +1,171 @@
+"""Jobs through a real Slurm (tests/slurm_fixtures.py), as users drive them: `specdeck run HOST
+--slurm` over a real sshd, the job's Slurm id, nodes, pending reason, exit code and log as
+Slurm has them, stop (scancel: TERM, KILL after the grace), the daemon killed while a Slurm job
+runs, the user's own sbatch job listed and cancelled, and the refusals in one line."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+
+from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.waits import wait_for
+
+
+def cli(laptop, host_python, command, host, *args, check=None):
+    """`specdeck COMMAND HOST --python PY ARGS`: the agent's interpreter before any `--`."""
+    return run_cli(command, host, "--python", host_python, *args, home=laptop, check=check)
+
+
+def jobs(laptop, host_python):
+    return {job["id"]: job for job in json.loads(cli(laptop, host_python, "jobs", "gpuhost", "--json", check=0).stdout)}
+
+
+def job(laptop, host_python, job_id):
+    return jobs(laptop, host_python).get(job_id)
+
+
+def submit(laptop, host_python, *args):
+    reply = cli(laptop, host_python, "run", "gpuhost", "--slurm", "--json", *args, check=0)
+    return json.loads(reply.stdout)
+
+
+def ended(laptop, host_python, job_id):
+    found = job(laptop, host_python, job_id)
+    return found if found and found["process_state"] not in ("starting", "running") else None
+
+
+def job_dirs(host_user):
+    root = host_user.home / ".cache" / "specdeck" / "jobs"
+    return sorted(p.name for p in root.iterdir() if p.name.startswith("j")) if root.exists() else []
+
+
+def test_a_slurm_job_runs_on_both_nodes_and_says_so(slurm_host, laptop, host_user, host_python):
+    # Arguments a shell would expand or split come out as they were typed: the script quotes them.
+    submitted = submit(laptop, host_python, "--nodes", "2", "--", "sh", "-c", 'echo "got: $1"; srun -l printenv SLURMD_NODENAME', "sh",
+                       "it's $(id) and `uname` ; exit 9")
+    assert submitted["id"].startswith("j") and submitted["slurm_id"].isdigit()
+    done = wait_for(lambda: ended(laptop, host_python, submitted["id"]), message="the Slurm job ended")
+    assert done["state"] == "succeeded" and done["exit_code"] == 0 and done["signal"] is None
+    assert (done["engine"], done["slurm_id"], done["nodes"], done["foreign"], done["pending_reason"]) == ("slurm", submitted["slurm_id"], ["n1", "n2"], False, None)
+    assert slurm_host.job(submitted["slurm_id"])["JobState"] == "COMPLETED"
+    log = cli(laptop, host_python, "logs", "gpuhost", submitted["id"], check=0).stdout
+    assert "got: it's $(id) and `uname` ; exit 9\n" in log
+    assert sorted(line for line in log.splitlines() if line[:3] in ("0: ", "1: ")) == ["0: n1", "1: n2"]
+    table = cli(laptop, host_python, "jobs", "gpuhost", check=0).stdout
+    assert "%s (slurm %s)" % (submitted["id"], submitted["slurm_id"]) in table
+
+
+def test_a_non_zero_exit_is_the_jobs_code_and_a_local_job_says_local(slurm_host, laptop, host_python):
+    submitted = submit(laptop, host_python, "--", "sh", "-c", "echo on the way out; exit 3")
+    done = wait_for(lambda: ended(laptop, host_python, submitted["id"]), message="the Slurm job ended")
+    assert (done["state"], done["exit_code"], done["signal"]) == ("failed", 3, None)
+    follow = cli(laptop, host_python, "logs", "gpuhost", submitted["id"], "--follow")
+    assert follow.stdout == "on the way out\n"
+    assert follow.returncode == 1 and follow.stderr.strip().endswith("%s exited 3" % submitted["id"])
+    local = json.loads(cli(laptop, host_python, "run", "gpuhost", "--json", "--", "true", check=0).stdout)["id"]
+    mine = job(laptop, host_python, local)
+    assert (mine["engine"], mine["slurm_id"], mine["nodes"], mine["pending_reason"], mine["foreign"]) == ("local", None, [], None, False)
+
+
+def test_a_held_job_is_pending_with_slurms_reason_and_a_stop_takes_it_out_of_the_queue(slurm_host, laptop, host_python):
+    submitted = submit(laptop, host_python, "--sbatch-arg=--hold", "--", "sleep", "1000")
+    pending = wait_for(lambda: (job(laptop, host_python, submitted["id"]) or {}).get("pending_reason") and job(laptop, host_python, submitted["id"]),
+                       message="the pending reason")
+    assert (pending["state"], pending["pending_reason"], pending["nodes"]) == ("pending", "JobHeldUser", [])
+    assert "pending: JobHeldUser" in cli(laptop, host_python, "jobs", "gpuhost", check=0).stdout
+    stopped = json.loads(cli(laptop, host_python, "stop", "gpuhost", submitted["id"], "--wait", "--json", check=0).stdout)
+    assert stopped["state"] == "stopped"
+    assert slurm_host.job(submitted["slurm_id"])["JobState"] == "CANCELLED"
+
+
+def test_a_job_waiting_for_cpus_says_resources_then_runs(slurm_host, laptop, host_python):
+    # Both nodes' CPUs taken by one job: the next one waits for Resources until that one is stopped.
+    first = submit(laptop, host_python, "--nodes", "2", "--sbatch-arg=--cpus-per-task=2", "--", "sleep", "1000")
+    wait_for(lambda: (job(laptop, host_python, first["id"]) or {}).get("state") == "running", message="the first job running %s" % first)
+    second = submit(laptop, host_python, "--sbatch-arg=--cpus-per-task=2", "--", "echo", "my turn")
+    waiting = wait_for(lambda: (job(laptop, host_python, second["id"]) or {}).get("pending_reason") == "Resources" and job(laptop, host_python, second["id"]),
+                       message="the second job pending for Resources")
+    assert waiting["state"] == "pending"
+    cli(laptop, host_python, "stop", "gpuhost", first["id"], "--wait", check=0)
+    done = wait_for(lambda: ended(laptop, host_python, second["id"]), message="the second job ran")
+    assert done["state"] == "succeeded" and done["nodes"] and done["pending_reason"] is None
+
+
+def test_stop_sends_term_and_a_job_that_ignores_it_is_killed_after_the_grace(slurm_host, laptop, host_python):
+    obeys = submit(laptop, host_python, "--", "sh", "-c", "echo up; exec sleep 1000")
+    ignores = submit(laptop, host_python, "--", "sh", "-c", "trap 'echo got TERM' TERM; echo up; while :; do sleep 0.1; done")
+    for submitted in (obeys, ignores):
+        wait_for(lambda: "up" in cli(laptop, host_python, "logs", "gpuhost", submitted["id"], check=0).stdout, message="the job printed")
+    stopped = cli(laptop, host_python, "stop", "gpuhost", obeys["id"], "--wait", "--json", check=0)
+    assert json.loads(stopped.stdout)["state"] == "stopped"
+    done = job(laptop, host_python, obeys["id"])
+    assert done["signal"] == 15 and not done["slurm"]["killed_after_grace"]
+    cli(laptop, host_python, "stop", "gpuhost", ignores["id"], "--grace", "1", "--wait", check=0)
+    done = job(laptop, host_python, ignores["id"])
+    assert done["state"] == "stopped" and done["slurm"]["killed_after_grace"] and done["signal"] == 9
+    assert "got TERM" in cli(laptop, host_python, "logs", "gpuhost", ignores["id"], check=0).stdout
+    assert slurm_host.job(ignores["slurm_id"])["JobState"] in ("CANCELLED", "FAILED")
+
+
+def test_the_daemon_killed_while_a_slurm_job_runs_loses_no_line_and_knows_how_it_ended(slurm_host, laptop, host_user, host_python):
+    script = "i=0; while [ $i -lt 60 ]; do echo line $i; i=$((i+1)); sleep 0.1; done; exit 4"
+    submitted = submit(laptop, host_python, "--", "sh", "-c", script)
+    env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    env.update(HOME=str(laptop), PYTHONPATH=str(REPO_ROOT))
+    follower = subprocess.Popen([sys.executable, "-m", "tui.cli", "logs", "gpuhost", submitted["id"], "--follow", "--python", host_python],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT))
+    log_path = host_user.home / ".cache" / "specdeck" / "jobs" / submitted["id"] / "output.log"
+    wait_for(lambda: log_path.exists() and b"line 5\n" in log_path.read_bytes(), message="the job's first lines")
+    home = host_user.home / ".cache" / "specdeck"
+    os.kill(daemon_pid(home), signal.SIGKILL)
+    wait_for(lambda: daemon_pid(home) is None, message="the daemon gone")
+    done = wait_for(lambda: ended(laptop, host_python, submitted["id"]), message="the job's end, told by the new daemon")
+    assert (done["state"], done["exit_code"]) == ("failed", 4)
+    out, err = follower.communicate(timeout=120)
+    assert out == "".join("line %d\n" % i for i in range(60)), err
+    assert follower.returncode == 1
+
+
+def test_the_users_own_sbatch_job_is_listed_followed_and_cancelled_after_a_yes(slurm_host, laptop, host_user, host_python):
+    out = host_user.home / "own-job.out"
+    slurm_id = slurm_host.run(["sbatch", "--parsable", "-o", str(out), "--job-name", "by-hand", "--wrap", "echo foreign line; exec sleep 1000"],
+                              user=host_user).stdout.strip()
+    foreign_id = "s" + slurm_id
+    listed = wait_for(lambda: (job(laptop, host_python, foreign_id) or {}).get("state") == "running" and job(laptop, host_python, foreign_id),
+                      message="the user's own job listed running")
+    assert (listed["foreign"], listed["engine"], listed["slurm_id"], listed["name"]) == (True, "slurm", slurm_id, "by-hand")
+    assert "%s (not ours)" % foreign_id in cli(laptop, host_python, "jobs", "gpuhost", check=0).stdout
+    wait_for(lambda: "foreign line" in cli(laptop, host_python, "logs", "gpuhost", foreign_id, check=0).stdout, message="its output followed")
+    refused = cli(laptop, host_python, "stop", "gpuhost", foreign_id)
+    assert refused.returncode == 2 and "specdeck did not start" in refused.stderr and "--yes" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    assert slurm_host.job(slurm_id)["JobState"] == "RUNNING"
+    cli(laptop, host_python, "stop", "gpuhost", foreign_id, "--yes", "--wait", check=0)
+    assert slurm_host.job(slurm_id)["JobState"] in ("CANCELLED", "FAILED")
+
+
+def test_a_refused_submission_says_slurms_reason_in_one_line_and_leaves_nothing(slurm_host, laptop, host_user, host_python):
+    cli(laptop, host_python, "jobs", "gpuhost", check=0)
+    before = job_dirs(host_user)
+    for flags, reason in ((["--partition", "nope"], "Invalid partition name specified"),
+                          (["--time", "2:00:00"], "Requested time limit is invalid (missing or exceeds some limit)"),
+                          (["--nodes", "3"], "Node count specification invalid")):
+        refused = cli(laptop, host_python, "run", "gpuhost", "--slurm", *flags, "--", "true")
+        assert refused.returncode != 0
+        assert refused.stderr.strip().splitlines() == ["specdeck: Batch job submission failed: %s" % reason]
+    assert job_dirs(host_user) == before
+    assert not slurm_host.user_jobs(host_user)
+
+
+def test_a_host_without_slurm_answers_slurm_in_one_line(sshd, laptop, host_user, host_python):
+    # No slurm_host: the host user's login environment has no SLURM_CONF, and this machine no
+    # /etc/slurm/slurm.conf: Slurm's commands are there and cannot work.
+    cli(laptop, host_python, "jobs", "gpuhost", check=0)
+    before = job_dirs(host_user)
+    refused = cli(laptop, host_python, "run", "gpuhost", "--slurm", "--", "true")
+    assert refused.returncode == 2
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("specdeck: ") and "slurm" in lines[0].lower(), lines
+    assert job_dirs(host_user) == before
