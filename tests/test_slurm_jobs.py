@@ -169,3 +169,21 @@ def test_a_host_without_slurm_answers_slurm_in_one_line(sshd, laptop, host_user,
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("specdeck: ") and "slurm" in lines[0].lower(), lines
     assert job_dirs(host_user) == before
+
+
+def test_the_hosts_slurm_defaults_come_from_the_config_and_a_flag_wins(slurm_host, laptop, host_python, private_laptop_config):
+    config = private_laptop_config / "specdeck" / "config.toml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text('[hosts.gpuhost.slurm]\npartition = "nope"\nnodes = 2\nsbatch_args = ["--job-name=from-config"]\n')
+    env = {"XDG_CONFIG_HOME": str(private_laptop_config)}
+    refused = run_cli("run", "gpuhost", "--python", host_python, "--slurm", "--", "true", home=laptop, env=env)
+    assert refused.stderr.strip() == "specdeck: Batch job submission failed: Invalid partition name specified"
+    taken = run_cli("run", "gpuhost", "--python", host_python, "--slurm", "--partition", "debug", "--json", "--", "true", home=laptop, env=env, check=0)
+    submitted = json.loads(taken.stdout)
+    assert slurm_host.job(submitted["slurm_id"])["JobName"] == "from-config"
+    assert slurm_host.job(submitted["slurm_id"])["NumNodes"] in ("2", "2-2")  # Slurm writes min-max while it waits
+    without = run_cli("run", "gpuhost", "--python", host_python, "--nodes", "2", "--", "true", home=laptop, env=env)
+    assert without.returncode == 2 and without.stderr.strip() == "specdeck: --nodes is a Slurm option: add --slurm"
+    config.write_text('[hosts.gpuhost.slurm]\nnodes = "two"\n')
+    wrong = run_cli("run", "gpuhost", "--python", host_python, "--slurm", "--", "true", home=laptop, env=env)
+    assert wrong.returncode == 2 and wrong.stderr.strip().endswith("hosts.gpuhost.slurm.nodes: expected a whole number of at least 1, got a string")
