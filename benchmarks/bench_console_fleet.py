@@ -49,7 +49,9 @@ async def measure(n_hosts, seconds, root):
             t0 = time.monotonic()
             while not all(link.summary is not None for link in app.links):
                 if time.monotonic() - t0 > 300:
-                    raise SystemExit("%d hosts: not all connected after 300 s" % n_hosts)
+                    missing = ["%s %s %s %s" % (link.name, link.state, link.detail, link.summary_error)
+                               for link in app.links if link.summary is None]
+                    raise SystemExit("%d hosts: not all connected after 300 s:\n  %s" % (n_hosts, "\n  ".join(missing)))
                 await pilot.pause(0.5)
             connect_s = time.monotonic() - t0
             await pilot.pause(3.0)  # the last connections' first frames

@@ -131,3 +131,20 @@ def test_daemon_stop_says_whether_one_was_running(agent_home):
     answer = json.loads(again.stdout)
     assert answer["was_running"] is False and answer["host"] == "local"
     wait_for(lambda: daemon_pid(agent_home) is None, 30, message="the daemon this connection started to go")
+
+
+def test_each_command_is_found_in_the_module_that_adds_it():
+    """The table that lets a command import only its own area names every command where it is."""
+    import argparse
+    import importlib
+
+    from tui.cli.main import AREAS, build_parser
+
+    for module, names in AREAS:
+        commands = argparse.ArgumentParser().add_subparsers()
+        importlib.import_module(module).add_commands(commands)
+        assert tuple(commands.choices) == names, module
+    for module, names in AREAS:
+        for name in names:
+            parser = build_parser(name)
+            assert name in parser._subparsers._group_actions[0].choices

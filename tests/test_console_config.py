@@ -14,7 +14,6 @@ from textual.widgets import Checkbox, Input
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_until
 from tui import config
-from tui.config import tomllib
 from tui.connection import open_client
 from tui.downloads.form import DownloadForm
 
@@ -39,7 +38,7 @@ def test_settings_round_trip_through_a_toml_file_of_the_users(xdg):
     config.remember("me@gpu01", {"agent_python": "/opt/py/bin/python3"})
     config.remember(None, {"ml_python": sys.executable})
     with open(path, "rb") as f:
-        data = tomllib.load(f)  # the standard reader agrees with our writer
+        data = config.toml_reader().load(f)  # the standard reader agrees with our writer
     assert data["hosts"]["me@gpu01"] == {"ml_python": "/home/me/venv/bin/python", "agent_python": "/opt/py/bin/python3",
                                          "alerts": {"accept_length_below": 2.46, "enabled": True}}
     assert data["hosts"]["gpu02.example.org"] == {"download_dir": 'C:\\odd "dir"\twith tab'}

@@ -29,27 +29,36 @@ HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or
 """
 
 import argparse
-import difflib
+import importlib
 import re
 import sys
 
-from ..checkpoints import cli as checkpoints
-from ..downloads import cli as downloads
-from ..fleet import cli as fleet
-from ..jobs import cli as jobs
-from ..notify import cli as notify
-from ..serving import cli as serving
-from ..telemetry import cli as telemetry
-from ..training import cli as training
-from . import config, daemon, links
 from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
 
-AREAS = (telemetry, jobs, checkpoints, downloads, serving, config, training, notify, fleet, daemon, links)  # each adds its commands to the parser
+# Each area's module and the commands it adds, in help order. A command imports its own module
+# only: a headless command over a warm link is one round trip plus this process's start, and
+# importing every area's CLI (and building every parser) was most of that start.
+# tests/test_console_cli_errors.py checks this table against what each module adds.
+AREAS = (
+    ("tui.telemetry.cli", ("gpus",)),
+    ("tui.jobs.cli", ("run", "jobs", "logs", "stop", "forget")),
+    ("tui.checkpoints.cli", ("inspect", "compare")),
+    ("tui.downloads.cli", ("download", "verify")),
+    ("tui.serving.cli", ("serve", "spec", "breakeven", "bench", "advise", "coverage")),
+    ("tui.cli.config", ("config",)),
+    ("tui.training.cli", ("train", "curves", "checkpoints")),
+    ("tui.notify.cli", ("notify",)),
+    ("tui.fleet.cli", ("fleet",)),
+    ("tui.cli.daemon", ("daemon",)),
+    ("tui.cli.links", ("disconnect",)),
+)
+COMMAND_NAMES = frozenset(name for _, names in AREAS for name in names)
 
 
 HELP = """The console, and every console action as a headless command with --json.
 
-  specdeck [HOST]           open the console on HOST (no HOST: on this machine)
+  specdeck [HOST ...]       open the console on HOST (several: the Fleet pane; none: the config's
+                            [fleet] hosts, else this machine)
   specdeck COMMAND ARGS     one action without the console (specdeck COMMAND -h for its options)
 
 HOST is an ssh destination (user@host, user@host:port, a ~/.ssh/config alias) or `local`."""
@@ -79,24 +88,36 @@ class Parser(argparse.ArgumentParser):
         super().error(message)
 
 
-def build_parser():
+class VersionAction(argparse.Action):
+    """--version, whose answer (the installed package's metadata) is read only when asked."""
+
+    def __init__(self, option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, help="show the version and exit"):
+        super().__init__(option_strings, dest=dest, default=default, nargs=0, help=help)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print("specdeck %s" % version())
+        parser.exit()
+
+
+def build_parser(command=None):
+    """The parser of every command, or with `command` of that command's area only."""
     parser = Parser(
         prog="specdeck",
         usage="specdeck [-h] [--version] [HOST | COMMAND ...]",
         description=HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version="specdeck %s" % version())
+    parser.add_argument("--version", action=VersionAction)
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", title="commands", prog="specdeck")
-    for area in AREAS:
-        area.add_commands(commands)
+    for module, names in AREAS:
+        if command is None or command in names:
+            importlib.import_module(module).add_commands(commands)
     for p in commands.choices.values():
         if p.get_default("host_options") is False:  # reaches no host: options for one would mean nothing
             p.add_argument("-v", "--verbose", action="count", default=0, help="log to stderr as well")
         else:
             connection_options(p)
         p.add_argument("--json", action="store_true", help="machine-readable output (errors too, as JSON on stderr)")
-    parser.command_names = frozenset(commands.choices)
     return parser
 
 
@@ -122,6 +143,8 @@ def unknown_command(argv, command_names):
         args, extra = console_parser(add_help=False).parse_known_args(argv)
     except SystemExit:  # e.g. --python with no value: the console's own parser says so next
         return None
+    import difflib
+
     word = argv[0]
     close = difflib.get_close_matches(word, sorted(command_names), n=1, cutoff=0.6)
     # Hosts unless the first is a near-miss of a command that could not be a destination, or a
@@ -168,11 +191,10 @@ def main(argv=None):
     if broken:  # every command and the console: the config file's one line, never a traceback
         report_error("ConfigError", broken, "--json" in argv)
         return EXIT_USAGE
-    parser = build_parser()
-    if not argv or argv[0] not in parser.command_names:
+    if not argv or argv[0] not in COMMAND_NAMES:
         if argv and argv[0] in ("-h", "--help", "--version"):
-            parser.parse_args(argv[:1])  # prints and exits 0
-        typo = unknown_command(argv, parser.command_names)
+            build_parser().parse_args(argv[:1])  # prints and exits 0
+        typo = unknown_command(argv, COMMAND_NAMES)
         if typo:
             report_error("UsageError", typo, "--json" in argv)
             return EXIT_USAGE
@@ -183,7 +205,7 @@ def main(argv=None):
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]
     Parser.json_errors = "--json" in argv
-    args = parser.parse_args(argv)
+    args = build_parser(argv[0]).parse_args(argv)
     setup_logging(args.verbose)
     if args.command == "run":
         args.argv = args.argv + command_argv
