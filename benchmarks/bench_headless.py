@@ -12,7 +12,6 @@ at most one round trip over `ssh HOST true`, warm under 0.25 s at 150 ms.
 """
 
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -22,30 +21,10 @@ from pathlib import Path
 
 from tests.conftest import REPO_ROOT, run_cli
 from tests.delay_proxy import DelayProxy
+from tests.helpers.keepers import end_keepers
 from tui import bootstrap
 
 RTT_S = 0.15
-
-
-def keeper_pids(runtime_dir):
-    pids = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                cmdline = Path("/proc", entry, "cmdline").read_bytes()
-            except OSError:
-                continue
-            if b"tui.keeper" in cmdline and str(runtime_dir).encode() in cmdline:
-                pids.append(int(entry))
-    return pids
-
-
-def end_keepers(runtime_dir):
-    for pid in keeper_pids(runtime_dir):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + 10
-    while keeper_pids(runtime_dir) and time.monotonic() < deadline:
-        time.sleep(0.01)
 
 
 def laptop_via(sshd, tmp_path, proxy):

@@ -2,6 +2,7 @@
 hub over real HTTP, and a private agent state directory per test."""
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from remote.core.protocol import FrameReader
 
 from tests.fleet_fixtures import *  # noqa: F401,F403
+from tests.helpers.keepers import end_keepers, short_runtime_dir
 from tests.hub_fixtures import hub  # noqa: F401
 from tests.slurm_fixtures import *  # noqa: F401,F403
 from tests.sshd_fixtures import *  # noqa: F401,F403
@@ -27,6 +29,17 @@ def private_laptop_config(tmp_path, monkeypatch):
     path = tmp_path / "laptop-config"
     monkeypatch.setenv("XDG_CONFIG_HOME", str(path))
     return path
+
+
+@pytest.fixture(autouse=True)
+def private_runtime_dir(monkeypatch):
+    """Every test gets its own XDG_RUNTIME_DIR, so the link keeper its headless commands start
+    (tui/keeper.py) is its own, and ended after it: no keeper of one test serves another."""
+    path = short_runtime_dir()
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
+    yield path
+    end_keepers(path)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 @pytest.fixture

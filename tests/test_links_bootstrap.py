@@ -14,23 +14,10 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import daemon_pid, run_cli
+from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
 from tui import bootstrap
 from tui.connection import open_client
-
-
-def keeper_pids(runtime_dir):
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(b"tui.keeper" in part for part in cmdline) and any(part.startswith(str(runtime_dir).encode()) for part in cmdline):
-            pids.append(int(entry))
-    return pids
 
 
 @pytest.fixture

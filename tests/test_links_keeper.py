@@ -20,23 +20,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
-
-
-def keeper_pids(runtime_dir):
-    """Live keeper processes serving sockets under `runtime_dir`."""
-    pids = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            cmdline = Path("/proc", entry, "cmdline").read_bytes().split(b"\0")
-            state = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z" and any(b"tui.keeper" in part for part in cmdline) and any(part.startswith(str(runtime_dir).encode()) for part in cmdline):
-            pids.append(int(entry))
-    return pids
 
 
 class Laptop:
