@@ -56,6 +56,10 @@ def main(argv):
     lock = open(path + ".lock", "a")
     if not take_lock(lock, path):
         return 0  # another keeper runs for this socket: the command reaches that one
+    leave_out_invoke()
+    # SSH's library (150 ms of imports) loads while the socket is made and the first command
+    # sends its request, not after: a cold command waits for it otherwise.
+    threading.Thread(target=_import_ssh, name="keeper-import", daemon=True).start()
     try:
         os.unlink(path)  # a killed keeper's socket: no one listens on it any more
     except FileNotFoundError:
@@ -66,7 +70,6 @@ def main(argv):
     from .cli.common import setup_logging
 
     setup_logging(0, to_stderr=False)
-    leave_out_invoke()
     # The agent's zipapp is built (tens of ms, mostly zlib, which lets go of the GIL) while the
     # first command's SSH connection is being made, not after it.
     threading.Thread(target=_build_agent, name="keeper-build", daemon=True).start()
@@ -94,6 +97,12 @@ def take_lock(lock, path):
             if os.path.exists(path) or time.monotonic() > deadline:
                 return False
             time.sleep(0.01)
+
+
+def _import_ssh():
+    from . import ssh_transport  # noqa: F401 (imported for its cost, ahead of the first connection)
+
+    import paramiko  # noqa: F401
 
 
 def _build_agent():
