@@ -16,7 +16,9 @@ The core imports no area, so an engine area registers itself here when the compo
 - `stop(job_dir, job, grace_s)` asks for the stop at once; the store has written stop.json,
   which the engine's service reads to finish it (KILL after the grace) even after a restart.
 - Jobs the engine knows of that are not ours (the user's own Slurm jobs): ids the engine
-  `claims` (never `j...`), listed by `foreign_jobs()`, described by `foreign_job(id)` (None
+  `claims` (never `j...`), listed by `foreign_jobs(fresh)` (fresh: a person asked, so the
+  engine may ask its scheduler now; else what it last heard, so that a service listing jobs
+  every second costs the scheduler nothing), described by `foreign_job(id)` (None
   when there is none), their log at `foreign_log_path(id)`, stopped by `stop_foreign(id, grace_s)`.
 """
 
@@ -50,7 +52,7 @@ class JobEngine:
     def claims(self, job_id):
         return False
 
-    def foreign_jobs(self):
+    def foreign_jobs(self, fresh=False):
         return []
 
     def foreign_job(self, job_id):

@@ -41,7 +41,7 @@ def jobs_submit(call):
 def jobs_list(call):
     """Every job, oldest first. Params: `kind` (only jobs of that kind). Reply: `{jobs: [...]}`,
     each job as `jobs.get`."""
-    return {"jobs": call.daemon.jobs.list(kind=call.param("kind", str))}
+    return {"jobs": call.daemon.jobs.list(kind=call.param("kind", str), fresh=True)}
 
 
 @method("jobs.get")

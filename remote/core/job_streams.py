@@ -96,8 +96,9 @@ class JobWatcher(Service):
             seen.add(job_id)
             signature = self.jobs.signature(job_id)
             old = self._known.get(job_id)
-            # A live job can turn `lost` without touching a file (its supervisor killed): look again.
-            if old is not None and old[0] == signature and old[1]["process_state"] not in LIVE_STATES:
+            # A live job can turn `lost` without touching a file (its supervisor killed): look again;
+            # not one an engine runs (Slurm), which changes only through its engine.json.
+            if old is not None and old[0] == signature and (old[1]["process_state"] not in LIVE_STATES or old[1].get("engine", "local") != "local"):
                 continue
             try:
                 job = self.jobs.describe(job_id)

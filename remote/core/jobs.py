@@ -300,10 +300,11 @@ class JobStore:
                 marks.append(None)
         return tuple(marks)
 
-    def list(self, kind=None):
+    def list(self, kind=None, fresh=False):
         """Every job, oldest first; with `kind`, only those of that kind (the others are not read
         beyond their job.json, so a pane that wants downloads does not pay for every job). A
-        damaged job directory is skipped (and named once in the daemon's log)."""
+        damaged job directory is skipped (and named once in the daemon's log). `fresh`: a person
+        asked (jobs.list), so engines may ask their scheduler for the user's other jobs now."""
         jobs = []
         for job_id in self.ids():
             if kind is not None and (_object(read_json(os.path.join(self.root, job_id, "job.json"))) or {}).get("kind", "command") != kind:
@@ -313,7 +314,7 @@ class JobStore:
             except NotFound:
                 continue  # a directory being created right now, or a damaged one
         for runner in job_engines.engines():  # the user's jobs that an engine ran without us
-            jobs.extend(job for job in runner.foreign_jobs() if kind is None or job.get("kind") == kind)
+            jobs.extend(job for job in runner.foreign_jobs(fresh) if kind is None or job.get("kind") == kind)
         return jobs
 
     def log_path(self, job_id):

@@ -226,8 +226,8 @@ class SlurmEngine(job_engines.JobEngine):
     def claims(self, job_id):
         return job_id.startswith(FOREIGN_PREFIX) and job_id[len(FOREIGN_PREFIX):].replace("_", "").isdigit()
 
-    def foreign_rows(self):
-        if time.monotonic() - self.rows_at > FOREIGN_FRESH_S:
+    def foreign_rows(self, fresh=True):
+        if fresh and time.monotonic() - self.rows_at > FOREIGN_FRESH_S:
             try:
                 self.poll()
             except (commands.NoSlurm, commands.SlurmError):
@@ -235,14 +235,10 @@ class SlurmEngine(job_engines.JobEngine):
         with self._lock:
             return {slurm_id: row for slurm_id, row in self.rows.items() if slurm_id not in self.ours}
 
-    def foreign_jobs(self):
+    def foreign_jobs(self, fresh=False):
         if self.store is None:
             return []  # the watcher has not read our own jobs yet: ours would look foreign
-        try:
-            commands.environment()
-        except Exception:
-            return []
-        return [self._foreign_description(row) for row in self.foreign_rows().values()]
+        return [self._foreign_description(row) for row in self.foreign_rows(fresh).values()]
 
     def _foreign_description(self, row):
         record = row_record(row)

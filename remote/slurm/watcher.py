@@ -2,10 +2,11 @@
 per poll, whatever their number, never one per job; `scontrol show job` (then `sacct -c`, then
 `sacct`) only for a job of ours that left squeue before its end was seen, once per job.
 
-How often: 1 s after anything changed or a job was submitted or stopped (the jobs methods
-wake the service), then twice as long after each poll that found nothing new, up to 15 s while
+How often: 1 s after anything changed, a job was submitted or stopped (the engine wakes the
+service) and for the first 10 s of a job of ours, then twice as long after each poll that found nothing new, up to 15 s while
 a job of ours is pending or running and 30 s while none is (the user's other jobs are still
-listed, and a listing asks squeue itself when the last rows are older than 2 s). A controller
+listed, and a listing a person asks for, jobs.list, asks squeue itself when the last rows are
+older than 2 s; a service that lists jobs every second gets the last rows). A controller
 that serves a whole cluster answers a user's squeue in milliseconds; one such call every 15 s
 for a hundred quiet jobs is less than one person typing `squeue --me` now and then. While a
 stop's grace runs out it looks every second, to send the KILL on time. A host with no Slurm
@@ -34,6 +35,7 @@ LIVE_MAX_INTERVAL_S = 15.0
 IDLE_MAX_INTERVAL_S = 30.0
 NO_SLURM_INTERVAL_S = 60.0
 STOP_INTERVAL_S = 1.0
+YOUNG_S = 10.0  # a job of ours submitted this recently keeps the poll at MIN_INTERVAL_S
 FORGOTTEN_AFTER_S = 30.0  # a job of ours that no Slurm command knows, this long after its submit, is lost
 ROW_KEYS = ("state", "reason", "nodelist", "partition", "exit_code", "signal", "started_at", "ended_at")
 
@@ -89,6 +91,8 @@ class SlurmWatcher(Service):
         self.available = True
         woken, self.engine.woken = self.engine.woken, False
         live = self._our_live_jobs()
+        # A job just submitted starts within seconds where there is room: look every second meanwhile.
+        young = any(time.time() - (record.get("submitted_at") or 0) < YOUNG_S for _, _, record in live.values())
         try:
             rows = self.engine.poll()
         except commands.SlurmError as exc:
@@ -116,7 +120,7 @@ class SlurmWatcher(Service):
             self.daemon.services.wake("job-events")
         if stopping or self.engine.foreign_kills:
             self.interval_s = STOP_INTERVAL_S
-        elif changed or woken:
+        elif changed or woken or young:
             self.interval_s = MIN_INTERVAL_S
         else:
             self.interval_s = min(self.interval_s * 2, LIVE_MAX_INTERVAL_S if live else IDLE_MAX_INTERVAL_S)
@@ -157,7 +161,7 @@ class SlurmWatcher(Service):
     def _publish_foreign(self):
         """Job events for the user's other Slurm jobs, as the job watcher gives them for ours."""
         topic = self.daemon.topics["jobs"]
-        now = {job["id"]: job for job in (self.engine._foreign_description(row) for row in self.engine.foreign_rows().values())}
+        now = {job["id"]: job for job in (self.engine._foreign_description(row) for row in self.engine.foreign_rows(fresh=False).values())}
         changed = False
         for job_id, job in now.items():
             old = self._foreign.get(job_id)
