@@ -83,6 +83,22 @@ def test_second_command_reuses_the_link(laptop_user, monkeypatch):
     assert link["host"] == "gpuhost" and link["alive"] and link["dest"].endswith(":%d" % laptop_user.sshd.port)
 
 
+def test_two_relays_wait_ready_so_commands_back_to_back_each_find_one(laptop_user, host_user, monkeypatch):
+    jobs_ok(laptop_user)
+    python = laptop_user.host_python
+
+    def spares():
+        [link] = laptop_user.status(monkeypatch)["links"]
+        return link["spares"].get(python, 0)
+
+    wait_for(lambda: spares() == 2, 30, message="two relays ready")
+    relays = [pid for pid in host_user.pids() if b"--if-running" in Path("/proc/%d/cmdline" % pid).read_bytes()]
+    assert len(relays) >= 2  # on the host, relays idle for the next commands (an ended test's may still be exiting)
+    jobs_ok(laptop_user)
+    jobs_ok(laptop_user)  # back to back: the second took the other ready relay
+    wait_for(lambda: spares() == 2, 30, message="the two used relays replaced")
+
+
 def test_killed_keeper_is_replaced_and_the_next_command_says_nothing(laptop_user):
     jobs_ok(laptop_user)
     [killed] = keeper_pids(laptop_user.runtime_dir)

@@ -44,6 +44,9 @@ EMPTY_GRACE_S = 5.0  # a keeper that holds no link waits this long for a command
 HEADER_TIMEOUT_S = 10.0
 LOCK_WAIT_S = 5.0
 CHUNK_BYTES = 65536
+# Relays kept started per host and interpreter, each an idle process on the host: two let two
+# commands back to back each find one ready (a script's `run` then `logs`).
+SPARES = 2
 
 
 def main(argv):
@@ -145,14 +148,14 @@ class Spare:
 
 
 class HostLink:
-    """One host's transport, its spares (one per interpreter) and who is using it."""
+    """One host's transport, its spares (up to SPARES per interpreter) and who is using it."""
 
     def __init__(self, key, dest):
         self.key = key
         self.dest = dest
         self.transport = None
-        self.spares = {}
-        self.preparing = set()
+        self.spares = {}  # interpreter -> [Spare]
+        self.preparing = {}  # interpreter -> how many spares are on their way
         self.sessions = 0
         self.last_used = time.monotonic()
         self.lock = threading.Lock()
@@ -164,8 +167,9 @@ class HostLink:
     def close(self):
         from .ssh_transport import close_transport
 
-        for spare in self.spares.values():
-            spare.close()
+        for spares in self.spares.values():
+            for spare in spares:
+                spare.close()
         self.spares.clear()
         if self.transport is not None:
             close_transport(self.transport)
@@ -370,9 +374,10 @@ class Keeper:
                 link.dest = dest
                 link.transport = open_link_transport(dest, lambda host_key: accept_new or host_key.fingerprint == fingerprint)
             # A spare on its way is nearer than a new channel: back-to-back commands wait for it.
-            link.spare_ready.wait_for(lambda: python not in link.preparing, HELLO_TIMEOUT_S)
-            spare = link.spares.pop(python, None)
-            if spare is not None:
+            link.spare_ready.wait_for(lambda: link.spares.get(python) or not link.preparing.get(python), HELLO_TIMEOUT_S)
+            spares = link.spares.get(python) or []
+            while spares:
+                spare = spares.pop(0)
                 if spare.usable():
                     return spare
                 spare.close()
@@ -401,15 +406,23 @@ class Keeper:
             links = list(self.links.values())
         for link in links:
             with link.lock:
-                spares, link.spares = list(link.spares.values()), {}
+                spares, link.spares = [spare for kept in link.spares.values() for spare in kept], {}
             for spare in spares:
                 spare.close()
 
     def prepare_spare(self, link, python):
-        with link.lock:
-            if python in link.spares or python in link.preparing or not link.alive():
+        """Start relays until SPARES of them wait for the next commands (two commands back to
+        back each find one ready; a third waits for the one on its way)."""
+        while True:
+            with link.lock:
+                on_hand = len(link.spares.get(python) or ()) + link.preparing.get(python, 0)
+                if on_hand >= SPARES or not link.alive() or self.ending.is_set():
+                    return
+                link.preparing[python] = link.preparing.get(python, 0) + 1
+            if not self._prepare_one(link, python):
                 return
-            link.preparing.add(python)
+
+    def _prepare_one(self, link, python):
         spare = None
         try:
             spare = start_relay(link, python, ("relay", "--if-running"))
@@ -418,13 +431,16 @@ class Keeper:
         except Exception as exc:
             log.info("link keeper: no spare relay on %s: %s: %s", link.key[1], type(exc).__name__, exc)
         with link.lock:
-            link.preparing.discard(python)
+            link.preparing[python] -= 1
+            kept = link.spares.setdefault(python, [])
             if spare is not None:
-                if python in link.spares or not link.alive() or self.ending.is_set():
+                if len(kept) >= SPARES or not link.alive() or self.ending.is_set():
                     spare.close()
+                    spare = None
                 else:
-                    link.spares[python] = spare
+                    kept.append(spare)
             link.spare_ready.notify_all()
+        return spare is not None
 
     # -- ending links
 
@@ -452,7 +468,8 @@ class Keeper:
         now = time.monotonic()
         with self.lock:
             links = [{"host": l.key[0], "dest": l.key[1], "alive": l.alive(), "sessions": l.sessions,
-                      "idle_s": round(now - l.last_used, 1), "spares": sorted(l.spares), "preparing": sorted(l.preparing)} for l in self.links.values()]
+                      "idle_s": round(now - l.last_used, 1), "spares": {p: len(kept) for p, kept in l.spares.items() if kept},
+                       "preparing": {p: n for p, n in l.preparing.items() if n}} for l in self.links.values()]
         return {"ok": True, "pid": os.getpid(), "links": links}
 
 
