@@ -3,10 +3,10 @@ between headless commands, as OpenSSH's ControlPersist does, so that a command t
 holds costs one request's round trip instead of a new SSH connection.
 
 It holds one paramiko transport per host (keyed by the destination as typed and as resolved,
-user@host:port) and, beside it, a spare: an exec channel already running the agent's relay
-with its hello read. A command that asks (tui/links.py) is handed the spare at once: the keeper
-writes the hello it read and from then on copies bytes both ways between the command's Unix
-socket and that channel, and opens the next spare in the background. Each command has its own
+user@host:port) and, beside it, spares (SPARES of them): exec channels already running the
+agent's relay with its hello read. A command that asks (tui/links.py) is handed a spare at
+once: the keeper writes the hello it read and from then on copies bytes both ways between the
+command's Unix socket and that channel, and opens the next spare in the background. Each command has its own
 relay (its own streams, cancelled when it leaves), so nothing of the wire is rewritten here.
 A spare runs `relay --if-running`: it never starts or replaces the host's daemon (a spare
 opened just after `specdeck daemon stop` must not bring the daemon back); when none runs, the
