@@ -217,7 +217,7 @@ def link_factory(host, python="python3", accept_new: Callable[["HostKey"], bool]
         if keeper:
             from . import links
 
-            link = links.keeper_link(host, python, accept_new, warm_only=keeper == "warm")
+            link = links.keeper_link(host, python, accept_new, warm_only=keeper == "warm", accept_any=accept_new is accept_all)
             if link is not None:
                 return link
         if not resolved:

@@ -224,19 +224,17 @@ class KeeperLink:
         return ""
 
 
-def keeper_link(host, python, accept_new, warm_only=False):
+def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
     """A KeeperLink to `host`'s agent, or None when the keeper cannot serve (the caller connects
     itself): none runs and `warm_only`, or none could be started. The keeper's ConnectError
     (an unknown host key, a refused login, no route) is raised as the command's own.
 
-    An unknown host key is accepted only by `--accept-new` (accept_all) or, for a caller that
-    asks a person (accept_new is any other function), when they accept that very key: the
-    keeper is told its fingerprint and accepts no other.
+    An unknown host key is accepted only with `accept_any` (`--accept-new`) or, for a caller
+    that asks a person (`accept_new`, a function of the key), when they accept that very key:
+    the keeper is told its fingerprint and accepts no other.
     """
-    from .connection import accept_all
-
     header = {
-        "op": "link", "host": host, "python": python, "accept_new": accept_new is accept_all, "accept_fingerprint": None,
+        "op": "link", "host": host, "python": python, "accept_new": bool(accept_any), "accept_fingerprint": None,
         "agent_socket": os.environ.get("SSH_AUTH_SOCK", ""), "warm_only": bool(warm_only),
     }
     path = socket_path()
