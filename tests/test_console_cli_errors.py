@@ -148,3 +148,17 @@ def test_each_command_is_found_in_the_module_that_adds_it():
         for name in names:
             parser = build_parser(name)
             assert name in parser._subparsers._group_actions[0].choices
+
+
+def test_the_console_opens_the_hosts_named_else_the_fleet_of_the_config_else_this_machine(tmp_path, monkeypatch):
+    from tui import config
+    from tui.cli.main import COMMAND_NAMES, console_hosts, unknown_command
+
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    assert console_hosts([], config.fleet_hosts) == ["local"]
+    config.save({"fleet": {"hosts": ["me@gpu01", "trainer"]}})
+    assert console_hosts([], config.fleet_hosts) == ["me@gpu01", "trainer"]
+    assert console_hosts(["b", "a", "b"], config.fleet_hosts) == ["b", "a"]
+    # Several hosts are hosts, not a mistyped command; a repo among them is not a host.
+    assert unknown_command(["gpu01", "me@gpu02:2222", "[fe80::1]:22", "local"], COMMAND_NAMES) is None
+    assert unknown_command(["gpu01", "org/repo"], COMMAND_NAMES).startswith("unknown command 'gpu01'")

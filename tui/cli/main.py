@@ -178,9 +178,15 @@ def open_console(argv):
     from .. import config
     from ..app import SpecdeckApp
 
-    hosts = list(dict.fromkeys(args.hosts)) or config.fleet_hosts() or ["local"]
-    SpecdeckApp(hosts=hosts, python=lambda host: agent_python(args, host), accept_new=args.accept_new).run()
+    SpecdeckApp(hosts=console_hosts(args.hosts, config.fleet_hosts), python=lambda host: agent_python(args, host),
+                accept_new=args.accept_new).run()
     return 0
+
+
+def console_hosts(named, fleet_hosts):
+    """The hosts the console opens: those named (each once, in order), else the config's
+    `[fleet] hosts` (`fleet_hosts()`), else this machine."""
+    return list(dict.fromkeys(named)) or fleet_hosts() or ["local"]
 
 
 def main(argv=None):
