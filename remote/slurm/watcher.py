@@ -3,7 +3,7 @@ per poll, whatever their number, never one per job; `scontrol show job` (then `s
 `sacct`) only for a job of ours that left squeue before its end was seen, once per job.
 
 How often: 1 s after anything changed, a job was submitted or stopped (the engine wakes the
-service) and for the first 10 s of a job of ours, then twice as long after each poll that found nothing new, up to 15 s while
+service), every 0.5 s for the first 10 s of a job of ours (20 calls of ~20 ms), then twice as long after each poll that found nothing new, up to 15 s while
 a job of ours is pending or running and 30 s while none is (the user's other jobs are still
 listed, and a listing a person asks for, jobs.list, asks squeue itself when the last rows are
 older than 2 s; a service that lists jobs every second gets the last rows). A controller
@@ -35,7 +35,8 @@ LIVE_MAX_INTERVAL_S = 15.0
 IDLE_MAX_INTERVAL_S = 30.0
 NO_SLURM_INTERVAL_S = 60.0
 STOP_INTERVAL_S = 1.0
-YOUNG_S = 10.0  # a job of ours submitted this recently keeps the poll at MIN_INTERVAL_S
+YOUNG_S = 10.0  # a job of ours submitted this recently is looked at every YOUNG_INTERVAL_S
+YOUNG_INTERVAL_S = 0.5  # where there is room Slurm starts a job within a second or two: say so at once
 FORGOTTEN_AFTER_S = 30.0  # a job of ours that no Slurm command knows, this long after its submit, is lost
 ROW_KEYS = ("state", "reason", "nodelist", "partition", "exit_code", "signal", "started_at", "ended_at")
 
@@ -120,7 +121,9 @@ class SlurmWatcher(Service):
             self.daemon.services.wake("job-events")
         if stopping or self.engine.foreign_kills:
             self.interval_s = STOP_INTERVAL_S
-        elif changed or woken or young:
+        elif young:
+            self.interval_s = YOUNG_INTERVAL_S
+        elif changed or woken:
             self.interval_s = MIN_INTERVAL_S
         else:
             self.interval_s = min(self.interval_s * 2, LIVE_MAX_INTERVAL_S if live else IDLE_MAX_INTERVAL_S)
