@@ -95,7 +95,8 @@ class SpecdeckApp(PaneHost):
         self.accept_new = accept_new
         self._make_client = connect or self._open_client
         # With several hosts one that is away when the console opens is tried again until it is back.
-        self.links = [HostLink(name, self._connector(name), self.post_message, retry=len(names) > 1) for name in names]
+        self.links = [HostLink(name, self._connector(name), self.post_message, retry=len(names) > 1, poll=len(names) > 1)
+                      for name in names]
         self.current = self.links[0]
         self.host = self.current.name
         self.connection_state = "connecting"

@@ -29,16 +29,19 @@ class HostLink:
     failed), `detail` (the client's: error, next try), `client` once connected, `summary` (the
     host's last `fleet.summary`, with `summary_at`, a monotonic time), `unseen_alerts`."""
 
-    def __init__(self, name, connect, post, retry=False):
+    def __init__(self, name, connect, post, retry=False, poll=True):
         """`connect(on_state)` returns a started AgentClient or raises ConnectError (see
         tui/app.py, which binds the host's interpreter and host-key question). With `retry`
         (a fleet) a first connection that fails is tried again as a dropped link is, backing off
         to every 15 s, unless trying again cannot cure it (a host key, a refused login): a host
-        that was rebooting when the console opened joins when it is back."""
+        that was rebooting when the console opened joins when it is back. Without `poll` (a
+        console of one host, which has no Fleet pane) the host's summary is never asked for: an
+        idle console sends nothing."""
         self.name = name
         self._connect = connect
         self._post = post
         self.retry = retry
+        self.poll = poll
         self.state = "connecting"
         self.detail = {}
         self.client = None
@@ -86,7 +89,8 @@ class HostLink:
         self.hello = client.hello or {}
         self.state, self.detail = "connected", {}
         self._post(ClientReady(self.hello.get("hostname", ""), self.hello.get("user", ""), host=self.name))
-        self._poll(client)
+        if self.poll:
+            self._poll(client)
 
     def _on_state(self, generation, state, detail):
         """The client's state callback (one of its threads)."""
