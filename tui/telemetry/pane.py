@@ -287,10 +287,10 @@ class GpusPane(Pane):
         text = "m metric: %s   w window: %s" % (METRICS[self.metric_index][0], display.format_age(WINDOWS_S[self.window_index]))
         if gpus:
             text += "   %d GPU%s, driver %s" % (gpus, "" if gpus == 1 else "s", nvml.get("driver_version") or "?")
-        if self.nodes():
-            text += "   n node: %s" % (self.node or "this host")
         if self._charting_host:
             text = "w window: %s   no GPUs: the chart shows the host's CPU and memory" % display.format_age(WINDOWS_S[self.window_index])
+        if self.nodes():
+            text += "   n node: %s" % (self.node or "this host")
         self.set_status(text)
 
     def pane_shown(self):
