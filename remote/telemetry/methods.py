@@ -153,8 +153,9 @@ def telemetry_alerts(call):
     """Alerts that fired. Params: `since` (s since the epoch: those that fired or ended after
     it), `unseen` (true: those after the time a console last marked seen). Reply: `{alerts:
     [{id, kind: gpu_idle|memory_full|temperature|throttle|job_failed, gpu_index, job_id,
-    started_at, fired_at, ended_at, value, message}], seen_until}`; `ended_at` is null while the
-    condition lasts."""
+    node?, started_at, fired_at, ended_at, value, message}], seen_until}`; `ended_at` is null
+    while the condition lasts; `node`: the Slurm job's node whose GPU it is (its source and
+    message name it: `n2 GPU 5: ...`), absent for this host's GPUs."""
     log = sampler(call).alert_log
     since = call.param("since", float)
     seen_until = log.seen_until()
