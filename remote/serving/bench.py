@@ -11,6 +11,14 @@ outside the accept-length window): a speculative cycle yields accept_length toke
 cycle_s = accept_length / spec_tps, and breaks even at cycle_s x baseline_tps. progress.json
 says which phase runs; its `result` holds the figures; the last stdout line is the result as
 JSON.
+
+Through Slurm (`bench --slurm`) the whole job is one Slurm job: the baseline server, the
+speculative one(s) and the prompts all run inside one allocation, on its first node, the
+servers on that node's loopback as they do here. The A/B then compares servers on the very
+same GPUs, as it must, with no second trip through the queue between them and no server
+reachable from outside the allocation; only progress.json and the phase logs, in the job's
+directory (in the home directory, shared with the nodes), reach the daemon. The job is told its
+directory (SPECDECK_JOB_DIR) in its environment, as a supervisor of ours tells a local job.
 """
 
 import json
@@ -186,7 +194,8 @@ def main(argv):
 def submit(daemon, spec):
     """Start the benchmark job for a SPEC already checked (engine, target, drafter, k or ks,
     port, gpus, env, engine_args, python, prompts, requests, max_tokens): the spec written under
-    the state directory, the job submitted; returns the job. For callers inside the daemon
+    the state directory, the job submitted (under the engine the wire call asks for: a Slurm
+    job runs it all in its allocation); returns the job. For callers inside the daemon
     (training's measurements) that have no wire call to go through."""
     spec_dir = os.path.join(paths.state_dir(), "specs")
     os.makedirs(spec_dir, mode=0o700, exist_ok=True)
@@ -201,6 +210,14 @@ def submit(daemon, spec):
     ks = sweep_ks(spec)
     name = "bench %s vs %s (K=%s)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")),
                                       ",".join(str(k) for k in ks))
-    job = daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta)
+    # Its directory first, so that it can be in the job's environment whoever starts the job
+    # (a supervisor of ours sets the same; Slurm's batch job has only what it was given).
+    job_id, job_dir = reserved = daemon.jobs.reserve()
+    env["SPECDECK_JOB_DIR"] = job_dir
+    try:
+        job = daemon.jobs.submit(prefix + ["serving-bench", spec_path], env=env, name=name, kind="benchmark", meta=meta, reserved=reserved)
+    except BaseException:
+        daemon.jobs.discard(job_id)
+        raise
     daemon.services.wake("job-events")
     return job

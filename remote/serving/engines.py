@@ -22,7 +22,8 @@ _REASON = re.compile(
 
 
 def server_argv(engine, target, drafter=None, k=3, port=DEFAULT_PORT, host="127.0.0.1", engine_args=()):
-    """The engine's command line, to run under the job's interpreter (`python -m ...`)."""
+    """The engine's command line, to run under the job's interpreter (`python -m ...`),
+    listening on `host` (location.listen_host: loopback here, every interface on a compute node)."""
     if engine == "vllm":
         argv = ["-m", "vllm.entrypoints.cli.main", "serve", target, "--host", host, "--port", str(port)]
         if drafter:
@@ -81,6 +82,7 @@ def server_env(gpus=None, extra=None):
 
 
 def base_url(port, host="127.0.0.1"):
+    host = "[%s]" % host if ":" in host else host  # an IPv6 address (a node's NodeAddr)
     return "http://%s:%d" % (host, int(port))
 
 

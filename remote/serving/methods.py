@@ -5,11 +5,11 @@ them live, the break-even arithmetic, and the A/B benchmark job."""
 import os
 import time
 
-from ..core import feed_wire
+from ..core import feed_wire, job_engines
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
-from . import advice, bench, breakeven, engines, root_cause
+from . import advice, bench, breakeven, engines, location, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -58,18 +58,27 @@ def serving_start(call):
     with the target's config.json and refused (error DrafterMismatch, with the reasons) when it
     cannot load, and a target or drafter given as a path that is not on the host is refused
     (NotFound, naming the path). Reply: the job, as `jobs.get`; its meta holds {engine, target,
-    drafter, k, port, url, gpus, python, engine_args}. A server that dies gets `progress.error`:
-    how it ended and the engine's first error line (`exited 1: ValueError: ...`)."""
+    drafter, k, port, url, listen, gpus, python, engine_args}. A server that dies gets `progress.error`:
+    how it ended and the engine's first error line (`exited 1: ValueError: ...`).
+
+    Here the server listens on 127.0.0.1 (`listen`) and meta's `url` is where it answers. Run
+    through Slurm (`job_engine: slurm`) it listens on every interface of the node Slurm gives
+    it (0.0.0.0: this login node must reach it there) and meta's `url` is null: its URL, made
+    from that node's address (Slurm's NodeAddr), is known once the job runs, and `serving.status`
+    gives it (before that: `starting`, with Slurm's pending reason); readiness, the speculation
+    figures and alerts read it there."""
     spec = _server_params(call)
     engines.check_paths(spec["target"], spec["drafter"])
     if spec["drafter"]:
         engines.check_drafter(spec["target"], spec["drafter"])
     interpreter = _interpreter(call)
-    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"],
+    job_engine, _options = job_engines.requested_engine()
+    listen = location.listen_host(job_engine)
+    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], host=listen,
                                engine_args=spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], interpreter, spec["engine_args"]))
-    url = engines.base_url(spec["port"])
+    url = engines.base_url(spec["port"]) if listen == location.LOCAL_HOST else None
     meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
-            "port": spec["port"], "url": url, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
+            "port": spec["port"], "url": url, "listen": listen, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
     what = "%s + %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"]) \
         if spec["drafter"] else "%s baseline" % os.path.basename(spec["target"].rstrip("/"))
     job = call.daemon.jobs.submit(argv, env=engines.server_env(spec["gpus"], spec["env"]), interpreter=interpreter,
@@ -79,38 +88,46 @@ def serving_start(call):
 
 
 def _server_url(call, server_id):
-    """(url, job or None, log path or None) of a server job or an attached server."""
+    """(url, job or None, log path or None, why) of a server job or an attached server; url is
+    None, and `why` says why, for a Slurm server not running yet (or whose node Slurm cannot
+    place)."""
     if server_id.startswith("u"):
         entry = attached_entries().get(server_id)
         if entry is None:
             raise NotFound("no attached server %s" % server_id)
-        return entry["url"], None, entry.get("log_path")
+        return entry["url"], None, entry.get("log_path"), None
     job = call.daemon.jobs.describe(server_id)
-    url = (job.get("meta") or {}).get("url")
-    if job["kind"] != "server" or not url:
+    if job["kind"] != "server" or not ((job.get("meta") or {}).get("url") or location.is_remote(job)):
         raise BadRequest("job %s is not a server" % server_id)
-    return url, job, call.daemon.jobs.log_path(server_id)
+    url, why = location.server_url(call.daemon, job)
+    return url, job, call.daemon.jobs.log_path(server_id), why
 
 
 @method("serving.status")
 def serving_status(call):
     """Is a server up? Params: `id` (a server job, or an attached server `uN`). Reply: `{id,
-    url, ready, state, reason, last_lines}`: `state` is starting, ready, died (the job ended) or
-    unreachable (an attached server that does not answer); for a dead server `reason` is the
+    url, node, ready, state, reason, last_lines}`: `state` is starting, ready, died (the job ended) or
+    unreachable (an attached server that does not answer); `node` is the Slurm node a server run
+    through Slurm answers on (`url` is made from its address; both null while Slurm has it
+    pending, `reason` then says why: `waiting in Slurm's queue: Resources`); for a dead server `reason` is the
     engine's first error line (the root cause vLLM says is "above"; else the log line that says
     why: out of memory, a shape mismatch, ...), `ended` how the job ended with that line
     (`exited 1: ValueError: ...`) and `last_lines` its log's end."""
     server_id = call.param("id", str, required=True)
-    url, job, log_path = _server_url(call, server_id)
+    url, job, log_path, why = _server_url(call, server_id)
+    node = location.node_of(job) if job is not None and location.is_remote(job) else None
     if job is not None and job["process_state"] not in LIVE:
         text = call.daemon.jobs.tail(server_id, -65536, 65536)["text"]
         reason, last_lines = engines.death_reason(text)
         reason = root_cause.first_error_in(log_path) or reason
-        return {"id": server_id, "url": url, "ready": False, "state": "died", "last_lines": last_lines,
+        return {"id": server_id, "url": url, "node": node, "ready": False, "state": "died", "last_lines": last_lines,
                 "reason": reason or "the server %s without a word in its log" % how_it_ended(job),
                 "ended": how_it_ended(job, reason)}
+    if url is None:  # a Slurm server still in the queue: nothing to ask yet
+        return {"id": server_id, "url": None, "node": node, "ready": False, "state": "starting", "reason": why, "last_lines": []}
     ready = engines.is_ready(url)
-    reply = {"id": server_id, "url": url, "ready": ready, "state": "ready" if ready else "starting", "reason": None, "last_lines": []}
+    reply = {"id": server_id, "url": url, "node": node, "ready": ready, "state": "ready" if ready else "starting", "reason": None,
+             "last_lines": []}
     if job is None and not ready:
         reply["state"] = "unreachable"
     return reply
@@ -174,7 +191,9 @@ def _window_figures(call, server_id, window_s):
             time.sleep(0.05)
     figures = service.window_figures(server_id, window_s)
     if figures is None:
-        _url, job, log_path = _server_url(call, server_id)
+        _url, job, log_path, why = _server_url(call, server_id)
+        if why is not None and job is not None and job["process_state"] in LIVE:
+            raise NotFound("server %s is not being sampled yet: %s" % (server_id, why))
         if job is not None and job["process_state"] not in LIVE:
             raise NotFound("server %s is not running: it %s" % (server_id, how_it_ended(job, root_cause.first_error_in(log_path))))
         raise NotFound("server %s is not being sampled (not running)" % server_id)
@@ -286,7 +305,7 @@ def serving_advise(call):
             raise BadRequest("benchmark %s is not a finished K sweep (bench --k 1,2,3,...)" % job_id)
         return advice.advise(None, None, result, job_id)
     figures = _window_figures(call, job_id, window_s)
-    _url, job, _log = _server_url(call, job_id)
+    _url, job, _log, _why = _server_url(call, job_id)
     meta = (job or {}).get("meta") or {}
     per_position = figures.get("per_position") or []
     sweep_id = call.param("sweep", str)

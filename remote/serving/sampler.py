@@ -7,6 +7,10 @@ figures can be computed exactly from the counters. A server whose metrics cannot
 read from its log instead: vLLM's `SpecDecoding metrics` and SGLang's `accept len:` lines, with
 the source said so (and judged stale against the engine's log interval, not the scrape's).
 
+A server run through Slurm is read at its node (location.py): its source is made once Slurm
+runs the job, and asks the node's address (through the Slurm area's service) on its own thread
+at its first read, so a slow controller delays that server's figures and no other's.
+
 Attached servers (started some other way, known by URL and optionally a log file) are kept in
 attached.json in the agent's state directory, so a restarted daemon samples them again.
 """
@@ -19,8 +23,9 @@ import time
 
 from ..core import paths
 from ..core.feeds import BadSample, Feed, FeedSource, SourceError
+from ..core.protocol import RemoteError
 from ..core.records import read_json, write_json
-from . import metrics, root_cause, scrape
+from . import location, metrics, root_cause, scrape
 
 log = logging.getLogger("specdeck.serving")
 
@@ -67,9 +72,10 @@ class ServerSource(FeedSource):
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
-    def __init__(self, key, url, log_path=None, meta=None):
+    def __init__(self, key, url, log_path=None, meta=None, locate=None):
         super().__init__(key)
-        self.url = url.rstrip("/")
+        self.url = url.rstrip("/") if url else None
+        self.locate = locate  # url None: `locate()` gives it (a Slurm server's node), RemoteError if it cannot
         self.log_path = log_path
         self.meta = meta or {}
         self.snapshots = collections.deque(maxlen=SNAPSHOTS_KEPT)
@@ -83,6 +89,11 @@ class ServerSource(FeedSource):
 
     def read(self, budget):
         now = time.time()
+        if self.url is None:
+            try:
+                self.url = self.locate().rstrip("/")
+            except RemoteError as exc:
+                raise SourceError(exc.message)
         try:
             snapshot = metrics.parse(scrape.get(self.url + "/metrics", budget).decode("utf-8", "replace"), now)
         except BadSample:
@@ -166,16 +177,19 @@ class ServingFeed(Feed):
             return found
 
     def discover(self):
-        """{id: (url, log path)} of every running server job and attached server."""
+        """{id: (url, log path, node, port)} of every running server job and attached server;
+        a Slurm server's url is None (its source asks where its node is), its node given."""
         targets = {}
         for job in self.daemon.jobs.list(kind="server"):
             meta = job.get("meta") or {}
-            if job["process_state"] == "running" and meta.get("url"):
-                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]))
+            if job["process_state"] == "running" and location.is_remote(job) and location.node_of(job) and meta.get("port"):
+                targets[job["id"]] = (None, self.daemon.jobs.log_path(job["id"]), location.node_of(job), meta["port"])
+            elif job["process_state"] == "running" and meta.get("url"):
+                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]), None, None)
             elif job["process_state"] in ("failed", "lost") and job["id"] not in self._ended_noted:
                 self._note_end(job)
         for server_id, entry in attached_entries().items():
-            targets[server_id] = (entry["url"], entry.get("log_path"))
+            targets[server_id] = (entry["url"], entry.get("log_path"), None, None)
         return targets
 
     def _note_end(self, job):
@@ -193,8 +207,9 @@ class ServingFeed(Feed):
             log.warning("could not note how server %s ended: %s", job["id"], exc)
 
     def make_source(self, key, spec):
-        url, log_path = spec
-        return ServerSource(key, url, log_path)
+        url, log_path, node, port = spec
+        locate = None if url else (lambda: location.node_url(self.daemon, node, port))
+        return ServerSource(key, url, log_path, locate=locate)
 
     def detail_extra(self):
         workers = self.workers()

@@ -37,6 +37,7 @@ RUNNING = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_
 SUCCEEDED = ("COMPLETED",)
 STOPPED = ("CANCELLED",)
 LOST = "LOST"  # ours: Slurm forgot the job before anyone heard how it ended
+NODE_ADDRESS_KEPT_S = 300.0  # a node's address is asked of scontrol once in this long
 OPTION_TYPES = {"nodes": int, "gpus_per_node": int, "partition": str, "time": str, "account": str, "sbatch_args": list}
 
 
@@ -146,6 +147,7 @@ class SlurmEngine(job_engines.JobEngine):
         self.polls = 0
         self.wake = lambda: None  # the watcher's: look at Slurm now (set by its start)
         self.woken = False  # a submit or stop since the watcher's last poll
+        self.node_addresses = {}  # node name -> (address, monotonic time asked)
 
     # -- submit
 
@@ -294,6 +296,25 @@ class SlurmEngine(job_engines.JobEngine):
         if job["process_state"] == "running":
             job["state"] = "stopping"
         return job
+
+    # -- where a node is
+
+    def node_address(self, node):
+        """The address this login node reaches `node` at, as Slurm has it: its NodeAddr (else
+        its NodeHostname, else the name itself, which a cluster's DNS resolves), for whatever
+        a job serves there (an inference server) to be reached from here. Asked of `scontrol
+        show node` once per node and kept NODE_ADDRESS_KEPT_S; SlurmError/NoSlurm in one line
+        when Slurm cannot say."""
+        with self._lock:
+            known = self.node_addresses.get(node)
+        if known is not None and time.monotonic() - known[1] < NODE_ADDRESS_KEPT_S:
+            return known[0]
+        stdout, _, _ = commands.run(["scontrol", "show", "node", "-o", node])
+        fields = commands.parse_show_job(stdout)
+        address = next((fields[key] for key in ("NodeAddr", "NodeHostname") if fields.get(key) not in (None, "", "(null)")), node)
+        with self._lock:
+            self.node_addresses[node] = (address, time.monotonic())
+        return address
 
     # -- asking Slurm
 

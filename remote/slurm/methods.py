@@ -10,8 +10,18 @@ from .watcher import SlurmWatcher
 
 ENGINE = job_engines.register(SlurmEngine())
 
+
+class SlurmService(SlurmWatcher):
+    """The watcher (service `slurm-jobs`), and what other areas may ask of Slurm through the
+    service registry (they import nothing of this area): `node_address(node)`, where a node
+    that runs a job of ours is reached from the login node (serving finds its servers there)."""
+
+    def node_address(self, node):
+        return ENGINE.node_address(node)
+
+
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
-SERVICES = (SlurmWatcher,)
+SERVICES = (SlurmService,)
 
 
 @method("slurm.status")

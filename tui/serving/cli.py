@@ -110,28 +110,41 @@ def cmd_serve(args):
         job = client.call("serving.start", _start_params(args), timeout=120)
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
-    url = job["meta"]["url"]
+    # Through Slurm the URL is the node's, known once Slurm runs the job: until then, its Slurm id.
+    url = job["meta"].get("url")
+    where = url or "Slurm job %s (its URL once it runs: serve --wait, or spec)" % job.get("slurm_id")
     if not args.wait:
-        emit(args, {"id": job["id"], "url": url}, "%s  %s" % (job["id"], url))
+        reply = {"id": job["id"], "url": url}
+        if job.get("slurm_id"):
+            reply["slurm_id"] = job["slurm_id"]
+        emit(args, reply, "%s  %s" % (job["id"], where))
         return 0
     if not args.json:
-        print("%s  %s  (waiting for it to answer)" % (job["id"], url), flush=True)
-    return _wait_ready(args, client, job["id"], url)
+        print("%s  %s  (waiting for it to answer)" % (job["id"], url or "Slurm job %s" % job.get("slurm_id")), flush=True)
+    return _wait_ready(args, client, job["id"])
 
 
-def _wait_ready(args, client, job_id, url):
-    """Show the server's log on stderr while it starts; 0 once it answers, 1 if it died."""
+def _wait_ready(args, client, job_id):
+    """Show the server's log on stderr while it starts (and, through Slurm, why it waits in the
+    queue, each time that changes); 0 once it answers, 1 if it died."""
     offset = 0
+    said = None
     while True:
         status = client.call("serving.status", {"id": job_id}, timeout=30)
         if not args.json:
+            if status["state"] == "starting" and status.get("reason") and status["reason"] != said:
+                said = status["reason"]
+                sys.stderr.write("specdeck: server %s is %s\n" % (job_id, said))
+                sys.stderr.flush()
             window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": 262144})
             if window["text"]:
                 sys.stderr.write(window["text"])
                 sys.stderr.flush()
             offset = window["next_offset"]
+        url = status.get("url")
         if status["state"] == "ready":
-            emit(args, {"id": job_id, "url": url, "ready": True}, "%s ready at %s" % (job_id, url))
+            node = " (node %s)" % status["node"] if status.get("node") else ""
+            emit(args, {"id": job_id, "url": url, "node": status.get("node"), "ready": True}, "%s ready at %s%s" % (job_id, url, node))
             return 0
         if status["state"] == "died":
             sys.stderr.write("specdeck: server %s died while starting: %s\n" % (job_id, status["reason"]))
