@@ -320,7 +320,7 @@ class GpusPane(Pane):
         if action == "next_metric" and self._charting_host:
             return None  # shown dimmed: there is no GPU metric to pick
         if action == "next_node" and not self.nodes():
-            return None  # no Slurm job runs: nothing but this host
+            return False  # no Slurm job runs: nothing but this host, and no key to show for it
         return True
 
     def _append_host(self, sample):
