@@ -36,7 +36,8 @@ def node_of(job):
 def waiting_reason(job):
     """Why a server job of an engine has no URL yet, in one line (None when it has one or ended)."""
     if job.get("process_state") == "starting":
-        return "waiting in Slurm's queue: %s" % (job.get("pending_reason") or "pending")
+        reason = job.get("pending_reason")
+        return "waiting in Slurm's queue: %s" % reason if reason else "waiting in Slurm's queue"
     return None
 
 
