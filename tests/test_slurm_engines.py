@@ -118,9 +118,10 @@ def test_serve_through_slurm_waits_with_slurms_reason_then_answers_at_its_nodes_
 
     figures = wait_for(spec, 60, message="specdeck spec's figures")
     assert figures["source"] == "metrics" and figures["accept_length"] == K + 1 and figures["per_position"] == [1.0] * K
-    # vLLM ends cleanly on TERM (exit 0, which this Slurm job then reports as succeeded): it is gone from its node.
+    # vLLM ends cleanly on TERM (exit 0): stopped all the same, as a local job, and gone from its node.
     run_cli("stop", "gpuhost", job["id"], "--wait", home=laptop, check=0)
     assert client.call("serving.status", {"id": job["id"]})["state"] == "died"
+    assert client.call("jobs.get", {"id": job["id"]})["state"] == "stopped"
     assert cluster.job(job["slurm_id"])["JobState"] in ("COMPLETED", "CANCELLED")
 
 

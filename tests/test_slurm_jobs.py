@@ -58,11 +58,13 @@ def test_a_slurm_job_runs_on_both_nodes_and_says_so(slurm_host, laptop, host_use
 
 
 def test_a_non_zero_exit_is_the_jobs_code_and_a_local_job_says_local(slurm_host, laptop, host_python):
-    submitted = submit(laptop, host_python, "--", "sh", "-c", "echo on the way out; exit 3")
+    # The job is told its id and directory, as a local job is (a job's own progress file goes there).
+    submitted = submit(laptop, host_python, "--", "sh", "-c", 'echo on the way out $SPECDECK_JOB_ID "$SPECDECK_JOB_DIR"; exit 3')
     done = wait_for(lambda: ended(laptop, host_python, submitted["id"]), message="the Slurm job ended")
     assert (done["state"], done["exit_code"], done["signal"]) == ("failed", 3, None)
     follow = cli(laptop, host_python, "logs", "gpuhost", submitted["id"], "--follow")
-    assert follow.stdout == "on the way out\n"
+    assert follow.stdout.startswith("on the way out %s /" % submitted["id"])
+    assert follow.stdout.rstrip().endswith("/jobs/%s" % submitted["id"])
     assert follow.returncode == 1 and follow.stderr.strip().endswith("%s exited 3" % submitted["id"])
     local = json.loads(cli(laptop, host_python, "run", "gpuhost", "--json", "--", "true", check=0).stdout)["id"]
     mine = job(laptop, host_python, local)

@@ -127,7 +127,7 @@ def checkpoint_coverage(call):
 
     from ..core import paths
     from ..core.jobs import login_path, resolve_executable
-    from ..serving import bench
+    from ..serving import bench, location
     from . import coverage
 
     drafter = os.path.abspath(os.path.expanduser(call.param("drafter", str, required=True)))
@@ -147,8 +147,11 @@ def checkpoint_coverage(call):
         meta = job.get("meta") or {}
         if job["kind"] != "server" or job["process_state"] != "running":
             raise BadRequest("job %s is not a running server" % server)
+        url, why_not = location.server_url(call.daemon, job)  # a Slurm server: at its node
+        if url is None:
+            raise BadRequest("server %s cannot be reached yet: %s" % (server, why_not))
         prompts = call.param("prompts", list) or list(bench.BUILTIN_PROMPTS)
-        spec.update(server=server, url=meta["url"], model=meta["target"], target=call.param("target", str) or meta["target"],
+        spec.update(server=server, url=url, model=meta["target"], target=call.param("target", str) or meta["target"],
                     prompts=prompts, max_tokens=call.param("max_tokens", int, 128))
     else:
         spec["target"] = call.param("target", str, required=True)

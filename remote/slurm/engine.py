@@ -70,7 +70,7 @@ def job_fields(record, stop=None):
         process_state = word = "running"
     elif state == LOST:
         process_state = word = "lost"
-    elif state in STOPPED or (stop is not None and (record.get("signal") or record.get("exit_code") not in (0, None))):
+    elif state in STOPPED or stop is not None:  # as for a local job: a stop asked for ends it as stopped, whatever it exits with
         process_state = word = "stopped"
     elif state in SUCCEEDED:
         process_state = word = "succeeded"
@@ -170,7 +170,9 @@ class SlurmEngine(job_engines.JobEngine):
         return options
 
     def submit(self, job_dir, spec, environment, options):
-        env = dict(environment)
+        # What a local job is told (remote/core/supervisor.py), so a job reads the same under Slurm
+        # (sbatch exports the submitting environment to the job).
+        env = dict(environment, SPECDECK_JOB_DIR=job_dir, SPECDECK_JOB_ID=spec["id"])
         script = os.path.join(job_dir, "slurm.sh")
         output = os.path.join(job_dir, "output.log")
         with open(script, "w") as f:

@@ -22,7 +22,7 @@ from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..freshness import stale_text
 from . import advisor
-from .model import SPEC_KEYS, figure, per_k, per_position
+from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, per_k, per_position
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -132,7 +132,7 @@ def _wait_ready(args, client, job_id):
     while True:
         status = client.call("serving.status", {"id": job_id}, timeout=30)
         if not args.json:
-            if status["state"] == "starting" and status.get("reason") and status["reason"] != said:
+            if status["state"] == SERVER_STARTING and status.get("reason") and status["reason"] != said:
                 said = status["reason"]
                 sys.stderr.write("specdeck: server %s is %s\n" % (job_id, said))
                 sys.stderr.flush()
@@ -142,11 +142,11 @@ def _wait_ready(args, client, job_id):
                 sys.stderr.flush()
             offset = window["next_offset"]
         url = status.get("url")
-        if status["state"] == "ready":
+        if status["state"] == SERVER_READY:
             node = " (node %s)" % status["node"] if status.get("node") else ""
             emit(args, {"id": job_id, "url": url, "node": status.get("node"), "ready": True}, "%s ready at %s%s" % (job_id, url, node))
             return 0
-        if status["state"] == "died":
+        if status["state"] == SERVER_DIED:
             sys.stderr.write("specdeck: server %s died while starting: %s\n" % (job_id, status["reason"]))
             for line in status["last_lines"]:
                 sys.stderr.write("  %s\n" % line)

@@ -5,6 +5,9 @@ ended. A server started by specdeck is a job: its states are the jobs' (tui/jobs
 
 from ..jobs import model as jobs
 
+# A server's state as serving.status gives it: starting (also while Slurm holds it in its queue),
+# ready (it answers), died (its job ended).
+SERVER_STARTING, SERVER_READY, SERVER_DIED = "starting", "ready", "died"
 RECENT_S = 10  # the host's `recent` window: its figures of "now" (remote/serving/sampler.py RECENT_S)
 
 # What `specdeck spec --json` answers with: the host's figures over the window, and their age.
