@@ -144,7 +144,7 @@ async def test_long_log_shows_its_tail_searches_and_saves_whole(agent_home, tmp_
 
 async def test_help_lists_the_keys(agent_home):
     app = SpecdeckApp(host="local")
-    async with app.run_test(size=SIZE) as pilot:
+    async with app.run_test(size=(SIZE[0], 60)) as pilot:  # every section in view at once (it scrolls on a smaller screen)
         await pilot.press("question_mark")
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help screen")
         text = screen_text(app)

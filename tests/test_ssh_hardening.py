@@ -495,7 +495,7 @@ def test_version_and_help():
     assert version.returncode == 0 and version.stdout == "specdeck %s\n" % AGENT_VERSION
     shown = run_cli("--help")
     assert shown.returncode == 0
-    assert "specdeck [HOST]" in shown.stdout and "open the console on HOST" in shown.stdout
+    assert "specdeck [HOST ...]" in shown.stdout and "open the console on HOST" in shown.stdout
     for command, summary in [("run", "start a detached job"), ("jobs", "list the host's jobs"), ("logs", "print a job's log"),
                              ("inspect", "list and check"), ("download", "download from the Hugging Face Hub")]:
         assert any(l.split()[:1] == [command] and summary in l for l in shown.stdout.splitlines()), command

@@ -18,7 +18,9 @@ STATE_STYLES = {"running": "green", "retrying": "bold red", "starting": "yellow"
 
 
 def services_table(services, now=None):
-    """One row a service: name, state, how it is doing (the error and the next try when failing)."""
+    """One row a service: name, state, how it is doing (the error and the next try when failing).
+    A failing service's line is whole, wrapped; a healthy one's figures fit on its one line (cut
+    with an ellipsis), so that every service stays in view at 80x24 however many the host runs."""
     now = time.time() if now is None else now
     table = Table.grid(padding=(0, 2))
     table.add_column(style="bold")
@@ -35,7 +37,8 @@ def services_table(services, now=None):
             detail = service.get("detail") or {}
             how = ", ".join("%s %s" % (key.replace("_", " "), _value(key, value)) for key, value in detail.items()
                             if not isinstance(value, (dict, list)) and value is not None)
-        table.add_row(service.get("name", "?"), Text(state, style=STATE_STYLES.get(state, "")), Text(how))
+        text = Text(how) if service.get("error") else Text(how, no_wrap=True, overflow="ellipsis")
+        table.add_row(service.get("name", "?"), Text(state, style=STATE_STYLES.get(state, "")), text)
     return table
 
 
