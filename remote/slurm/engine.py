@@ -140,6 +140,7 @@ class SlurmEngine(job_engines.JobEngine):
         self._lock = threading.Lock()  # one squeue at a time, whoever asks (the watcher, a listing)
         self.rows = {}  # Slurm id -> squeue row, of the last poll
         self.rows_at = 0.0  # monotonic time of the last poll; 0: never
+        self.refused_at = 0.0  # monotonic time Slurm last failed to answer a listing's poll
         self.ours = {}  # Slurm id -> our job id, of every Slurm job with a directory
         self.store = None  # the daemon's JobStore, from the watcher's start
         self.foreign_output = {}  # Slurm id -> its StdOut path (asked of scontrol once)
@@ -231,10 +232,13 @@ class SlurmEngine(job_engines.JobEngine):
         return job_id.startswith(FOREIGN_PREFIX) and job_id[len(FOREIGN_PREFIX):].replace("_", "").isdigit()
 
     def foreign_rows(self, fresh=True):
-        if fresh and time.monotonic() - self.rows_at > FOREIGN_FRESH_S:
+        # A host without a working Slurm is not asked again by every listing (each `jobs` would
+        # pay for squeue's failure): at most once in FOREIGN_FRESH_S, as a working one.
+        if fresh and time.monotonic() - max(self.rows_at, self.refused_at) > FOREIGN_FRESH_S:
             try:
                 self.poll()
             except (commands.NoSlurm, commands.SlurmError):
+                self.refused_at = time.monotonic()
                 return {}
         with self._lock:
             return {slurm_id: row for slurm_id, row in self.rows.items() if slurm_id not in self.ours}
