@@ -12,7 +12,6 @@ own requests in workers (tui/pane.py). Alerts of every host reach the desktop wi
 host's name.
 """
 
-import asyncio
 import os
 import threading
 

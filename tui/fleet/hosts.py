@@ -135,10 +135,3 @@ class HostLink:
                 except ConnectError:
                     pass  # the state says why; the client heals
             self._closed.wait(SUMMARY_EVERY_S)
-
-    def summary_age_s(self, now=None):
-        """Seconds since the summary came, plus the figures' own age on the host: how old what
-        the row shows is."""
-        if self.summary_at is None:
-            return None
-        return (now if now is not None else time.monotonic()) - self.summary_at
