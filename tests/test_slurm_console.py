@@ -39,4 +39,4 @@ async def test_the_jobs_pane_shows_slurm_ids_and_asks_before_cancelling_a_job_sp
         await pilot.press("y")
         await wait_until(pilot, lambda: slurm_host.job(slurm_id).get("JobState") in ("CANCELLED", "FAILED", None),
                          timeout_s=60, message="the user's job cancelled through Slurm")
-        assert slurm_host.job(ours["slurm_id"])["JobState"] == "RUNNING"  # ours untouched
+        assert slurm_host.job(ours["slurm_id"])["JobState"] in ("PENDING", "RUNNING")  # ours untouched

@@ -73,9 +73,11 @@ def test_serve_through_slurm_waits_with_slurms_reason_then_answers_at_its_nodes_
                                   "--k", str(K), "--port", str(port), "--slurm", "--sbatch-arg=--hold", "--wait", *flags, *engine_args],
                                  stdout=subprocess.PIPE, stderr=stderr, text=True, env=env, cwd=str(REPO_ROOT))
     try:
-        servers = wait_for(lambda: [j for j in client.call("jobs.list", {"kind": "server"})["jobs"] if not j.get("foreign")],
+        # This test's server (the host user's daemon may keep other tests' servers): the one on its port.
+        servers = wait_for(lambda: [j for j in client.call("jobs.list", {"kind": "server"})["jobs"]
+                                    if not j.get("foreign") and (j.get("meta") or {}).get("port") == port],
                            message="the server job listed")
-        job = servers[0]
+        job = servers[-1]
         assert (job["engine"], job["meta"]["url"], job["meta"]["listen"]) == ("slurm", None, "0.0.0.0")
         assert job["argv"][job["argv"].index("--host") + 1] == "0.0.0.0"  # the login node must reach it on its node
         held = "waiting in Slurm's queue: JobHeldUser"
@@ -133,7 +135,9 @@ def test_bench_through_slurm_runs_its_servers_in_one_allocation_and_gives_its_re
     assert result.returncode == 0, result.stderr[-3000:]
     figures = json.loads(result.stdout)
     assert figures["accept_length"] == K + 1 and figures["baseline_tps"] > 0 and figures["spec_tps"] > 0
-    (job,) = [j for j in client.call("jobs.list", {"kind": "benchmark"})["jobs"] if not j.get("foreign")]
+    # This test's benchmark: the newest through Slurm (the daemon may keep other tests' local ones).
+    job = max((j for j in client.call("jobs.list", {"kind": "benchmark"})["jobs"] if j.get("engine") == "slurm" and not j.get("foreign")),
+              key=lambda j: j["submitted_at"])
     assert job["engine"] == "slurm" and job["state"] == "done" and job["exit_code"] == 0 and len(job["nodes"]) == 1
     assert cluster.job(job["slurm_id"])["JobState"] == "COMPLETED"
     assert job["progress"]["result"]["accept_length"] == K + 1
