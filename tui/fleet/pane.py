@@ -70,7 +70,7 @@ class FleetPane(Pane):
             else:
                 for key, text in cells.items():
                     if known.get(key) != text:
-                        table.update_cell(link.name, key, text)
+                        table.update_cell(link.name, key, text, update_width=True)
             self._cells[link.name] = cells
         states = [link.state for link, _ in rows]
         counts = ", ".join("%d %s" % (states.count(state), state) for state in ("connected", "reconnecting", "connecting", "failed")
