@@ -58,7 +58,7 @@ def test_a_host_name_that_does_not_resolve_says_how_to_name_one_in_ssh_config(tm
     [
         (("logs", "local", "j999"), 1, "NotFound", "j999"),
         (("verify", "local:/no/such/dir", "--repo", "org/repo"), 1, "NotFound", "/no/such/dir"),
-        (("inspect", "local:/no/such/checkpoint"), 2, "IOError", "/no/such/checkpoint"),
+        (("inspect", "local:/no/such/checkpoint"), 1, "NotFound", "/no/such/checkpoint"),
         (("run", "local", "--", "no-such-command-anywhere"), 2, "BadRequest", "no-such-command-anywhere"),
     ],
 )
@@ -162,3 +162,21 @@ def test_the_console_opens_the_hosts_named_else_the_fleet_of_the_config_else_thi
     # Several hosts are hosts, not a mistyped command; a repo among them is not a host.
     assert unknown_command(["gpu01", "me@gpu02:2222", "[fe80::1]:22", "local"], COMMAND_NAMES) is None
     assert unknown_command(["gpu01", "org/repo"], COMMAND_NAMES).startswith("unknown command 'gpu01'")
+
+
+def test_a_path_or_job_that_is_not_there_exits_1_in_every_command(tmp_path, agent_home):
+    # The README's rule: 1 when what was asked for is not found (inspect and compare said 2, as
+    # for a path that cannot be read, while verify and logs said 1).
+    missing = tmp_path / "no-such-drafter"
+    drafter = write_drafter(tmp_path / "drafter")
+    for args in (("inspect", missing), ("compare", missing, drafter), ("compare", drafter, missing),
+                 ("inspect", "local:%s" % missing),
+                 ("verify", "local:%s" % missing, "--repo", "org/repo"), ("logs", "local", "j999")):
+        result = run_cli(*args)
+        assert result.returncode == 1, (args, result.stderr)
+        assert result.stdout == ""
+        line = one_line(result)
+        assert ("no-such-drafter" in line) if "j999" not in args else ("j999" in line)
+    as_json = run_cli("inspect", missing, "--json")
+    assert as_json.returncode == 1 and json_error(as_json) == {
+        "type": "NotFound", "message": "%s does not exist" % missing}

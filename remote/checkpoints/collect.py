@@ -14,7 +14,7 @@ from .columns import TensorColumns
 from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
 from .formats import EAGLE_FORMATS, canonical_names, detect_format, is_eagle3_layout, is_eagle12
 from .locate import load_json_file, resolve
-from .problems import CheckpointIOError, HeaderError, count_text, err, name_text, warn
+from .problems import CheckpointIOError, CheckpointNotFound, HeaderError, count_text, err, name_text, warn
 from .safetensors_header import read_header_columns
 from .vocab_maps import check_vocab_maps
 
@@ -96,7 +96,7 @@ def collect(path):
     check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
     path = os.fspath(path)
     if not os.path.exists(path):
-        raise CheckpointIOError("%s does not exist" % path)
+        raise CheckpointNotFound("%s does not exist" % path)
     problems = []
     layout = resolve(path, problems)
     multi = len(layout.weight_files) > 1 or layout.index is not None

@@ -4,6 +4,7 @@ import os
 
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method
+from .problems import io_error_type
 
 
 @method("checkpoint.inspect")
@@ -24,7 +25,7 @@ def checkpoint_inspect(call):
     try:
         return listing.open_listing(path).summary(limit, sha256=bool(call.params.get("sha256")))
     except listing.report.CheckpointIOError as exc:
-        raise RemoteError("IOError", str(exc))
+        raise RemoteError(io_error_type(exc), str(exc))
 
 
 @method("checkpoint.tensors")
@@ -59,7 +60,7 @@ def checkpoint_tensors(call):
         try:
             kept = listing.open_listing(os.path.expanduser(path))
         except listing.report.CheckpointIOError as exc:
-            raise RemoteError("IOError", str(exc))
+            raise RemoteError(io_error_type(exc), str(exc))
     return kept.page(offset, limit, call.param("filter", str, ""), sort)
 
 
@@ -97,7 +98,7 @@ def checkpoint_compare(call):
     except comparison.NotACheckpoint as exc:
         raise RemoteError("NotACheckpoint", str(exc))
     except listing.report.CheckpointIOError as exc:
-        raise RemoteError("IOError", str(exc))
+        raise RemoteError(io_error_type(exc), str(exc))
 
 
 # The coverage job's entry, run under the ML interpreter: the agent's package (or zipapp) first

@@ -14,6 +14,16 @@ class CheckpointIOError(CheckpointError):
     """The path itself cannot be read: it does not exist, or permission is denied."""
 
 
+class CheckpointNotFound(CheckpointIOError):
+    """The path does not exist: what was asked for is not there (NotFound on the wire, exit 1)."""
+
+
+def io_error_type(exc):
+    """The wire's type for a CheckpointIOError: NotFound for a path that is not there (exit 1, as
+    for anything asked for and not found), IOError for one that cannot be read."""
+    return "NotFound" if isinstance(exc, CheckpointNotFound) else "IOError"
+
+
 class HeaderError(CheckpointError):
     """A file whose safetensors header cannot be read at all."""
 

@@ -11,7 +11,7 @@ import itertools
 import json
 import sys
 
-from ..cli.common import EXIT_FAILED, CommandError, connect, emit, split_host_path
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, exit_code_for, split_host_path
 
 PAGE_TENSORS = 5000
 
@@ -45,7 +45,7 @@ class _LocalCheckpoint(object):
         try:
             self.listing = listing.open_listing(self.path)
         except listing.report.CheckpointIOError as exc:
-            raise CommandError(str(exc), type_="IOError")
+            raise _io_error(exc)
         return self.listing.summary(sha256=sha256)
 
     def page(self, offset, limit):
@@ -173,7 +173,14 @@ def _compare_on(args, host, path_a, path_b):
     except comparison.NotACheckpoint as exc:
         raise CommandError(str(exc), EXIT_FAILED, "NotACheckpoint")
     except listing.report.CheckpointIOError as exc:
-        raise CommandError(str(exc), type_="IOError")
+        raise _io_error(exc)
+
+
+def _io_error(exc):
+    from remote.checkpoints.problems import io_error_type
+
+    error_type = io_error_type(exc)
+    return CommandError(str(exc), exit_code_for(error_type), error_type)
 
 
 def _compare_here(checkpoint_a, checkpoint_b):
