@@ -116,3 +116,33 @@ def test_a_failed_download_has_a_verdict_of_the_same_shape(agent_home, hub, tmp_
     verdict = last_json(result)["verdict"]
     assert verdict["status"] == "error" and "team/gone" in verdict["message"]
     assert sorted(verdict) == ["message", "status"]
+
+
+@pytest.mark.parametrize("name", ["../../outside", "a/../../x", "/abs/outside", "ok/\x1b]0;x"])
+def test_a_hub_name_that_leaves_the_local_dir_is_refused_and_nothing_is_written(
+        agent_home, hub, tmp_path, config_env, name):
+    outside = tmp_path / "outside"
+    outside.write_bytes(b"mine")
+    hub.add_repo("team/evil", {"config.json": b"{}", name: b"the hub's bytes"})
+    target = tmp_path / "deep" / "weights"
+    result = run_cli("download", "local", "team/evil", "--local-dir", target, "--endpoint", hub.url, "--wait",
+                     env=config_env)
+    assert result.returncode != 0, result.stdout
+    assert ascii(name) in result.stderr and "refusing" in result.stderr, result.stderr
+    assert outside.read_bytes() == b"mine"
+    assert not (target / "config.json").exists()
+
+
+def test_a_symlink_in_the_local_dir_pointing_out_is_not_written_through(agent_home, hub, tmp_path, config_env):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    target = tmp_path / "weights"
+    target.mkdir()
+    (target / "sub").symlink_to(elsewhere)
+    hub.add_repo("team/evil", {"config.json": b"{}", "sub/x": b"the hub's bytes"})
+    result = run_cli("download", "local", "team/evil", "--local-dir", target, "--endpoint", hub.url, "--wait",
+                     env=config_env)
+    assert result.returncode != 0, result.stdout
+    assert "'sub/x'" in result.stderr, result.stderr
+    assert list(elsewhere.iterdir()) == []
+    assert not (target / "config.json").exists()

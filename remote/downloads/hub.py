@@ -9,7 +9,7 @@ import urllib.parse
 
 from .failures import PlanError
 from .output import remember_secret
-from .spec import select_paths
+from .spec import check_names, select_paths
 
 USER_AGENT_LIBRARY = "specdeck"
 
@@ -122,6 +122,7 @@ def resolve(spec, hf):
         raise PlanError("HubError", "the hub gave no commit for %s at %s" % (repo, rev))
     spec["_revision_label"] = revision_label(spec, sha)
     all_paths = [s.rfilename for s in (getattr(info, "siblings", None) or [])]
+    check_names(all_paths, repo)
     if explicit_only:
         if all_paths:
             select_paths(all_paths, spec)  # names the missing files, if any
@@ -136,6 +137,7 @@ def resolve(spec, hf):
             raise PlanError("FileNotFound", "%s not found in %s at %s" % (", ".join(missing), repo,
                                                                           spec["_revision_label"]))
         files = [found[f] for f in spec["files"]]
+        check_names([f.path for f in files], repo)
         if not all_paths:
             all_paths = list(spec["files"])
     else:
@@ -145,6 +147,7 @@ def resolve(spec, hf):
             if getattr(e, "size", None) is not None and hasattr(e, "blob_id"):
                 by_path[e.path] = e
         all_paths = sorted(by_path)
+        check_names(all_paths, repo)
         chosen = select_paths(all_paths, spec)
         files = [RemoteFile(p, by_path[p].size, _lfs_sha256(by_path[p].lfs), by_path[p].blob_id) for p in chosen]
     if not files:

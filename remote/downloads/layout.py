@@ -18,7 +18,9 @@ except ImportError:  # pragma: no cover
 
 from ..core.hashing import Stopped
 from ..core.records import replace_file
+from .failures import PlanError
 from .output import log
+from .spec import bad_name
 
 
 def _short_hash(name):
@@ -29,6 +31,14 @@ class LocalPaths:
     """Where hf_hub_download(local_dir=...) keeps a file, its metadata, lock and partial file."""
 
     def __init__(self, local_dir, path):
+        why = bad_name(path)
+        if why is None:
+            top = os.path.realpath(local_dir)
+            inside = os.path.realpath(os.path.join(local_dir, *path.split("/")))
+            if os.path.commonpath([top, inside]) != top or inside == top:
+                why = "it resolves outside the local directory (through a symlink)"
+        if why:
+            raise PlanError("BadRequest", "refusing the file name %s: %s; nothing was written" % (ascii(path), why))
         parts = path.split("/")
         self.final = os.path.join(local_dir, *parts)
         self.meta = os.path.join(local_dir, ".cache", "huggingface", "download", *parts) + ".metadata"

@@ -16,7 +16,7 @@ from .hub import (RemoteFile, Resolved, hub_endpoint, hub_headers, hub_token, im
 from .hub_http import Transient, http_open
 from ..core.records import replace_file
 from .output import fmt_size, one_line, scrub
-from .spec import normalize_spec
+from .spec import check_names, normalize_spec
 
 PLAN_FILE = "plan.json"
 
@@ -69,6 +69,7 @@ def resolved_from_plan(spec, hf, answer):
     spec["_endpoint_label"] = hub_endpoint(hf, spec)
     spec["_revision_label"] = revision_label(spec, revision)
     files = [RemoteFile(f["path"], f["size"], f.get("sha256"), f.get("blob_id")) for f in answer["files"]]
+    check_names([f.path for f in files], spec["repo"])
     return Resolved(revision, files, answer.get("all_paths") or [f.path for f in files])
 
 

@@ -66,6 +66,29 @@ def normalize_spec(spec):
     return out
 
 
+def bad_name(name):
+    """Why a repo file name would leave its folder (`..`, absolute, empty part, a control
+    character), or None for a name that stays inside."""
+    if not isinstance(name, str) or not name:
+        return "an empty name"
+    if any(ord(c) < 32 or 0x7f <= ord(c) < 0xa0 for c in name):
+        return "a control character"
+    if name.startswith("/") or "\\" in name or re.match(r"^[A-Za-z]:", name):
+        return "an absolute path"
+    if any(part in ("", ".", "..") for part in name.split("/")):
+        return "a `..`, `.` or empty part"
+    return None
+
+
+def check_names(names, repo):
+    """Raises a one-line BadRequest naming the first hub file name that would escape local_dir."""
+    for name in names:
+        why = bad_name(name)
+        if why:
+            raise PlanError("BadRequest", "refusing %s's file name %s: %s (it would be written outside "
+                            "the local directory); nothing was written" % (repo, ascii(name), why))
+
+
 def _matches(path, patterns):
     for p in patterns:
         if p.endswith("/"):
