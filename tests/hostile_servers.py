@@ -124,4 +124,19 @@ def redirect(sock, server):
     _reply(sock, b"", "302 Found", "Location: http://127.0.0.2:%d/metrics\r\n" % port)
 
 
-BEHAVIOURS = {"healthy": healthy, "trickle": trickle, "huge": huge, "nan": nan, "flood": flood, "redirect": redirect}
+def html(sock, server):
+    _reply(sock, b"<!DOCTYPE html><html><body>Welcome to nginx!</body></html>\n", headers="Content-Type: text/html\r\n")
+
+
+def gzip_bomb(sock, server):
+    # 64 KiB on the wire, 64 MiB once decompressed: a reader must stop at its cap while inflating.
+    import gzip
+    _reply(sock, gzip.compress(b"0" * (64 << 20)), headers="Content-Encoding: gzip\r\n")
+
+
+def empty(sock, server):
+    # Its headers, then nothing: the connection closed with no body.
+    sock.sendall(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n")
+
+
+BEHAVIOURS = {"html": html, "gzip_bomb": gzip_bomb, "empty": empty, "healthy": healthy, "trickle": trickle, "huge": huge, "nan": nan, "flood": flood, "redirect": redirect}

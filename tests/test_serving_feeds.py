@@ -49,6 +49,9 @@ def healthy_accept_length(client, server):
     ("huge", "cap"),
     ("nan", "not a count"),
     ("redirect", "another host"),
+    ("html", "not Prometheus text"),
+    ("gzip_bomb", "MiB after decompression"),
+    ("empty", "empty answer"),
 ])
 def test_a_hostile_server_never_holds_up_a_healthy_one(client, servers, kind, reason):
     bad = servers(BEHAVIOURS[kind])

@@ -400,3 +400,16 @@ def test_daemon_killed_keeps_what_was_committed_and_lives_through_failing_servic
     finally:
         third.send_signal(signal.SIGTERM)
         third.wait(30)
+
+
+@pytest.mark.parametrize("params, named", [
+    ({"start": -1e308}, "start"), ({"start": 0, "end": 1e300}, "end"), ({"start": 1e20, "end": 1e21}, "start"),
+    ({"resolution_s": 1e300}, "resolution_s"),
+])
+def test_a_window_out_of_any_clock_is_a_one_line_bad_request(client, params, named):
+    from remote.core.protocol import RemoteError
+
+    with pytest.raises(RemoteError) as caught:
+        client.call("history.query", dict({"source": "gpu", "name": "utilization_percent"}, **params))
+    assert caught.value.type == "BadRequest" and named in caught.value.message and "\n" not in caught.value.message
+    assert client.call("ping", {}) is not None  # the daemon still answers

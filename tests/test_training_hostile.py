@@ -345,3 +345,14 @@ def test_curves_of_a_failed_run_exit_1_with_the_curves(client, agent_home, tmp_p
     answered = run_cli("curves", "local", job_id, "--json", home=agent_home)
     assert answered.returncode == 1 and len(json.loads(answered.stdout)["steps"]) == 5
     assert json.loads(answered.stderr)["error"]["type"] == "RunFailed"
+
+
+def test_a_number_in_the_argv_is_a_one_line_bad_request_naming_it(client, tmp_path):
+    from remote.core.protocol import RemoteError
+
+    for argv in ([sys.executable, "train.py", "--epochs", 3], [sys.executable, "train.py", "--lr", 0.5], [sys.executable, None]):
+        with pytest.raises(RemoteError) as caught:
+            client.call("training.start", {"argv": argv, "name": "numbers"})
+        assert caught.value.type == "BadRequest" and "not a string" in caught.value.message and "\n" not in caught.value.message
+        assert "argv item %d" % (len(argv) - 1) in caught.value.message
+    assert not [j for j in client.call("jobs.list", {})["jobs"] if j.get("name") == "numbers"]

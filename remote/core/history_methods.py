@@ -6,6 +6,17 @@ from .history_query import HistoryUnavailable
 from .protocol import BadRequest, RemoteError
 from .wire import method
 
+# Times a window may name, s since the epoch: from the epoch to the year 5138. Outside that the
+# milliseconds the store keys on do not fit its integers (a start of -1e308 was an InternalError).
+LATEST_TIME_S = 1e11
+
+
+def _time(call, name):
+    value = call.param(name, float)
+    if value is not None and not 0 <= value <= LATEST_TIME_S:
+        raise BadRequest("%s must be a time in s since the epoch, from 0 to %g, not %r" % (name, LATEST_TIME_S, value))
+    return value
+
 
 def _store(call):
     return call.history()
@@ -30,13 +41,14 @@ def history_query(call):
     Reply: `{series: [{labels, points: [[t, min, mean, max], ...]}], resolution_s}` (`t`: the
     start of each group, s since the epoch; `resolution_s`: the one used)."""
     resolution_s = call.param("resolution_s", float)
-    if resolution_s is not None and resolution_s <= 0:
-        raise BadRequest("resolution_s must be a number of seconds > 0")
+    if resolution_s is not None and not 0 < resolution_s <= LATEST_TIME_S:
+        raise BadRequest("resolution_s must be a number of seconds > 0 and at most %g, not %r" % (LATEST_TIME_S, resolution_s))
+    start, end = _time(call, "start"), _time(call, "end")
     labels = call.param("labels", dict)
     if labels and not all(isinstance(v, (str, int, float)) for v in labels.values()):
         raise BadRequest("labels must map names to strings or numbers")
     series, used_s = _reading(_store(call).query, call.param("source", str, required=True), call.param("name", str, required=True),
-                              labels=labels, start=call.param("start", float), end=call.param("end", float), resolution_s=resolution_s)
+                              labels=labels, start=start, end=end, resolution_s=resolution_s)
     return {"series": series, "resolution_s": used_s}
 
 

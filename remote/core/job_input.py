@@ -34,9 +34,12 @@ def shown(text):
 
 
 def check_command(argv, interpreter):
-    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+    if not isinstance(argv, list) or not argv:
         raise BadRequest("argv must be a non-empty list of strings")
     for index, item in enumerate(argv):
+        if not isinstance(item, str):
+            raise BadRequest("argv item %d is %s (%s), not a string: quote it (argv must be a list of strings)"
+                             % (index, type(item).__name__, str(item)[:40]))
         if "\0" in item:
             raise BadRequest("argv item %d holds a NUL character: %r" % (index, item))
         check_utf8(item, "argv item %d" % index)

@@ -6,6 +6,7 @@ at all), and no redirect to another host (one to the same host, vLLM's `/metrics
 import socket
 import ssl
 import urllib.parse
+import zlib
 
 from ..core.feeds import SourceError
 
@@ -25,6 +26,12 @@ def get(url, budget):
             continue
         if status != 200:
             raise SourceError("%s answered HTTP %d" % (url, status))
+        if headers.get("content-encoding", "").lower() in ("gzip", "x-gzip"):
+            body = _gunzip(body, url, budget.max_bytes)
+        if not body.strip():
+            raise SourceError("%s gave an empty answer" % url)
+        if body.lstrip()[:1] == b"<":
+            raise SourceError("%s: not Prometheus text: %r" % (url, body.lstrip()[:40].decode("latin-1")))
         return body
     raise SourceError("%s redirects more than %d times" % (url, MAX_REDIRECTS))
 
@@ -118,3 +125,19 @@ def _unchunk(body, url):
             return bytes(out)
         out += body[end + 2 : end + 2 + size]
         position = end + 2 + size + 2
+
+
+def _gunzip(body, url, max_bytes):
+    """`body` decompressed a bounded piece at a time: one that grows past `max_bytes` stops there."""
+    inflater, out, pending = zlib.decompressobj(16 + zlib.MAX_WBITS), bytearray(), body
+    try:
+        while pending:
+            out += inflater.decompress(pending, max_bytes + 1 - len(out))
+            if len(out) > max_bytes:
+                raise SourceError("%s: answer larger than %d MiB after decompression" % (url, max_bytes >> 20))
+            pending = inflater.unconsumed_tail
+            if inflater.eof:
+                break
+    except zlib.error as exc:
+        raise SourceError("%s: a gzip answer that does not decompress (%s)" % (url, exc))
+    return bytes(out)

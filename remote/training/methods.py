@@ -6,6 +6,7 @@ import re
 import time
 
 from ..core import feed_wire
+from ..core.job_input import check_command
 from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
 from ..core.wire import method
@@ -43,6 +44,7 @@ def training_start(call):
     (default 3), engine, python (an interpreter with the engine), port, requests (default 8),
     max_tokens (default 64), env, engine_args}`). Reply: the job, as `jobs.get`."""
     argv = call.param("argv", list, required=True)
+    check_command(argv, call.param("python", str))  # before argv is read for --epochs
     kind = call.param("kind", str, "training")
     if kind not in ("training", "datagen"):
         raise BadRequest("kind must be training or datagen, not %r" % kind)
