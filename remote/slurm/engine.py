@@ -328,8 +328,9 @@ class SlurmEngine(job_engines.JobEngine):
         """One squeue for all of the user's jobs; returns the rows by Slurm id."""
         import getpass
 
-        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser()))
-        rows = commands.parse_queue(stdout)
+        marker = commands.queue_marker()
+        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser(), marker))
+        rows = commands.parse_queue(stdout, marker)
         with self._lock:
             self.rows, self.rows_at = rows, time.monotonic()
             self.polls += 1
