@@ -1,5 +1,5 @@
 """A real HTTP receiver on loopback for the notification tests and benchmark: it keeps every
-request (path, headers, body), answers 200, 500 or never (`mode`), and can go down and come
+request (path, headers, body), answers 200, 500, never or a byte every 0.5 s (`mode`), and can go down and come
 back up on the same port."""
 
 import json
@@ -35,6 +35,15 @@ class Receiver:
                     receiver.release.wait(120)
                     return
                 self.send_response(500 if receiver.mode == "500" else 200)
+                if receiver.mode == "trickle":  # one byte every 0.5 s, for a minute
+                    self.send_header("Content-Length", "120")
+                    self.end_headers()
+                    for _ in range(120):
+                        if receiver.release.wait(0.5):
+                            return
+                        self.wfile.write(b"x")
+                        self.wfile.flush()
+                    return
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")

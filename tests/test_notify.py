@@ -178,3 +178,30 @@ def test_a_training_run_gone_nan_is_told(client, receiver, tmp_path):
         assert "the loss became nan at step 2" in alert["message"]
     finally:
         client.call("jobs.stop", {"id": job["id"], "grace_s": 1.0})
+
+
+ALERT = {"kind": "test", "categories": [], "id": "t:1", "title": "a test", "message": "a test alert", "time_text": "now", "host": "gpu1"}
+
+
+def test_a_receiver_trickling_its_answer_is_a_failed_try_within_the_deadline():
+    from remote.notify import send
+
+    found = Receiver(mode="trickle")
+    try:
+        reason = send.deliver({"format": "json", "url": found.url + "/hook"}, [ALERT], "gpu1")
+    finally:
+        found.close()
+    assert reason == "no complete answer within %d s" % send.TRY_DEADLINE_S
+
+
+def test_a_url_with_user_and_password_is_sent_as_basic_auth(receiver):
+    import base64
+
+    from remote.notify import send
+
+    url = receiver.url.replace("http://", "http://alice:s3cret-pw@") + "/hook"
+    reason = send.deliver({"format": "json", "url": url}, [ALERT], "gpu1")
+    assert reason is None
+    got = receiver.wait_for(1)[0]
+    assert got["path"] == "/hook"
+    assert got["headers"]["Authorization"] == "Basic " + base64.b64encode(b"alice:s3cret-pw").decode()

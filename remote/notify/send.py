@@ -2,12 +2,15 @@
 (subprocess, the alert as JSON on stdin). The error it returns never holds the channel's URL:
 it is shown in the console and may be logged, and the URL is a secret."""
 
+import base64
 import os
 import signal
+import threading
 import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 from .formats import request_for
@@ -35,6 +38,9 @@ def scrub(text, channel):
     if not url:
         return text
     text = text.replace(url, "<url>")
+    password = urllib.parse.urlsplit(url).password
+    if password:
+        text = text.replace(password, "…")
     for part in url.split("/")[3:]:
         for piece in part.split("?"):
             if len(piece) >= 6:
@@ -53,9 +59,43 @@ def deliver(channel, alerts, host):
         return scrub("%s: %s" % (type(exc).__name__, exc), channel)
 
 
+def split_userinfo(url):
+    """(the URL without any `user:pass@`, the Authorization header for it or None)."""
+    parts = urllib.parse.urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, None
+    userinfo, _, hostport = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    pair = "%s:%s" % (urllib.parse.unquote(user), urllib.parse.unquote(password))
+    plain = urllib.parse.urlunsplit((parts.scheme, hostport, parts.path, parts.query, parts.fragment))
+    return plain, "Basic " + base64.b64encode(pair.encode("utf-8")).decode("ascii")
+
+
 def _post(channel, alerts, host):
+    """One POST, its whole try (connect, headers, answer) bounded by TRY_DEADLINE_S: a receiver
+    that trickles its answer a byte at a time is a failed try, never a delivery."""
+    outcome = []
+
+    def attempt():
+        try:
+            outcome.append(_post_once(channel, alerts, host))
+        except Exception as exc:
+            outcome.append(scrub("%s: %s" % (type(exc).__name__, exc), channel))
+
+    worker = threading.Thread(target=attempt, daemon=True)
+    worker.start()
+    worker.join(TRY_DEADLINE_S)
+    if not outcome:
+        return "no complete answer within %d s" % TRY_DEADLINE_S
+    return outcome[0]
+
+
+def _post_once(channel, alerts, host):
     body, headers = request_for(channel, alerts, host)
-    request = urllib.request.Request(channel["url"], data=body, headers=headers, method="POST")
+    url, authorization = split_userinfo(channel["url"])
+    if authorization:
+        headers = dict(headers, Authorization=authorization)
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     began = time.monotonic()
     try:
         with _opener.open(request, timeout=TRY_TIMEOUT_S) as reply:
