@@ -110,3 +110,57 @@ def test_datagen_progress_from_its_bars(agent_home, tmp_path):
     job = wait_for(lambda: ended(agent_home, job_id), 60)
     final = wait_for(lambda: (lambda j: j if j["progress"].get("done") == 200 else None)(job_of(agent_home, job_id)), 30)
     assert final["progress"]["total"] == 200 and final["exit_code"] == 0
+
+
+RICH_THEN_QUIET = """
+    import time
+    for step in range(30):
+        print("[21:00:00] INFO     train/loss_0=%.3f, train/full_acc_0=0.500, global_step=%d   trainer.py:587" % (3.0 - step * 0.01, step), flush=True)
+    time.sleep({quiet_s})
+"""
+
+
+def test_last_step_of_a_quiet_run_is_shown_while_it_stays_quiet(agent_home, tmp_path):
+    # speculators' rich records may wrap onto the next line, so the parser holds the newest one
+    # open; a run that prints steps 0..29 and goes quiet must show 29, not 28, while still running.
+    job_id = start(agent_home, tmp_path, "quiet", RICH_THEN_QUIET.format(quiet_s=30))
+
+    def last_step():
+        steps = (curves(agent_home, job_id) or {"steps": []})["steps"]
+        return steps if steps and steps[-1]["step"] == 29 else None
+
+    steps = wait_for(last_step, 20)
+    assert [s["step"] for s in steps] == list(range(30))
+    assert ended(agent_home, job_id) is None  # shown during the silence, not only at the run's end
+    run_cli("stop", "local", job_id, "--grace", "1", home=agent_home)
+
+
+SAVES_THEN_EXITS = """
+    import os, time
+    def save(epoch):
+        path = os.path.join({save!r}, str(epoch))
+        os.makedirs(path)
+        with open(os.path.join(path, "config.json"), "w") as f:
+            f.write("{{}}")
+        with open(os.path.join(path, "model.safetensors"), "wb") as f:
+            f.write(b"x" * 64)
+    save(0)
+    time.sleep(5)
+    save(1)  # the last epoch's checkpoint, and the run ends at once (as speculators and SpecForge do)
+"""
+
+
+def test_last_checkpoint_of_a_run_that_exits_right_after_saving_it_is_listed(agent_home, tmp_path):
+    save = tmp_path / "save"
+    save.mkdir()
+    job_id = start(agent_home, tmp_path, "saves", SAVES_THEN_EXITS.format(save=str(save)), "--save-dir", str(save))
+    wait_for(lambda: ended(agent_home, job_id), 30)
+
+    def both():
+        reply = curves(agent_home, job_id)
+        return reply if reply and len(reply["checkpoints"]) == 2 else None
+
+    reply = wait_for(both, 20)
+    assert [c["name"] for c in reply["checkpoints"]] == ["0", "1"]
+    listed = run_cli("checkpoints", "local", job_id, "--json", home=agent_home, check=0)
+    assert [c["name"] for c in json.loads(listed.stdout)["checkpoints"]] == ["0", "1"]

@@ -187,7 +187,9 @@ class Watcher:
     def save(self, entry):
         self.journal.append(entry)
 
-    def look(self, now=None):
+    def look(self, now=None, final=False):
+        """`final`: the run's process has ended, so nothing writes any more: what is there now is
+        complete (a run that saves its last checkpoint and exits is never looked at twice)."""
         now = time.time() if now is None else now
         new = []
         best = best_name(self.save_dir)
@@ -202,9 +204,9 @@ class Watcher:
             if mark is None or not os.path.exists(os.path.join(path, "config.json")):
                 continue
             previous = self._seen.get(path)
-            if previous is None or previous[0] != mark:
+            if not final and (previous is None or previous[0] != mark):
                 self._seen[path] = (mark, now)
-            elif now - previous[1] >= STABLE_S:
+            elif final or now - previous[1] >= STABLE_S:
                 self._ready[name] = path  # complete: inspected as this look's time allows, oldest first
         inspecting = time.monotonic()
         for name, path in list(self._ready.items()):
@@ -222,6 +224,10 @@ class Watcher:
             if link not in self.links and len(self.links) < MAX_LINKS_SHOWN:
                 self.links.append(link)
         return new
+
+    def waiting(self):
+        """Whether complete checkpoints wait for a look with time left to inspect them."""
+        return bool(self._ready)
 
     def refuse(self, name, path, now, outside):
         entry = self.inspect(name, path, now, read=False)

@@ -33,6 +33,7 @@ STATE_FILE = "training-state.json"
 TRAINING_STATE = "training_state.json"  # speculators' own, in each checkpoint: {epoch, local_step, global_step}
 MAX_TRAINING_STATE_BYTES = 65536
 STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[_-]?(\d+)$")
+QUIET_S = 2.0  # a record held open (a wrapped continuation may follow) is ended after this long without new bytes
 PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
 
 
@@ -68,6 +69,7 @@ class Run:
         save_dir = self.meta.get("save_dir")
         self.watcher = checkpoints.Watcher(job_dir, save_dir, self.meta.get("start_from"), self.meta.get("target")) if save_dir else None
         self.ended = False
+        self.size_seen, self.bytes_at = None, time.monotonic()  # the log's size, when the log last grew (a held record ends after QUIET_S of silence)
         self.error = None
         self.validated_epochs = []  # epochs whose validation was read since checkpoints_validated()
 
@@ -97,8 +99,12 @@ class Run:
             self.assembler.feed(text if text is not None else "", line.start)
             if self.kind == "datagen" and text is not None:
                 samples_seen = self.samples.read_line(text) or samples_seen
+        if size != self.size_seen:
+            self.size_seen, self.bytes_at = size, time.monotonic()
         if self.ended and self.caught_up(size):
             self.assembler.flush()
+        elif self.assembler.pending() and self.caught_up(size) and time.monotonic() - self.bytes_at >= QUIET_S:
+            self.assembler.flush()  # the run went quiet: its last record is shown, not held back
         opened = self.assembler.open_at()
         self.pending_offset = opened if opened is not None else self.reader.offset
         records = self.assembler.take()

@@ -92,7 +92,7 @@ class RunSource(FeedSource):
             for entry in run.checkpoints_validated():
                 run.watcher.save(entry)
                 self._announce(entry)
-            for entry in run.watcher.look():
+            for entry in run.watcher.look(final=run.ended):
                 run.checkpoint_done(entry)
                 if run.meta.get("measure") and measure.servable(entry):
                     measure.queue(entry, run.meta["measure"])
@@ -108,7 +108,7 @@ class RunSource(FeedSource):
                             run.watcher.save(entry)
                             self._announce(entry)
                 return  # followed while a benchmark is queued or runs, even after the run ended
-        if run.ended and run.caught_up():
+        if run.ended and run.caught_up() and not (run.watcher is not None and run.watcher.waiting()):
             run.write_progress()
             self.feed.finished(self.key)
 
