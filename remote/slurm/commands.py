@@ -71,45 +71,23 @@ def run(argv, env=None, timeout_s=COMMAND_TIMEOUT_S, check=True):
     return stdout, stderr, done.returncode
 
 
-def queue_marker():
-    """A record terminator for one squeue call: random letters a job's name cannot know."""
-    import secrets
-    import string
-
-    return "".join(secrets.choice(string.ascii_letters) for _ in range(24))
+def queue_argv(user):
+    """One squeue for all of a user's jobs, ended ones Slurm still keeps included."""
+    return ["squeue", "--noheader", "--states=all", "--user", user, "--Format", ",".join(field + ":|" for field in QUEUE_FIELDS)]
 
 
-def queue_argv(user, marker):
-    """One squeue for all of a user's jobs, ended ones Slurm still keeps included. Each row ends
-    with `marker` (the last field's suffix), so a name holding newlines cannot make rows."""
-    fields = [field + ":|" for field in QUEUE_FIELDS]
-    fields[-1] += "@" + marker
-    return ["squeue", "--noheader", "--states=all", "--user", user, "--Format", ",".join(fields)]
-
-
-JOB_ID = re.compile(r"[0-9]+(_[0-9]+|_\[[^\]]*\])?(\+[0-9]+)?")
-
-
-def parse_queue(text, marker):
-    """squeue rows (from queue_argv with the same marker) as dicts keyed by the lower-case field
-    name. A row is what lies between two markers; one whose job id does not parse, or whose field
-    count is short, is left out, and so are all rows of an id listed twice."""
-    rows, seen = {}, set()
+def parse_queue(text):
+    """squeue rows (from queue_argv) as dicts keyed by the lower-case field name."""
+    rows = {}
     keys = [field.lower() for field in QUEUE_FIELDS]
-    end = "|@" + marker
-    for record in text.split(end)[:-1]:
-        record = record.lstrip("\r\n")
-        values = record.split("|", len(keys) - 1)
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        values = line.split("|", len(keys) - 1)
         if len(values) < len(keys):
             continue
-        row = dict(zip(keys, (v.strip() for v in values[:-1])))
-        row["name"] = values[-1]
-        if not JOB_ID.fullmatch(row["jobid"]):
-            continue
-        if row["jobid"] in seen:
-            rows.pop(row["jobid"], None)
-            continue
-        seen.add(row["jobid"])
+        row = dict(zip(keys, (v.strip() for v in values)))
+        row["name"] = values[-1].rstrip("|").strip()
         rows[row["jobid"]] = row
     return rows
 

@@ -328,9 +328,8 @@ class SlurmEngine(job_engines.JobEngine):
         """One squeue for all of the user's jobs; returns the rows by Slurm id."""
         import getpass
 
-        marker = commands.queue_marker()
-        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser(), marker))
-        rows = commands.parse_queue(stdout, marker)
+        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser()))
+        rows = commands.parse_queue(stdout)
         with self._lock:
             self.rows, self.rows_at = rows, time.monotonic()
             self.polls += 1
