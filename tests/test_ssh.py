@@ -177,7 +177,7 @@ def test_inspect_and_compare_a_checkpoint_on_the_host(laptop, host_python, host_
     assert result["verdict"]["status"] == "compatible", result["reasons"]
     assert {row["status"] for row in result["rows"]} == {"same"}
     missing = cli(laptop, host_python, "inspect", "gpuhost:/no/such/checkpoint")
-    assert missing.returncode == 2 and "/no/such/checkpoint" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
+    assert missing.returncode == 1 and "/no/such/checkpoint" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 
 
 def test_proxy_jump_reaches_a_host_only_the_jump_host_sees(netns_host, ssh_keys, host_user, tmp_path, monkeypatch, host_python):
