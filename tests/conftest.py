@@ -131,3 +131,30 @@ def run_cli(*args, home=None, timeout=120, env=None, check=None):
     if check is not None:
         assert result.returncode == check, "exit %d, stderr: %s\nstdout: %s" % (result.returncode, result.stderr, result.stdout)
     return result
+
+
+# --------------------------------------------------------------------------- running in parallel
+
+# `.ci/run` spreads the suite over the machine's cores (pytest-xdist, `--dist loadgroup`). A
+# module's tests stay on one worker, so a module-scoped server starts once; the Slurm modules
+# share one worker, so one test cluster serves them all. The modules that take longest (real
+# vLLM servers and sweeps, the Slurm cluster, real training) are handed out first, so that no
+# long module starts last and runs on alone.
+LONGEST_FIRST = (
+    "test_serving_advisor", "slurm", "test_serving_console", "test_training_measure", "test_training_hostile",
+    "test_serving_bench", "test_serving_vllm", "test_core_local_host", "test_training_console", "test_telemetry_history",
+    "test_training_run",
+)
+
+
+def _group(item):
+    module = item.module.__name__.rsplit(".", 1)[-1]
+    return "slurm" if module.startswith("test_slurm_") else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(config, items):
+    rank = {name: index for index, name in enumerate(LONGEST_FIRST)}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group(_group(item)))
+    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: the rest keep their order

@@ -36,6 +36,16 @@ def test_a_mistyped_command_is_named_with_the_command_it_resembles(tmp_path):
     assert other.returncode == 2 and "unknown command 'frobnicate'" in one_line(other) and "specdeck -h" in one_line(other)
 
 
+def test_an_unknown_flag_is_answered_with_the_commands_own_usage():
+    result = run_cli("jobs", "local", "--bogus")
+    assert result.returncode == 2
+    assert result.stderr.startswith("usage: specdeck jobs ")  # not `specdeck [-h] [--version] [HOST | COMMAND ...]`
+    assert result.stderr.strip().splitlines()[-1] == "specdeck jobs: error: unrecognized arguments: --bogus"
+    scripted = run_cli("inspect", "x", "--bogus", "--json")
+    assert scripted.returncode == 2
+    assert json_error(scripted) == {"type": "UsageError", "message": "specdeck inspect: unrecognized arguments: --bogus"}
+
+
 def test_a_host_name_that_does_not_resolve_says_how_to_name_one_in_ssh_config(tmp_path):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)

@@ -595,8 +595,8 @@ def test_not_enough_disk_says_no_space_and_writes_nothing(dl, hub, tiny_fs):  # 
     err = _plan_error(dl, spec)
     assert err["type"] == "NoSpace"
     need = len(CONFIG) + len(WEIGHTS) + len(TOKENIZER)
-    assert err["message"].startswith("needs 0.00")
-    assert " GB (%s bytes) on %s, " % (format(need, ","), tiny_fs) in err["message"]
+    # A few MB say so in MB (never "0.00631 GB"), with the exact count beside.
+    assert err["message"].startswith("needs %.2f MB (%s bytes) on %s, " % (need / 1e6, format(need, ","), tiny_fs))
     assert err["message"].endswith(" free")
     assert err["needed_bytes"] == need
     assert err["free_bytes"] <= MB

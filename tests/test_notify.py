@@ -76,7 +76,10 @@ def test_a_receiver_down_then_up_gets_the_alert_once_late(client, receiver):
     assert listed["url"] == receiver.url + "/…"
 
     receiver.up()
-    client.call("notify.retry", {"id": channel})
+    reply = client.call("notify.retry", {"id": channel}, timeout=30)
+    # The reply (what `notify --retry` prints) says how the retry went, not the state before it.
+    retried = next(c for c in reply["channels"] if c["id"] == channel)["status"]
+    assert (retried["state"], retried["sent"], retried["pending"]) == ("ok", 1, 0), retried
     receiver.wait_for(1)
     wait_for(lambda: status(client, channel)["sent"] == 1, message="the delivery recorded")
     assert status(client, channel)["pending"] == 0 and len(receiver.requests) == 1

@@ -2,6 +2,8 @@
 (remote/serving/advice.py, remote/checkpoints/coverage.py) on known figures: the K2 case of the
 notes (30 ms cycle at K=2, 82 tok/s baseline, accept length 2.0) and a sweep around it."""
 
+import pytest
+
 from remote.checkpoints import coverage
 from remote.serving import advice
 from tui.serving import advisor
@@ -35,8 +37,27 @@ def test_the_notes_k2_case_is_said_to_be_slower_at_every_k():
 def test_advice_marks_what_the_server_did_not_measure():
     text = "\n".join(advisor.advice_lines(advice.advise(2, [0.6, 0.4], None)))
     assert "K' > 2: beyond what this server measured" in text
-    assert "estimate: position 2's conditional acceptance 0.67 continued" in text
+    # Positions 0 and 1 were measured: the estimate speaks of position 1, the last of them.
+    assert "estimate: the last measured position's (position 1) conditional acceptance 0.67 continued past the measured K=2" in text
     assert "no K sweep of this target and drafter" in text and "--k 1,2,3,4,5" in text
+
+
+def test_a_drafter_accepted_nowhere_is_told_so_not_to_run_a_sweep():
+    for result in (advice.advise(3, [0.0, 0.0, 0.0], None), advice.advise(3, [0.0, 0.0, 0.0], sweep(), "j12")):
+        assert result["best_k"] is None
+        assert result["reason"].startswith("this drafter is never accepted") and "serve without it" in result["reason"]
+        assert "run a sweep" not in result["reason"]
+    # One accepted token somewhere is a drafter that works, however badly.
+    assert not advice.advise(3, [0.01, 0.0, 0.0], None)["reason"].startswith("this drafter is never accepted")
+
+
+def test_advice_at_a_k_the_sweep_ran_gives_the_sweeps_own_speedup():
+    result = sweep()
+    live_at_sweep_lengths = [1.7 - 1.0, 2.0 - 1.7, 2.2 - 2.0]  # the live server's shares give the sweep's accept lengths
+    rows = advice.advise(3, live_at_sweep_lengths, result, "j12")["per_k"]
+    for row in rows:
+        measured = next(r for r in result["sweep"] if r["k"] == row["k"])
+        assert row["cycle_ms"] == measured["cycle_ms"] and row["speedup"] == pytest.approx(measured["speedup"])
 
 
 def test_advice_with_a_sweep_says_no_k_pays_off():

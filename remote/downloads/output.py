@@ -66,12 +66,18 @@ def log(message):
 
 
 def fmt_gb(n):
-    """2382319104 -> '2.38 GB'."""
+    """2382319104 -> '2.38 GB'; 4465131 -> '4.47 MB': decimal units, as the hub shows sizes,
+    scaled so the figure reads at a glance (never '0.00447 GB')."""
     if n is None:
         return "? GB"
-    if n >= 10 ** 8 or n == 0:
-        return "%.2f GB" % (n / GB)
-    return "%.3g GB" % (n / GB)
+    value = float(n)
+    for unit in ("bytes", "kB", "MB", "GB", "TB"):
+        if value < 1000 or unit == "TB":
+            break
+        value /= 1000.0
+    if unit == "bytes":
+        return "%d bytes" % n
+    return "%.2f %s" % (value, unit)
 
 
 def fmt_size(n):

@@ -8,12 +8,14 @@ from ..core import streams
 from ..core.protocol import BadRequest, NotFound
 from ..core.streams import TopicSource
 from ..core.wire import method
-from .channels import CATEGORIES, public
+from .channels import CATEGORIES, public, quiet_until
 from .evaluate import make_alert
+from . import send
 from .service import NotifyService
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
 SERVICES = (NotifyService,)
+RETRY_WAIT_S = send.TRY_DEADLINE_S + 2.0  # notify.retry answers once its tries are done, or after this
 
 
 def service(call):
@@ -135,7 +137,8 @@ def notify_retry(call):
     """Try pending alerts now instead of at the channel's next backoff. Params: `id` (one
     channel; default all), `advance_s` (instead: move the queue's clock on by this many seconds,
     so backoff and the two-day expiry run as if that time had passed; for tests and benchmarks).
-    Reply: `{channels}` as notify.list's."""
+    Reply: `{channels}` as notify.list's, once every channel that had alerts waiting was tried
+    (or after RETRY_WAIT_S): their status says how that try went."""
     found = service(call)
     channel_id = call.param("id", str)
     if channel_id is not None:
@@ -143,7 +146,23 @@ def notify_retry(call):
     advance_s = call.param("advance_s", float, 0.0)
     if advance_s < 0:
         raise BadRequest("advance_s must be >= 0")
+    # Channels with alerts waiting and outside their quiet hours: the ones this retry tries.
+    waiting = {}
+    for channel in found.store.list():
+        status = found.queue.status(channel["id"])
+        if channel_id in (None, channel["id"]) and status["pending"] and quiet_until(channel.get("quiet"), found.clock()) is None:
+            waiting[channel["id"]] = status["requests"]
     found.retry_now(channel_id, advance_s)
+    # The reply says how the retry went, not the state from before it: wait until each of them
+    # was tried once (a try is bounded by its own deadline).
+    deadline = time.monotonic() + RETRY_WAIT_S
+    while waiting and time.monotonic() < deadline:
+        for cid, requests_before in list(waiting.items()):
+            status = found.queue.status(cid)
+            if not status["pending"] or status["requests"] > requests_before:
+                del waiting[cid]
+        if waiting:
+            time.sleep(0.05)
     return {"channels": [_shown(found, c) for c in found.store.list()]}
 
 

@@ -74,8 +74,9 @@ def _estimate(per_position, k):
         conditional = shares[-1]
     while len(shares) < k:
         shares.append(shares[-1] * conditional)
-    words = "estimate: position %d's conditional acceptance %.2f continued past the measured K=%d" % (
-        len(per_position), conditional, len(per_position))
+    # Positions are numbered from 0, as `spec` and the panes show them.
+    words = "estimate: the last measured position's (position %d) conditional acceptance %.2f continued past the measured K=%d" % (
+        len(per_position) - 1, conditional, len(per_position))
     return 1.0 + sum(shares[:k]), words
 
 
@@ -101,12 +102,15 @@ def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
         row = {"k": k, "accept_length": None, "cycle_ms": cycle_ms_at(model, k), "tokens_per_s": None, "speedup": None,
                "break_even_accept_length": None, "measured": True, "source": None}
         measured_row = sweep_rows.get(k)
+        if measured_row and measured_row.get("cycle_ms"):
+            # A K the sweep ran: its own cycle time, so one sweep gives one speedup (bench's) at that K.
+            row.update(cycle_ms=measured_row["cycle_ms"], cycle_measured=True)
         if k <= len(per_position):
             row.update(accept_length=1.0 + sum(per_position[:k]), source="live")
         elif measured_row and measured_row.get("accept_length"):
             row.update(accept_length=measured_row["accept_length"], source="sweep")
             if not per_position:
-                row.update(cycle_ms=measured_row.get("cycle_ms"), tokens_per_s=measured_row.get("tokens_per_s"), cycle_measured=True)
+                row.update(tokens_per_s=measured_row.get("tokens_per_s"))
         elif per_position:
             length, words = _estimate(per_position, k)
             row.update(accept_length=length, source="estimate", measured=False, estimate_from=words)
@@ -126,6 +130,11 @@ def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
 
 def _choose(rows, k_current, sweep, sweep_id):
     """(best K or None, one line saying why)."""
+    # This server's own counts say more of it than a sweep's prompts; with none, the sweep's rows.
+    measured = [row for row in rows if row["source"] == "live"] or [row for row in rows if row["measured"] and row["accept_length"] is not None]
+    if measured and all(row["accept_length"] <= 1.0 + 1e-9 for row in measured):
+        return None, ("this drafter is never accepted (accept length 1.00 at every K measured): check that it was "
+                      "trained for this target and shares its tokenizer, or serve without it")
     if not sweep:
         lengths = ", ".join("K=%d %.2f" % (row["k"], row["accept_length"]) for row in rows if row["measured"])
         return None, ("no K sweep of this target and drafter: accept length alone cannot choose K, since each K "

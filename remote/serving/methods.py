@@ -126,6 +126,8 @@ def serving_status(call):
     if url is None:  # a Slurm server still in the queue: nothing to ask yet
         return {"id": server_id, "url": None, "node": node, "ready": False, "state": "starting", "reason": why, "last_lines": []}
     ready = engines.is_ready(url)
+    if ready:
+        sampler(call).wake(server_id)  # its source may be waiting out a backoff from the starting minutes
     reply = {"id": server_id, "url": url, "node": node, "ready": ready, "state": "ready" if ready else "starting", "reason": None,
              "last_lines": []}
     if job is None and not ready:
@@ -160,8 +162,10 @@ def serving_detach(call):
 
 @method("serving.stats")
 def serving_stats(call):
-    """A server's speculation figures over a window. Params: `id`, `window_s` (absent: since the
-    sampler first read it; it keeps an hour). Reply: `{accept_length, per_position, per_k,
+    """A server's speculation figures over a window. Params: `id`, `window_s` (absent: the
+    server's whole life, while its first hour is kept; an attached server's since the sampler
+    first read it). A window reaching back past a vLLM server's start counts from its start
+    (its counters count from there), so nothing it did before the sampler's first read is lost. Reply: `{accept_length, per_position, per_k,
     draft_acceptance_rate, num_drafts, accepted_tps, drafted_tps, generation_tps, window_s,
     source, engine, running, waiting, kv_cache_usage, reset, server, time, age_s, stale, error?,
     notes?}`; `source` is metrics, or log when only the server's log lines could be read;
@@ -179,16 +183,29 @@ def serving_stats(call):
     return _window_figures(call, call.param("id", str, required=True), call.param("window_s", float))
 
 
+def _read_now_if_unread(call, service, server_id):
+    """A server with no good read yet (just started, or just turned ready while its source
+    waited out a backoff from its starting minutes) is read now, and its first figures waited
+    for a moment, rather than answering with the error from before it was up."""
+    source = service.source(server_id)
+    if source is not None and (source.snapshots or source.from_log):
+        return
+    reads_before = (service.source_status(server_id) or {}).get("reads", 0) if source is not None else 0
+    if source is None:
+        call.daemon.services.wake(ServingFeed.name)  # not discovered yet: its worker reads at once
+    else:
+        service.wake(server_id)
+    deadline = time.monotonic() + FIRST_READ_WAIT_S
+    while time.monotonic() < deadline and (service.source_status(server_id) or {}).get("reads", 0) <= reads_before:
+        time.sleep(0.05)
+
+
 def _window_figures(call, server_id, window_s):
     if window_s is not None and window_s <= 0:
         raise BadRequest("window_s must be positive")
     _server_url(call, server_id)
     service = sampler(call)
-    if not (service.source_status(server_id) or {}).get("reads"):
-        call.daemon.services.wake(ServingFeed.name)  # a server just started: read it now
-        deadline = time.monotonic() + FIRST_READ_WAIT_S
-        while not (service.source_status(server_id) or {}).get("reads") and time.monotonic() < deadline:
-            time.sleep(0.05)
+    _read_now_if_unread(call, service, server_id)
     figures = service.window_figures(server_id, window_s)
     if figures is None:
         _url, job, log_path, why = _server_url(call, server_id)

@@ -72,9 +72,13 @@ class ServerSource(FeedSource):
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
-    def __init__(self, key, url, log_path=None, meta=None, locate=None):
+    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None):
         super().__init__(key)
         self.url = url.rstrip("/") if url else None
+        # When the server's process started (its job's start; None for an attached server):
+        # vLLM's counters count from there, so a window reaching back past it takes them whole.
+        self.started_at = started_at
+        self.first_kept = True  # the first snapshot ever read is still the oldest kept
         self.locate = locate  # url None: `locate()` gives it (a Slurm server's node), RemoteError if it cannot
         self.log_path = log_path
         self.meta = meta or {}
@@ -109,6 +113,8 @@ class ServerSource(FeedSource):
             return record
         self.from_log, self.metrics_error = False, None
         previous = self.snapshots[-1] if self.snapshots else None
+        if len(self.snapshots) == self.snapshots.maxlen:
+            self.first_kept = False
         self.snapshots.append(snapshot)
         record = metrics.window(previous, snapshot)
         record.update(source="metrics", engine=snapshot["engine"], server=self.key, time=now)
@@ -177,19 +183,20 @@ class ServingFeed(Feed):
             return found
 
     def discover(self):
-        """{id: (url, log path, node, port)} of every running server job and attached server;
-        a Slurm server's url is None (its source asks where its node is), its node given."""
+        """{id: (url, log path, node, port, started at)} of every running server job and
+        attached server; a Slurm server's url is None (its source asks where its node is), its
+        node given; an attached server's start is not known."""
         targets = {}
         for job in self.daemon.jobs.list(kind="server"):
             meta = job.get("meta") or {}
             if job["process_state"] == "running" and location.is_remote(job) and location.node_of(job) and meta.get("port"):
-                targets[job["id"]] = (None, self.daemon.jobs.log_path(job["id"]), location.node_of(job), meta["port"])
+                targets[job["id"]] = (None, self.daemon.jobs.log_path(job["id"]), location.node_of(job), meta["port"], job.get("started_at"))
             elif job["process_state"] == "running" and meta.get("url"):
-                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]), None, None)
+                targets[job["id"]] = (meta["url"], self.daemon.jobs.log_path(job["id"]), None, None, job.get("started_at"))
             elif job["process_state"] in ("failed", "lost") and job["id"] not in self._ended_noted:
                 self._note_end(job)
         for server_id, entry in attached_entries().items():
-            targets[server_id] = (entry["url"], entry.get("log_path"), None, None)
+            targets[server_id] = (entry["url"], entry.get("log_path"), None, None, None)
         return targets
 
     def _note_end(self, job):
@@ -207,9 +214,9 @@ class ServingFeed(Feed):
             log.warning("could not note how server %s ended: %s", job["id"], exc)
 
     def make_source(self, key, spec):
-        url, log_path, node, port = spec
+        url, log_path, node, port, started_at = spec
         locate = None if url else (lambda: location.node_url(self.daemon, node, port))
-        return ServerSource(key, url, log_path, locate=locate)
+        return ServerSource(key, url, log_path, locate=locate, started_at=started_at)
 
     def detail_extra(self):
         workers = self.workers()
@@ -246,9 +253,9 @@ class ServingFeed(Feed):
         return self.source(server_id)
 
     def window_figures(self, server_id, window_s=None):
-        """The figures over the last `window_s` seconds (None: since the feed first read the
-        server), from the kept snapshots, with `age_s` and `stale` of the newest; a log-read
-        server gives its last line's figures."""
+        """The figures over the last `window_s` seconds (None: the server's whole life, or
+        since the feed first read it when its start is not known), from the kept snapshots, with
+        `age_s` and `stale` of the newest; a log-read server gives its last line's figures."""
         worker = next((w for w in self.workers() if w.source.key == server_id), None)
         if worker is None:
             return None
@@ -258,7 +265,7 @@ class ServingFeed(Feed):
             if worker.latest is not None:
                 return self.aged(worker, dict((k, v) for k, v in worker.latest.items() if k != "recent"))
             return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True}
-        figures = figures_over(snapshots, window_s)
+        figures = figures_over(snapshots, window_s, origin=_origin(server, snapshots, window_s))
         figures["server"] = server_id
         newest = snapshots[-1]
         now = time.time()
@@ -269,10 +276,29 @@ class ServingFeed(Feed):
         return figures
 
 
-def figures_over(snapshots, window_s=None):
+def _origin(server, snapshots, window_s):
+    """A snapshot of zeros at the server's start, when the window reaches back past it and
+    nothing read since is lost: vLLM's counters count from its start, so what it did before the
+    sampler's first read (a burst right after it turned ready) is in the window too. None else
+    (an SGLang server's gauges, an attached server, an hour-old server whose first reads fell out)."""
+    start, newest = server.started_at, snapshots[-1]
+    if start is None or not server.first_kept or newest["engine"] != "vllm" or start > snapshots[0]["time"]:
+        return None
+    if window_s is not None and newest["time"] - window_s > start:
+        return None
+    first = snapshots[0]
+    return {"time": start, "engine": first["engine"], "counters": dict.fromkeys(first["counters"], 0.0),
+            "per_position": dict.fromkeys(first["per_position"], 0.0), "gauges": {}, "notes": []}
+
+
+def figures_over(snapshots, window_s=None, origin=None):
     """The figures of the last `window_s` seconds of `snapshots` (oldest first; None: all of
     them): the window starts at the oldest snapshot taken within `window_s` of the newest, so
-    the same snapshots give the same figures to every asker (a follower's `recent`, `serving.stats`)."""
+    the same snapshots give the same figures to every asker (a follower's `recent`, `serving.stats`).
+    `origin` (a snapshot of zeros at the server's start) starts the window instead, when given."""
+    if origin is not None:
+        snapshots = [origin] + list(snapshots)
+        window_s = None
     newest = snapshots[-1]
     first = 0
     if window_s is not None:

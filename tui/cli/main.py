@@ -121,6 +121,12 @@ def build_parser(command=None):
     return parser
 
 
+def command_parser(parser, name):
+    """The sub-parser of command `name` in `parser` (build_parser's)."""
+    subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+    return subparsers.choices[name]
+
+
 def console_parser(add_help=True):
     parser = argparse.ArgumentParser(prog="specdeck", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      add_help=add_help)
@@ -211,7 +217,10 @@ def main(argv=None):
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]
     Parser.json_errors = "--json" in argv
-    args = build_parser(argv[0]).parse_args(argv)
+    parser = build_parser(argv[0])
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the command's own usage says what it takes, not the top level's
+        command_parser(parser, argv[0]).error("unrecognized arguments: %s" % " ".join(unknown))
     setup_logging(args.verbose)
     if args.command == "run":
         args.argv = args.argv + command_argv
