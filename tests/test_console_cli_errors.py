@@ -4,6 +4,7 @@ and the exit code by what went wrong: 1 when the thing asked for failed, 2 for u
 or I/O."""
 
 import json
+import sys
 
 import pytest
 
@@ -44,6 +45,17 @@ def test_an_unknown_flag_is_answered_with_the_commands_own_usage():
     scripted = run_cli("inspect", "x", "--bogus", "--json")
     assert scripted.returncode == 2
     assert json_error(scripted) == {"type": "UsageError", "message": "specdeck inspect: unrecognized arguments: --bogus"}
+
+
+def test_serve_under_an_interpreter_without_vllm_says_once_how_to_name_one(tmp_path, agent_home):
+    target = tmp_path / "target"
+    target.mkdir()
+    result = run_cli("serve", "local", target, "--python", sys.executable, "--wait", timeout=120)
+    assert result.returncode == 1, result.stderr
+    first = result.stderr.splitlines()[0]
+    assert first.startswith("specdeck: server ") and "died while starting" in first
+    assert "has no vllm" in first and "specdeck config local --ml-python PATH" in first
+    assert result.stderr.count("No module named 'vllm'") == 1  # once, not once per place it was written
 
 
 def test_a_host_name_that_does_not_resolve_says_how_to_name_one_in_ssh_config(tmp_path):

@@ -85,9 +85,10 @@ def host(tmp_path_factory):
                                        "--json", *engine_options(), timeout=600)
             host.dead = json.loads(host.dead_serve.stdout)["id"]
             started = host.cli("serve", "local", models["target"], "--drafter", models["drafter_agree"], "--port", free_port(),
-                               "--wait", "--json", *engine_options(), timeout=600)
+                               "--wait", *engine_options(), timeout=600)
             assert started.returncode == 0, started.stderr[-3000:]
-            host.live = json.loads(started.stdout)["id"]
+            host.live = started.stdout.split()[0]
+            host.started = started
             host.client = client
             yield host
         finally:
@@ -143,6 +144,12 @@ def test_serve_runs_the_engine_under_the_configured_ml_python(host):
     # The engine's own arguments, typed after --, reached its command line as they were.
     engine_args = serving_fixtures.ENGINE_ARGS
     assert any(job["argv"][i:i + len(engine_args)] == engine_args for i in range(len(job["argv"])))
+
+
+def test_serve_wait_says_ready_without_the_engines_start_on_stderr(host):
+    lines = host.started.stdout.strip().splitlines()
+    assert lines[0].startswith("%s  http://" % host.live) and lines[-1].startswith("%s ready at http://" % host.live)
+    assert host.started.stderr == ""  # the engine's hundred lines of start stay in `specdeck logs`
 
 
 def test_a_dead_server_quotes_the_engines_first_error_line(host):

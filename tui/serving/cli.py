@@ -10,6 +10,7 @@ remembers, else the agent's own interpreter. The engine's own arguments follow `
 
 import argparse
 import json
+import re
 import sys
 import time
 
@@ -125,8 +126,10 @@ def cmd_serve(args):
 
 
 def _wait_ready(args, client, job_id):
-    """Show the server's log on stderr while it starts (and, through Slurm, why it waits in the
-    queue, each time that changes); 0 once it answers, 1 if it died."""
+    """Wait for the server to answer: through Slurm, say why it waits in the queue each time
+    that changes; with -v, show its log on stderr as it starts (else the engine's start, a
+    hundred lines or more, stays in `specdeck logs`). 0 once it answers, 1 if it died, saying
+    why in its own line and the log's last lines that add to it."""
     offset = 0
     said = None
     while True:
@@ -136,24 +139,39 @@ def _wait_ready(args, client, job_id):
                 said = status["reason"]
                 sys.stderr.write("specdeck: server %s is %s\n" % (job_id, said))
                 sys.stderr.flush()
-            window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": 262144})
-            if window["text"]:
-                sys.stderr.write(window["text"])
-                sys.stderr.flush()
-            offset = window["next_offset"]
+            if args.verbose:
+                window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": 262144})
+                if window["text"]:
+                    sys.stderr.write(window["text"])
+                    sys.stderr.flush()
+                offset = window["next_offset"]
         url = status.get("url")
         if status["state"] == SERVER_READY:
             node = " (node %s)" % status["node"] if status.get("node") else ""
             emit(args, {"id": job_id, "url": url, "node": status.get("node"), "ready": True}, "%s ready at %s%s" % (job_id, url, node))
             return 0
         if status["state"] == SERVER_DIED:
-            sys.stderr.write("specdeck: server %s died while starting: %s\n" % (job_id, status["reason"]))
-            for line in status["last_lines"]:
-                sys.stderr.write("  %s\n" % line)
+            reason = status["reason"]
+            sys.stderr.write("specdeck: server %s died while starting: %s%s\n" % (job_id, reason, _next_step(args, reason)))
+            if not args.verbose:  # with -v its log is above already
+                for line in [line for line in status["last_lines"] if line.strip() and line.strip() not in reason][-10:]:
+                    sys.stderr.write("  %s\n" % line)
             if args.json:
                 print(json.dumps({"id": job_id, "url": url, "ready": False, "reason": status["reason"]}))
             return EXIT_FAILED
         time.sleep(STATUS_POLL_S)
+
+
+MISSING_ENGINE = re.compile(r"No module named '(vllm|sglang)'")
+
+
+def _next_step(args, reason):
+    """What to do about a death the user can fix here: an interpreter without the engine."""
+    missing = MISSING_ENGINE.search(reason or "")
+    if not missing:
+        return ""
+    return ("; the interpreter it ran under (%s) has no %s: name one that has it with --python PATH, or once for this host: "
+            "specdeck config %s --ml-python PATH" % (engine_python(args) or "the agent's own", missing.group(1), args.host))
 
 
 def format_figures(figures):
