@@ -14,7 +14,8 @@ next command gets a plain relay, which starts one.
 
 Host keys are checked against known_hosts here exactly as a command checks them; an unknown
 key is accepted only for a command that said --accept-new (or whose user accepted that very
-fingerprint). Every connection's peer is checked with SO_PEERCRED: only this user. A spare or
+fingerprint). Every connection's peer is checked with SO_PEERCRED: only this user, greeted with
+one line before its request is read (tui/links.py). A spare or
 a transport found dead is replaced before the command sees it.
 
 It ends itself after `[links] keep` (tui.config.link_keep_s, read at every check so a changed
@@ -262,6 +263,9 @@ class Keeper:
                 self.reply(conn, {"ok": False, "error": {"type": "ConnectError", "permanent": True,
                                                          "message": "refused: this link keeper serves uid %d only" % os.getuid()}})
                 return
+            # Before the request: a command hears within a moment that a keeper runs here (one
+            # stopped with SIGSTOP never greets, and the command connects itself).
+            self.reply(conn, {"keeper": "hello", "pid": os.getpid()})
             header = self.read_header(conn)
             op = header.get("op")
             if op == "link":

@@ -3,11 +3,24 @@ takes a link from it, starts it when none answers, and asks it to end links.
 
 Nothing here imports paramiko or cryptography: a warm command costs a Unix socket, one JSON
 line each way, and then its own requests. The keeper listens on a socket in a directory only
-this user can open ($XDG_RUNTIME_DIR/specdeck, else $TMPDIR/specdeck-links-UID), created 0700;
-a directory or socket that someone else owns or that others may open is refused with one line,
-never used. One keeper serves one user with one HOME and one config file (they name its SSH
+this user can open, created 0700: $XDG_RUNTIME_DIR/specdeck, else $TMPDIR/specdeck-links-UID.
+That directory is in a place others may write to, so someone else may have made it first (or
+made it a symlink, or opened our own to others): a directory that is not a directory of ours
+private to us is never used, and the keeper's socket goes to one made afresh
+($TMPDIR/specdeck-links-UID-RANDOM), named in a file of our own state directory
+($XDG_STATE_HOME/specdeck/links-dir, which only we can write) so that the next command finds
+the same keeper. Not in the state directory itself: a socket's path holds ~107 bytes, and a
+home shared over NFS would put the keepers of two laptops in one place. When no directory will
+do, a command connects itself, as when no keeper can be started: a note under --verbose, never
+an error. One keeper serves one user with one HOME and one config file (they name its SSH
 settings, keys, known_hosts and how long links stay): the socket's name is a hash of them and
 of this code's version, so an upgraded specdeck never takes a link from an older keeper.
+
+The keeper greets each connection with one line, `{"keeper": "hello", "pid"}`, before it reads
+the request: a keeper that does not greet within GREETING_TIMEOUT_S (stopped with SIGSTOP,
+hung) is left alone and the command connects itself; only a keeper that greeted is waited for
+through a cold connection (REPLY_TIMEOUT_S). No second keeper is started beside a hung one: its
+lock and socket are still held, and two keepers for one socket would take it from each other.
 
 What a command says to the keeper, one JSON line: `{"op": "link", "host", "python",
 "accept_new", "accept_fingerprint", "agent_socket", "warm_only"}`; it answers one JSON line,
@@ -30,35 +43,97 @@ from .client import ConnectError
 
 log = logging.getLogger(__name__)
 
-KEEPER_START_S = 10.0  # a keeper just started has this long to listen
+KEEPER_START_S = 10.0  # a keeper just started has this long to listen, and then to greet
+# A keeper that runs greets at once (a thread's start and one line): one that does not within
+# this is stopped or hung, and the command connects itself.
+GREETING_TIMEOUT_S = 2.0
 # The keeper answers a link request once it has connected (cold: SSH's own timeouts apply,
 # twice over with a jump host) and started the agent (the client's hello timeout).
 REPLY_TIMEOUT_S = 90.0
 MAX_LINE_BYTES = 1 << 16
+MAX_SOCKET_PATH_BYTES = 100  # sun_path holds ~107 bytes
+# In the socket's name: a client and a keeper of another protocol never meet.
+PROTOCOL = "2"
 
 
 class KeeperGone(Exception):
     """The keeper went away before it answered (killed, or ending just then)."""
 
 
-def runtime_dir():
-    """The directory of this user's keeper sockets, created 0700; ConnectError when it is not
-    private to this user."""
+class KeeperStuck(Exception):
+    """A keeper listens but does not greet in time (stopped, hung): the command connects itself."""
+
+
+def directories():
+    """Where this user's keeper sockets may go, best first (none made yet): $XDG_RUNTIME_DIR's
+    when it is a directory of ours, then the per-user directory in the temporary directory."""
     base = os.environ.get("XDG_RUNTIME_DIR")
-    if base and os.path.isdir(base):
-        path = os.path.join(base, "specdeck")
-    else:
-        path = os.path.join(os.environ.get("TMPDIR") or "/tmp", "specdeck-links-%d" % os.getuid())
+    if base:
+        try:
+            st = os.stat(base)
+            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
+                yield os.path.join(base, "specdeck")
+        except OSError:
+            pass
+    yield os.path.join(temp_dir(), "specdeck-links-%d" % os.getuid())
+
+
+def temp_dir():
+    return os.environ.get("TMPDIR") or "/tmp"
+
+
+def private_directory(path):
+    """`path` made 0700 if missing; why it may not be used, or None."""
     try:
         os.mkdir(path, 0o700)
     except FileExistsError:
         pass
     except OSError as exc:
-        raise ConnectError("cannot keep links in %s: %s" % (path, exc.strerror or exc), permanent=True)
-    why = not_private(path, directory=True)
-    if why:
-        raise ConnectError("refusing to keep links in %s: %s" % (path, why), permanent=True)
-    return path
+        return "cannot make it: %s" % (exc.strerror or exc)
+    return not_private(path, directory=True)
+
+
+def pointer_path():
+    """The file naming the fresh directory our keepers use when the usual one may not be used."""
+    from .cli.common import log_path
+
+    return os.path.join(os.path.dirname(log_path()), "links-dir")
+
+
+def fresh_directory():
+    """The directory named in our state directory when it is still ours and private, else one
+    made afresh in the temporary directory and named there; None when none can be made or named
+    (a directory the next command could not find would mean a keeper per command)."""
+    pointer = pointer_path()
+    try:
+        with open(pointer, "rb") as f:
+            named = f.read(4097).decode("utf-8", "surrogateescape").strip()
+    except (OSError, ValueError):
+        named = ""
+    if os.path.isabs(named) and "\0" not in named and not not_private(named, directory=True):
+        return named
+    import tempfile
+
+    try:
+        made = tempfile.mkdtemp(prefix="specdeck-links-%d-" % os.getuid(), dir=temp_dir())
+    except OSError as exc:
+        log.info("cannot make a directory for the link keeper in %s: %s", temp_dir(), exc.strerror or exc)
+        return None
+    try:
+        os.makedirs(os.path.dirname(pointer), mode=0o700, exist_ok=True)
+        partial = "%s.%d.partial" % (pointer, os.getpid())
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
+            f.write(made + "\n")
+        os.replace(partial, pointer)
+    except OSError as exc:
+        log.info("cannot name the link keeper's directory in %s: %s", pointer, exc.strerror or exc)
+        try:
+            os.rmdir(made)
+        except OSError:
+            pass
+        return None
+    return made
 
 
 def not_private(path, directory):
@@ -67,6 +142,8 @@ def not_private(path, directory):
         st = os.lstat(path)
     except FileNotFoundError:
         return None if not directory else "it does not exist"
+    except OSError as exc:
+        return "cannot look at it: %s" % (exc.strerror or exc)
     kind_ok = stat.S_ISDIR(st.st_mode) if directory else stat.S_ISSOCK(st.st_mode)
     if not kind_ok:
         return "it is not a %s" % ("directory" if directory else "socket")
@@ -84,31 +161,48 @@ def identity():
     from .config import config_path
 
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    text = "\0".join([os.path.expanduser("~"), config_path(), here, AGENT_VERSION])
+    text = "\0".join([os.path.expanduser("~"), config_path(), here, AGENT_VERSION, PROTOCOL])
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
 
 def socket_path():
-    directory = runtime_dir()
-    path = os.path.join(directory, "keeper-%s.sock" % identity())
-    if len(path.encode()) > 100 and os.environ.get("XDG_RUNTIME_DIR"):  # sun_path holds ~107 bytes
-        saved = os.environ.pop("XDG_RUNTIME_DIR")
-        try:
-            return socket_path()
-        finally:
-            os.environ["XDG_RUNTIME_DIR"] = saved
-    why = not_private(path, directory=False)
-    if why:
-        raise ConnectError("refusing to use the link keeper's socket %s: %s" % (path, why), permanent=True)
-    return path
+    """The keeper's socket (listened on or not), or None when no directory will do: the command
+    then connects itself, and says why under --verbose only."""
+    name = "keeper-%s.sock" % identity()
+
+    def usable(directory):
+        path = os.path.join(directory, name)
+        if len(path.encode("utf-8", "surrogateescape")) > MAX_SOCKET_PATH_BYTES:
+            return None, "the socket's path would be too long for a Unix socket"
+        why = private_directory(directory) or not_private(path, directory=False)
+        return (None, why) if why else (path, None)
+
+    for directory in directories():
+        path, why = usable(directory)
+        if path:
+            return path
+        log.info("not keeping links in %s: %s", directory, why)
+    directory = fresh_directory()
+    if directory:
+        path, why = usable(directory)
+        if path:
+            return path
+        log.info("not keeping links in %s: %s", directory, why)
+    log.info("no directory for the link keeper: connecting directly")
+    return None
 
 
-def _connect(path):
-    """A socket connected to the keeper at `path`, or None when none listens there."""
+def _connect(path, timeout_s=GREETING_TIMEOUT_S):
+    """A socket connected to the keeper at `path`, or None when none listens there; KeeperStuck
+    when its socket takes no connection in time (a stopped keeper's backlog is full)."""
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout_s)
     try:
         sock.connect(path)
         return sock
+    except (BlockingIOError, socket.timeout):
+        sock.close()
+        raise KeeperStuck("the link keeper at %s takes no connection" % path)
     except OSError:  # no socket, a stale one (a killed keeper), a keeper ending
         sock.close()
         return None
@@ -140,7 +234,10 @@ def start_keeper(path):
         return None
     deadline = time.monotonic() + KEEPER_START_S
     while time.monotonic() < deadline:
-        sock = _connect(path)
+        try:
+            sock = _connect(path)
+        except KeeperStuck:
+            sock = None
         if sock is not None:
             starter.wait()  # it forked and left at once: reaped here, not a zombie
             return sock
@@ -154,12 +251,12 @@ def start_keeper(path):
     return None
 
 
-def _exchange(sock, message, timeout_s):
-    """Send one JSON line, read the keeper's one line; (reply, bytes that came after it)."""
+def _read_line(sock, timeout_s):
+    """The keeper's next line, as JSON; (reply, bytes that came after it). KeeperStuck when none
+    comes within `timeout_s`."""
     sock.settimeout(timeout_s)
+    buffer = b""
     try:
-        sock.sendall(json.dumps(message).encode() + b"\n")
-        buffer = b""
         while b"\n" not in buffer:
             chunk = sock.recv(65536)
             if not chunk:
@@ -168,7 +265,7 @@ def _exchange(sock, message, timeout_s):
             if len(buffer) > MAX_LINE_BYTES:
                 raise KeeperGone("the link keeper's answer is not a line")
     except socket.timeout:
-        raise ConnectError("the link keeper did not answer within %.0f s" % timeout_s)
+        raise KeeperStuck("the link keeper did not answer within %.0f s" % timeout_s)
     except OSError as exc:
         raise KeeperGone("the link keeper went away: %s" % (exc.strerror or exc))
     line, _, rest = buffer.partition(b"\n")
@@ -176,7 +273,31 @@ def _exchange(sock, message, timeout_s):
         reply = json.loads(line)
     except ValueError:
         raise KeeperGone("the link keeper's answer is not JSON")
+    if not isinstance(reply, dict):
+        raise KeeperGone("the link keeper's answer is not an object")
     return reply, rest
+
+
+def _greeted(sock, timeout_s=GREETING_TIMEOUT_S):
+    """Wait (briefly) for the keeper's greeting; a keeper that refuses us says so instead."""
+    greeting, _ = _read_line(sock, timeout_s)
+    if greeting.get("keeper") == "hello":
+        return
+    if greeting.get("ok") is False:
+        raise error_from(greeting.get("error") or {})
+    raise KeeperGone("the link keeper did not greet")
+
+
+def _exchange(sock, message, timeout_s):
+    """Send one JSON line, read the keeper's one line; (reply, bytes that came after it)."""
+    try:
+        sock.sendall(json.dumps(message).encode() + b"\n")
+    except OSError as exc:
+        raise KeeperGone("the link keeper went away: %s" % (exc.strerror or exc))
+    try:
+        return _read_line(sock, timeout_s)
+    except KeeperStuck:
+        raise ConnectError("the link keeper did not answer within %.0f s" % timeout_s)
 
 
 def error_from(error):
@@ -238,16 +359,29 @@ def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
         "agent_socket": os.environ.get("SSH_AUTH_SOCK", ""), "warm_only": bool(warm_only),
     }
     path = socket_path()
+    if path is None:
+        return None
     for attempt in range(3):
-        sock = _connect(path)
+        try:
+            sock = _connect(path)
+        except KeeperStuck as exc:
+            log.info("%s; connecting directly", exc)
+            return None
+        greeting_s = GREETING_TIMEOUT_S
         if sock is None:
             if warm_only:
                 return None
             sock = start_keeper(path)
             if sock is None:
                 return None
+            greeting_s = KEEPER_START_S  # a fresh interpreter, still importing: not a stopped one
         try:
+            _greeted(sock, greeting_s)
             reply, head = _exchange(sock, header, REPLY_TIMEOUT_S)
+        except KeeperStuck as exc:
+            sock.close()
+            log.info("%s; connecting directly", exc)
+            return None
         except KeeperGone as exc:
             sock.close()
             log.info("%s; starting another", exc)
@@ -271,13 +405,21 @@ def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
 
 
 def request(message, timeout_s=30.0):
-    """The keeper's one-line answer to `message` (disconnect, status), or None when no keeper runs."""
-    sock = _connect(socket_path())
+    """The keeper's one-line answer to `message` (disconnect, status), or None when no keeper
+    runs; a ConnectError when one listens and does not answer (stopped, hung)."""
+    path = socket_path()
+    try:
+        sock = _connect(path) if path else None
+    except KeeperStuck as exc:
+        raise ConnectError("%s (a stopped process?)" % exc)
     if sock is None:
         return None
     try:
+        _greeted(sock)
         reply, _ = _exchange(sock, message, timeout_s)
         return reply
+    except KeeperStuck as exc:
+        raise ConnectError("%s (a stopped process?)" % exc)
     except KeeperGone:
         return None
     finally:
