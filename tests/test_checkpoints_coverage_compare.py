@@ -20,6 +20,9 @@ def test_targets_with_different_tokenizers_are_told_apart(client, made):
     tokenizer = moved["tokenizer"]
     assert tokenizer["same"] is False and tokenizer["draft_ids_changed"] == made["agree_ids_changed"] > 0
     assert "another string in the new target" in tokenizer["message"]
+    # Not said which target it was trained for: the message names the command's flag, not a wire field.
+    unsaid = client.call("checkpoint.compare", {"a": models["drafter_agree"], "b": made["target_other"]}, timeout=120)["tokenizer"]
+    assert unsaid["same"] is None and "--trained-for TARGET" in unsaid["message"] and "trained_target" not in unsaid["message"]
     kept = client.call("checkpoint.compare", {"a": models["drafter_agree"], "b": models["target"], "trained_target": models["target"]}, timeout=120)
     assert kept["tokenizer"]["same"] is True and kept["tokenizer"]["draft_ids_changed"] == 0
     # What the change costs: the same drafter's coverage of the same text under the new target's tokenizer.

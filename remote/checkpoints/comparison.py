@@ -90,7 +90,7 @@ def _tokenizers(path_a, report_a, path_b, report_b, trained_target):
         return None
     trained_target = trained_target or _verifier_path(report_a if drafter == path_a else report_b)
     if not trained_target:
-        return {"same": None, "message": "tokenizers not compared: say which target the drafter was trained for (trained_target)"}
+        return {"same": None, "message": "tokenizers not compared: say which target the drafter was trained for (compare --trained-for TARGET)"}
     try:
         draft_ids, _info = coverage.draft_vocabulary(drafter)
     except (ValueError, OSError):
