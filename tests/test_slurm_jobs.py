@@ -189,3 +189,30 @@ def test_the_hosts_slurm_defaults_come_from_the_config_and_a_flag_wins(slurm_hos
     config.write_text('[hosts.gpuhost.slurm]\nnodes = "two"\n')
     wrong = run_cli("run", "gpuhost", "--python", host_python, "--slurm", "--", "true", home=laptop, env=env)
     assert wrong.returncode == 2 and wrong.stderr.strip().endswith("hosts.gpuhost.slurm.nodes: expected a whole number of at least 1, got a string")
+
+
+def test_a_job_named_with_forged_rows_leaves_our_running_job_running(slurm_host, laptop, host_user, host_python):
+    # Another job of the user's, named with a newline and made-up rows (in the fields' old order
+    # and in today's) saying our job completed with 0, and a StdOut= of some other file.
+    ours = submit(laptop, host_python, "--", "sleep", "1000")
+    wait_for(lambda: (job(laptop, host_python, ours["id"]) or {}).get("state") == "running", message="our job running")
+    decoy = host_user.home / "decoy.txt"
+    decoy.write_text("not this job's output\n")
+    at = "2026-01-01T00:00:00"
+    forged = ["%s|COMPLETED|None|n1|0|debug|%s|%s|%s|%s|forged|" % (ours["slurm_id"], at, at, at, host_user.name),
+              "%s|COMPLETED|0|%s|%s|%s|debug|n1|%s|None|forged|" % (ours["slurm_id"], at, at, at, host_user.name),
+              " JobState=COMPLETED ExitCode=0:0 StdOut=%s" % decoy]
+    out = host_user.home / "forger.out"
+    forger = slurm_host.run(["sbatch", "--parsable", "-o", str(out), "--job-name", "x\n" + "\n".join(forged), "--wrap", "echo forger up; exec sleep 1000"],
+                            user=host_user).stdout.strip()
+    wait_for(lambda: (job(laptop, host_python, "s" + forger) or {}).get("state") == "running", message="the forging job listed")
+    # A job of ours that ends after that: the watcher has read the queue with the forged rows in it.
+    later = submit(laptop, host_python, "--", "true")
+    wait_for(lambda: ended(laptop, host_python, later["id"]), message="the later job ended")
+    assert slurm_host.job(ours["slurm_id"])["JobState"] == "RUNNING"
+    mine = job(laptop, host_python, ours["id"])
+    assert (mine["state"], mine["exit_code"], mine["ended_at"]) == ("running", None, None)
+    table = cli(laptop, host_python, "jobs", "gpuhost", check=0).stdout
+    row = [line for line in table.splitlines() if "%s (slurm %s)" % (ours["id"], ours["slurm_id"]) in line]
+    assert len(row) == 1 and "running" in row[0] and "succeeded" not in row[0], table
+    assert "not this job's output" not in cli(laptop, host_python, "logs", "gpuhost", "s" + forger).stdout

@@ -1,21 +1,38 @@
 """Slurm's client commands as the agent runs them: in the user's login environment (where a
 site's `module load slurm` or SLURM_CONF lives), as argv lists, never through a shell, each
-under a deadline, failures turned into one line in Slurm's own words. Also the readers of
-what they print: squeue's rows, host lists (`n[1-3,7]`), exit codes (`3:0`, a wait status)."""
+under a deadline and a cap on what it may print, failures turned into one line in Slurm's own
+words. Also the readers of what they print: squeue's rows, `scontrol show -o`'s fields, host
+lists (`n[1-3,7]`), exit codes (`3:0`, a wait status).
+
+What Slurm prints holds text its users chose (a job's name, its output path, its comment), and
+such text may hold anything, newlines and separators included; the readers here are built so that
+such text can only make its own job's row unreadable, never another job's: squeue's rows end with
+a marker made afresh for each call (a name cannot hold what it cannot know), the name comes last,
+every other field is checked, and a job listed twice in one answer is ambiguous (its state is
+left as it was). `scontrol show job -o` is read only for keys it prints once."""
 
 import os
 import re
+import selectors
 import shutil
 import subprocess
+import time
 
 from ..core.login_env import login_environment
 from ..core.protocol import RemoteError
 
 COMMAND_TIMEOUT_S = 30
-# squeue's --Format fields, each with `|` appended (the suffix of `type:[size][suffix]`: no
-# padding, a separator); Name last, since a name may hold anything.
-QUEUE_FIELDS = ("JobID", "State", "Reason", "NodeList", "exit_code", "Partition", "SubmitTime", "StartTime", "EndTime", "UserName", "Name")
+OUTPUT_CAP_BYTES = 32 << 20  # what one Slurm command may print (a user's squeue: ~150 bytes a job)
+# squeue's --Format fields, each with `|` appended (the suffix of `type:[size][suffix]`: no size,
+# so no padding and no truncation; a separator); the fields Slurm alone writes first, Name last,
+# since a name may hold anything. The last field's suffix ends with the call's marker.
+QUEUE_FIELDS = ("JobID", "State", "exit_code", "SubmitTime", "StartTime", "EndTime", "Partition", "NodeList", "UserName", "Reason", "Name")
 NO_TIME = ("N/A", "Unknown", "None", "")
+JOB_ID = re.compile(r"[0-9]+(?:_[0-9]+|_\[[0-9,%-]*\])?(?:\+[0-9]+)?")
+STATE = re.compile(r"[A-Z][A-Z_]*")
+ISO_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}")
+EXIT_VALUE = re.compile(r"[0-9]+(?::[0-9]+)?")
+PLAIN = re.compile(r"[^|\s]*")  # partition, node list, user name: Slurm's names, no separator, no space
 
 
 class NoSlurm(RemoteError):
@@ -51,55 +68,156 @@ def environment():
     return login_environment()
 
 
-def run(argv, env=None, timeout_s=COMMAND_TIMEOUT_S, check=True):
+def run(argv, env=None, timeout_s=COMMAND_TIMEOUT_S, check=True, cap_bytes=OUTPUT_CAP_BYTES):
     """Run a Slurm command; (stdout, stderr, returncode). NoSlurm when the command is not on the
-    login PATH; SlurmError (Slurm's words) when it fails and `check`."""
+    login PATH; SlurmError (Slurm's words) when it fails and `check`, when it does not end within
+    `timeout_s`, or when it prints more than `cap_bytes` (it is killed: a part is never read as
+    a whole)."""
     env = env or environment()
     found = shutil.which(argv[0], path=env.get("PATH"))
     if not found:
         raise NoSlurm("this host has no Slurm: %s is not on the login PATH" % argv[0])
     try:
-        done = subprocess.run([found] + list(argv[1:]), env=env, cwd=env.get("HOME") or os.path.expanduser("~"), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise SlurmError("%s did not answer within %d s (is the Slurm controller up?)" % (argv[0], timeout_s))
+        proc = subprocess.Popen([found] + list(argv[1:]), env=env, cwd=env.get("HOME") or os.path.expanduser("~"), stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as exc:
         raise NoSlurm("this host's %s cannot run: %s" % (argv[0], exc.strerror or exc))
-    stdout, stderr = done.stdout.decode("utf-8", "replace"), done.stderr.decode("utf-8", "replace")
-    if check and done.returncode != 0:
+    try:
+        out, err = _collect(proc, time.monotonic() + timeout_s, cap_bytes)
+    except _TooSlow:
+        raise SlurmError("%s did not answer within %d s (is the Slurm controller up?)" % (argv[0], timeout_s))
+    except _TooMuch:
+        raise SlurmError("%s printed more than %d bytes: not read" % (argv[0], cap_bytes))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    stdout, stderr = out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+    if check and proc.returncode != 0:
         raise SlurmError(slurm_words(stderr, stdout))
-    return stdout, stderr, done.returncode
+    return stdout, stderr, proc.returncode
 
 
-def queue_argv(user):
-    """One squeue for all of a user's jobs, ended ones Slurm still keeps included."""
-    return ["squeue", "--noheader", "--states=all", "--user", user, "--Format", ",".join(field + ":|" for field in QUEUE_FIELDS)]
+class _TooSlow(Exception):
+    pass
 
 
-def parse_queue(text):
-    """squeue rows (from queue_argv) as dicts keyed by the lower-case field name."""
-    rows = {}
+class _TooMuch(Exception):
+    pass
+
+
+def _collect(proc, deadline, cap_bytes):
+    """Both pipes of `proc` read to their end, together at most `cap_bytes`, by `deadline`."""
+    chunks = {proc.stdout.fileno(): [], proc.stderr.fileno(): []}
+    total = 0
+    with selectors.DefaultSelector() as selector:
+        for fd in chunks:
+            selector.register(fd, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise _TooSlow()
+            for key, _ in selector.select(left):
+                data = os.read(key.fd, 65536)
+                if not data:
+                    selector.unregister(key.fd)
+                    continue
+                total += len(data)
+                if total > cap_bytes:
+                    raise _TooMuch()
+                chunks[key.fd].append(data)
+    left = deadline - time.monotonic()
+    try:
+        proc.wait(max(left, 0.001))
+    except subprocess.TimeoutExpired:
+        raise _TooSlow()
+    return b"".join(chunks[proc.stdout.fileno()]), b"".join(chunks[proc.stderr.fileno()])
+
+
+def queue_marker():
+    """A row terminator for one squeue call: random letters no job's name can know beforehand."""
+    import secrets
+    import string
+
+    return "".join(secrets.choice(string.ascii_letters) for _ in range(24))
+
+
+def queue_argv(user, marker):
+    """One squeue for all of a user's jobs, ended ones Slurm still keeps included. Each row ends
+    with `marker` (the last field's suffix), so a name holding newlines cannot make rows."""
+    fields = [field + ":|" for field in QUEUE_FIELDS]
+    fields[-1] += "@" + marker
+    return ["squeue", "--noheader", "--states=all", "--user", user, "--Format", ",".join(fields)]
+
+
+def parse_queue(text, marker):
+    """(rows, ambiguous) from squeue's answer to queue_argv(user, marker): rows by Slurm id as
+    dicts keyed by the lower-case field name; ambiguous, the ids whose rows cannot be trusted (a
+    field that is not what Slurm writes there, or the id listed twice in one answer): those are
+    left out of rows, and whoever reads them keeps what it knew. A row is what lies between two
+    markers; one whose id does not parse is no job's. Linear in the answer's size."""
+    rows, ambiguous = {}, set()
     keys = [field.lower() for field in QUEUE_FIELDS]
-    for line in text.splitlines():
-        if not line.strip():
+    for record in text.split("|@" + marker)[:-1]:
+        values = record.lstrip("\r\n").split("|", len(keys) - 1)
+        job_id = values[0].strip()
+        if not JOB_ID.fullmatch(job_id):
             continue
-        values = line.split("|", len(keys) - 1)
-        if len(values) < len(keys):
+        if job_id in rows or job_id in ambiguous or len(values) < len(keys):
+            rows.pop(job_id, None)
+            ambiguous.add(job_id)
             continue
-        row = dict(zip(keys, (v.strip() for v in values)))
-        row["name"] = values[-1].rstrip("|").strip()
-        rows[row["jobid"]] = row
-    return rows
+        row = dict(zip(keys, (v.strip() for v in values[:-1])))
+        row["name"] = values[-1]
+        if not _row_checks(row):
+            ambiguous.add(job_id)
+            continue
+        rows[job_id] = row
+    return rows, ambiguous
+
+
+def _row_checks(row):
+    times = all(row[key] in NO_TIME or ISO_TIME.fullmatch(row[key]) for key in ("submittime", "starttime", "endtime"))
+    plain = all(PLAIN.fullmatch(row[key]) for key in ("partition", "nodelist", "username"))
+    exit_ok = row["exit_code"] in NO_TIME or EXIT_VALUE.fullmatch(row["exit_code"])
+    return bool(STATE.fullmatch(row["state"]) and times and plain and exit_ok)
 
 
 def parse_show_job(text):
-    """`scontrol show job -o ID` as a dict of its Key=Value fields (the first of each key)."""
-    fields = {}
+    """`scontrol show job -o ID` (or `show node -o`) as a dict of its Key=Value fields, only of
+    the keys printed once: a key a job's own text (its name, its comment, its paths) repeats is
+    left out, so such text cannot stand in for what Slurm says. A value ends at whitespace."""
+    fields, seen = {}, set()
     for token in text.split():
         name, sep, value = token.partition("=")
-        if sep and name not in fields:
-            fields[name] = value
+        if not sep or not name:
+            continue
+        if name in seen:
+            fields.pop(name, None)
+            continue
+        seen.add(name)
+        fields[name] = value
     return fields
+
+
+KEY_TOKEN = re.compile(r"\s[A-Za-z][A-Za-z0-9_/:]*=")
+
+
+def show_job_path(text, key):
+    """The path `key` (StdOut, StdErr) names in `scontrol show job -o ID`'s one line, spaces kept:
+    from `key=` to the next key; None when the key is not printed exactly once, or the answer is
+    not one line."""
+    text = text.rstrip("\n")
+    if "\n" in text or key not in parse_show_job(text):
+        return None
+    start = re.search(r"(?:^|\s)%s=" % re.escape(key), text)
+    if start is None:
+        return None
+    rest = text[start.end():]
+    end = KEY_TOKEN.search(rest)
+    return (rest[:end.start()] if end else rest).strip() or None
 
 
 def expand_hosts(text):
@@ -142,8 +260,6 @@ def parse_exit(value):
 
 def slurm_time(value):
     """Seconds since the epoch from Slurm's local ISO time, or None."""
-    import time
-
     if not value or value in NO_TIME:
         return None
     try:

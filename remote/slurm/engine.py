@@ -139,6 +139,7 @@ class SlurmEngine(job_engines.JobEngine):
     def __init__(self):
         self._lock = threading.Lock()  # one squeue at a time, whoever asks (the watcher, a listing)
         self.rows = {}  # Slurm id -> squeue row, of the last poll
+        self.ambiguous = set()  # Slurm ids whose rows the last poll could not trust
         self.rows_at = 0.0  # monotonic time of the last poll; 0: never
         self.refused_at = 0.0  # monotonic time Slurm last failed to answer a listing's poll
         self.ours = {}  # Slurm id -> our job id, of every Slurm job with a directory
@@ -281,9 +282,12 @@ class SlurmEngine(job_engines.JobEngine):
             if slurm_id not in self.foreign_rows():
                 raise NotFound("no job %s on this host" % job_id)
             stdout, _, _ = commands.run(["scontrol", "show", "job", "-o", slurm_id])
-            path = commands.parse_show_job(stdout).get("StdOut")
+            fields = commands.parse_show_job(stdout)
+            if slurm_id not in (fields.get("JobId"), "%s_%s" % (fields.get("ArrayJobId"), fields.get("ArrayTaskId"))):
+                raise NotFound("Slurm's answer about job %s is not one job's (its name or paths hold Slurm's own fields)" % slurm_id)
+            path = commands.show_job_path(stdout, "StdOut")
             if not path:
-                raise NotFound("Slurm names no output file for job %s" % slurm_id)
+                raise NotFound("Slurm names no output file for job %s that can be told from its other fields" % slurm_id)
             self.foreign_output[slurm_id] = path
         return path
 
@@ -328,10 +332,14 @@ class SlurmEngine(job_engines.JobEngine):
         """One squeue for all of the user's jobs; returns the rows by Slurm id."""
         import getpass
 
-        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser()))
-        rows = commands.parse_queue(stdout)
+        marker = commands.queue_marker()
+        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser(), marker))
+        rows, ambiguous = commands.parse_queue(stdout, marker)
         with self._lock:
-            self.rows, self.rows_at = rows, time.monotonic()
+            # A job whose row cannot be trusted this time keeps its last row (foreign jobs) and
+            # its record (ours: the watcher leaves it, and asks no other command either).
+            rows.update((slurm_id, self.rows[slurm_id]) for slurm_id in ambiguous if slurm_id in self.rows)
+            self.rows, self.rows_at, self.ambiguous = rows, time.monotonic(), ambiguous
             self.polls += 1
         return rows
 
@@ -343,25 +351,45 @@ class SlurmEngine(job_engines.JobEngine):
         except commands.SlurmError:
             code = 1
         if code == 0 and stdout.strip():
-            fields = commands.parse_show_job(stdout)
-            state = (fields.get("JobState") or "").split()[0] if fields.get("JobState") else ""
-            if state:
+            fields = commands.parse_show_job(stdout)  # keys a job's own text repeats are left out
+            state = fields.get("JobState") or ""
+            if fields.get("JobId") == slurm_id and commands.STATE.fullmatch(state):
                 exit_code, sig = commands.parse_exit(fields.get("ExitCode"))
                 return {"state": state, "nodelist": fields.get("NodeList", ""), "exit_code": exit_code, "signal": sig,
                         "ended_at": commands.slurm_time(fields.get("EndTime")), "reason": fields.get("Reason")}
         for extra in (["-c"], []):
             try:
                 stdout, _, code = commands.run(["sacct"] + extra + ["--noheader", "--parsable2", "--allocations", "--jobs", slurm_id,
-                                                                     "--format", "State,ExitCode,NodeList,End"], check=False)
+                                                                     "--format", "JobID,State,ExitCode,NodeList,End"], check=False)
             except commands.SlurmError:
                 continue
-            lines = [line for line in stdout.splitlines() if line.strip()]
-            if code == 0 and lines:
-                state, exit_value, nodelist, end = (lines[-1].split("|") + ["", "", "", ""])[:4]
-                exit_code, sig = commands.parse_exit(exit_value)
-                return {"state": state.split()[0] if state else LOST, "nodelist": nodelist, "exit_code": exit_code, "signal": sig,
-                        "ended_at": commands.slurm_time(end)}
+            if code == 0:
+                found = sacct_row(stdout, slurm_id)
+                if found is not None:
+                    return found
         return None
+
+
+def sacct_row(text, slurm_id):
+    """How job `slurm_id` ended, from sacct's `JobID|State|ExitCode|NodeList|End` lines: only its
+    own lines count, each field checked. Lines of it that disagree (the job completion log is a
+    text file a job's name can write lines into) say nothing: None, as for no line at all."""
+    found = None
+    for line in text.splitlines():
+        values = line.split("|")
+        if len(values) != 5 or values[0] != slurm_id:
+            continue
+        _, state, exit_value, nodelist, end = values
+        state = state.split(" ")[0]
+        if not (commands.STATE.fullmatch(state) and commands.EXIT_VALUE.fullmatch(exit_value) and commands.PLAIN.fullmatch(nodelist)
+                and (end in commands.NO_TIME or commands.ISO_TIME.fullmatch(end))):
+            return None
+        exit_code, sig = commands.parse_exit(exit_value)
+        row = {"state": state, "nodelist": nodelist, "exit_code": exit_code, "signal": sig, "ended_at": commands.slurm_time(end)}
+        if found is not None and found != row:
+            return None
+        found = row
+    return found
 
 
 def _size(path):

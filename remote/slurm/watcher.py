@@ -134,6 +134,8 @@ class SlurmWatcher(Service):
             fresh = row_record(row)
             new.update((key, fresh[key]) for key in ROW_KEYS)
             return new
+        if str(record["slurm_id"]) in self.engine.ambiguous:
+            return new  # listed, in a row that cannot be trusted this time: as it was
         # squeue no longer lists it: Slurm forgot it (MinJobAge) before we saw its end.
         ended = self.engine.ask_ended(str(record["slurm_id"]))
         if ended is not None:
