@@ -36,9 +36,29 @@ def has_ended(job):
 def bytes_total(job):
     """The download's size, or None while the file list is not resolved yet (it reads 0 then)."""
     found = progress(job)
-    if not found.get("bytes_total") and (job["state"] in UNRESOLVED_STATES or not found.get("files")):
+    if not found.get("bytes_total") and (job["state"] in UNRESOLVED_STATES or not file_counts(job).get("total")):
         return None
     return found.get("bytes_total")
+
+
+def file_counts(job):
+    """{total, done, verified, failed, working}: the files of a download by how far they got."""
+    counts = progress(job).get("file_counts")
+    return counts if isinstance(counts, dict) else {}
+
+
+def files_line(job):
+    """`2,950 of 3,000 files  (12 failed)`, or "" before the file list is known."""
+    counts = file_counts(job)
+    total = counts.get("total")
+    if not total:
+        return ""
+    line = "{:,} of {:,} file{}".format(counts.get("done") or 0, total, "" if total == 1 else "s")
+    if counts.get("verified"):
+        line += ", {:,} verified".format(counts["verified"])
+    if counts.get("failed"):
+        line += ", {:,} failed".format(counts["failed"])
+    return line
 
 
 def percent(done, total):
@@ -86,7 +106,9 @@ def figures(job):
 
 
 def progress_line(job):
-    """`j4  downloading   42.0%  420.00 MB / 1.00 GB  52.40 MB/s  ETA 0:00:11`: one line of a
-    download as `specdeck download --wait` writes it while it runs."""
+    """`j4  downloading   42.0%  420.00 MB / 1.00 GB  52.40 MB/s  ETA 0:00:11  2 of 3 files`: one
+    line of a download as `specdeck download --wait` writes it while it runs."""
     shown = figures(job)
-    return "%(id)s  %(state)s  %(percent)s  %(done)s / %(size)s  %(rate)s  ETA %(eta)s" % shown
+    line = "%(id)s  %(state)s  %(percent)s  %(done)s / %(size)s  %(rate)s  ETA %(eta)s" % shown
+    files = files_line(job)
+    return line + "  " + files if files else line
