@@ -48,10 +48,8 @@ JOBS = [
                   "updated_at": NOW - 2}},
 ]
 
-# download.files of the two downloads, as the host answers it (the records above carry only a summary).
+# download.files of the download the pane shows, as the host answers it (the records above carry only a summary).
 FILES = {
-    "j7": [{"path": "config.json", "bytes_total": 1402, "bytes_done": 1402, "bytes_checked": 1402, "state": "verified"},
-           {"path": "model.safetensors", "bytes_total": 2382319104, "bytes_done": 2382319104, "bytes_checked": 2382319104, "state": "verified"}],
     "j10": [{"path": "config.json", "bytes_total": 900, "bytes_done": 900, "bytes_checked": 900, "state": "verified"},
             {"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
 }
@@ -114,16 +112,8 @@ class SnapshotApp(app_module.SpecdeckApp):
         samples = json.loads((DATA / "snapshot_gpus.json").read_text())
         self.query_one(GpusPane)._on_samples([(sample, number) for number, sample in enumerate(samples)])
         self.query_one(TrainingPane)._loaded("j11", training_curves())
-        downloads = self.query_one(DownloadsPane)
-
-        def files_page():  # once the job events above have picked the download shown
-            if downloads.selected_id is None:
-                self.call_after_refresh(files_page)
-                return
-            page = {"id": downloads.selected_id, "total": 2, "offset": 0, "files": FILES.get(downloads.selected_id, []), "final": True}
-            downloads._files_came(page, downloads.selected_id)
-
-        self.call_after_refresh(files_page)
+        # The page of files the Downloads pane would ask for, of the download it selects (the newest).
+        self.query_one(DownloadsPane).files_page = {"id": "j10", "total": 2, "offset": 0, "files": FILES["j10"], "final": True}
 
     def _show_rtt(self):
         pass

@@ -47,18 +47,20 @@ def file_counts(job):
     return counts if isinstance(counts, dict) else {}
 
 
-def files_line(job):
-    """`2,950 of 3,000 files  (12 failed)`, or "" before the file list is known."""
+def files_line(job, of_total=True):
+    """`2,950 of 3,000 files, 2,900 verified, 12 failed` (`2,950 done, ...` without the total),
+    or "" before the file list is known."""
     counts = file_counts(job)
     total = counts.get("total")
     if not total:
         return ""
-    line = "{:,} of {:,} file{}".format(counts.get("done") or 0, total, "" if total == 1 else "s")
-    if counts.get("verified"):
-        line += ", {:,} verified".format(counts["verified"])
-    if counts.get("failed"):
-        line += ", {:,} failed".format(counts["failed"])
-    return line
+    done = counts.get("done") or 0
+    if of_total:
+        parts = ["{:,} of {:,} file{}".format(done, total, "" if total == 1 else "s")]
+    else:
+        parts = ["{:,} done".format(done)]
+    parts += ["{:,} {}".format(counts[key], key) for key in ("verified", "failed") if counts.get(key)]
+    return ", ".join(parts)
 
 
 def percent(done, total):

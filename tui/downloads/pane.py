@@ -273,7 +273,7 @@ class DownloadsPane(Pane):
         page = self.files_page if job is not None and self.files_page is not None and self.files_page["id"] == job["id"] else None
         head = self.query_one("#downloads-files-head", Static)
         text = Text()
-        counts = files_line(job) if job is not None else ""
+        counts = files_line(job, of_total=page is None) if job is not None else ""
         if page is not None and page["total"]:
             first = page["offset"] + 1
             text.append("files {:,}-{:,} of {:,}".format(first, page["offset"] + len(page["files"]), page["total"]))
