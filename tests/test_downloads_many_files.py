@@ -9,13 +9,13 @@ import subprocess
 import sys
 
 import pytest
+from textual.widgets import DataTable, Static
 
 from remote.core.protocol import RemoteError
 from tests.conftest import REPO_ROOT
 from tests.helpers.pilot import DownloadsHost, text_of
 from tests.helpers.waits import wait_for, wait_until
 from tui.downloads.pane import FILES_PAGE, DownloadsPane, FileProgress
-from textual.widgets import DataTable, Static
 
 MANY = 1200  # enough for a record that carried every file to be 100 KB
 RECORD_MAX_BYTES = 16 * 1024  # one job's record, whatever the number of its files
