@@ -37,8 +37,7 @@ class Result:
 
     @property
     def progress(self):
-        with open(os.path.join(self.job_dir, "progress.json")) as f:
-            return json.load(f)
+        return read_progress(self.job_dir)
 
     @property
     def plan(self):
@@ -105,11 +104,22 @@ class Runner:
 
 
 def read_progress(job_dir):
+    """progress.json (the summary) with `files`: every file's entry, from files.jsonl beside it."""
     try:
         with open(os.path.join(job_dir, "progress.json")) as f:
-            return json.load(f)
+            prog = json.load(f)
     except FileNotFoundError:
         return None
+    prog["files"] = []
+    try:
+        with open(os.path.join(job_dir, "files.jsonl")) as f:
+            lines = f.read().splitlines()
+    except FileNotFoundError:
+        return prog
+    keys = ("path", "bytes_total", "bytes_done", "bytes_checked", "state")
+    prog["files"] = [dict(zip(keys, json.loads(line))) for line in lines[1:]]
+    assert json.loads(lines[0])["total"] == len(prog["files"])
+    return prog
 
 
 def wait_for(proc, predicate):

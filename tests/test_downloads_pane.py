@@ -261,7 +261,8 @@ async def test_r_on_a_verification_with_a_mismatch_repairs_the_files_it_found_wr
         repair = max(pane.jobs, key=lambda job_id: int(job_id[1:]))
         await wait_until(pilot, lambda: pane.jobs[repair]["state"] == "verified", timeout_s=60)
         assert str(pane.query_one("#downloads-jobs", DataTable).get_cell(repair, "kind")) == "download"
-        assert [entry["path"] for entry in pane.jobs[repair]["progress"]["files"]] == ["config.json"]
+        assert pane.jobs[repair]["progress"]["file_counts"]["total"] == 1
+        await wait_until(pilot, lambda: [bar.path for bar in pane.query(FileProgress)] == ["config.json"], timeout_s=30)
     assert os.path.exists(os.path.join(local_dir, "config.json"))
     assert hub.bytes_served("team/tiny-eagle3", "model.safetensors") == weights_served
 

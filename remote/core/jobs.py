@@ -7,7 +7,8 @@ Each job is a directory under jobs_dir():
   exit.json     exit code / signal and end time, written by the supervisor when the process ends
   stop.json     present once a stop was asked for (when, and the grace before KILL)
   output.log    stdout and stderr of the process
-  progress.json optional, written by jobs that report progress (downloads)
+  progress.json optional, written by jobs that report progress (downloads): a summary, at most
+                PROGRESS_MAX_BYTES (a bigger one is not read), since every listing carries it
   engine.json   for a job run by an engine other than ours (Slurm: job_engines.py), that
                 engine's record (its id, nodes, state), kept current by the engine's service;
                 such a job has no supervisor, run.json or exit.json
@@ -40,6 +41,7 @@ from .supervisor import STOP_GRACE_S, is_same_process, legacy_stop, process_star
 log = logging.getLogger("specdeck.jobs")
 
 TAIL_MAX_BYTES = 1024 * 1024
+PROGRESS_MAX_BYTES = 256 * 1024  # a job's progress.json, as its record carries it
 SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json", "engine.json")
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
@@ -224,9 +226,8 @@ class JobStore:
         if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not isinstance(spec.get("meta", {}), dict):
             self._note_damaged(job_id, "its job.json is not a job")
             raise DamagedJob("job %s is damaged: its job.json is not a job" % job_id)
-        run, end, stop, progress = (
-            _object(read_json(os.path.join(job_dir, name))) for name in ("run.json", "exit.json", "stop.json", "progress.json")
-        )
+        run, end, stop = (_object(read_json(os.path.join(job_dir, name))) for name in ("run.json", "exit.json", "stop.json"))
+        progress = _progress(os.path.join(job_dir, "progress.json"))
         try:
             log_bytes = os.path.getsize(os.path.join(job_dir, "output.log"))
         except OSError:
@@ -408,6 +409,18 @@ class JobStore:
 
 def _object(value):
     return value if isinstance(value, dict) else None
+
+
+def _progress(path):
+    """A job's progress.json, when it is no bigger than a record may carry: every `jobs.list`
+    and job event holds it, so one that grew with its job (a list of every file) is not read."""
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return None
+    if size > PROGRESS_MAX_BYTES:
+        return {"error": "its progress.json is %d bytes, over the %d a job's record carries: not read" % (size, PROGRESS_MAX_BYTES)}
+    return _object(read_json(path))
 
 
 def _process_state(job_dir, spec, run, end, stop):

@@ -33,15 +33,23 @@ hf_hub_download writes, so `hf download --local-dir` sees them as up to date. Ea
 while it arrives (sha256 for LFS files, the git blob sha1 for the others) in a thread of its own,
 so verification after the last byte compares digests instead of reading gigabytes again.
 
-progress.json (in JOB_DIR, replaced atomically, at most ~4 times a second):
+progress.json (in JOB_DIR, replaced atomically, at most ~4 times a second), the same size
+whatever the number of files, since the job's record carries it:
   {"job": "download"|"verify", "repo", "repo_type", "revision", "local_dir",
    "state": "queued"|"resolving"|"downloading"|"verifying"|"verified"|"mismatch"|"corrupt"|"failed",
-   "files": [{"path", "bytes_total", "bytes_done", "bytes_checked", "state"}],
+   "file_counts": {"total", "done", "verified", "failed", "working"},
+   "current_files": [FILE] (the first 4 at work), "failed_files": [FILE] (the first 5),
    "bytes_total", "bytes_done", "bytes_checked", "rate_bytes_per_s", "eta_s",
-   "verdict": null|{"status": "verified"|"mismatch"|"corrupt"|"error", "message", "file"?},
+   "verdict": null|{"status": "verified"|"mismatch"|"corrupt"|"error", "message", "file"?,
+                    "files"? (the first 20 mismatched), "files_more"?},
    "error": null|str, "started_at", "updated_at"}     (times: seconds since the epoch)
+FILE: {"path", "bytes_total", "bytes_done", "bytes_checked", "state"} (a path cut at 256
+characters). files.jsonl beside it holds every file: a header line {"total", "updated_at"},
+then [path, bytes_total, bytes_done, bytes_checked, state] per file (download.files pages it).
 File states: queued, checking (hashing a file already there), present (already there and
-right), downloading, downloaded, retrying, verifying, verified, mismatch, missing, failed.
+right), downloading, downloaded, retrying, verifying, verified, mismatch, missing, failed;
+`done` counts present, downloaded, verifying and verified files, `failed` the failed,
+mismatched and missing ones.
 `bytes_done` counts bytes on disk (resumed and present ones included); the rate counts only
 bytes received by this run; `bytes_checked` counts bytes hashed.
 
@@ -58,7 +66,7 @@ token, endpoint, resolving the files at a commit), failures.py (PlanError and cl
 failed), hub_http.py (HTTP that keeps the token with the hub), transfer.py (the ranged resumable
 fetch), digests.py (hashing while receiving), layout.py (the local layout, .metadata and locks),
 disk_space.py (free space), plan.py (the download-plan step), verify.py (hashing from disk and the
-verdict), progress.py (progress.json), output.py (scrubbed log and files); this module runs the
+verdict), progress.py (progress.json and files.jsonl), output.py (scrubbed log and files); this module runs the
 download, download-plan and verify jobs.
 """
 

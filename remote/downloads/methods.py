@@ -10,8 +10,12 @@ from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
 from .interpreters import missing_hub_message, with_huggingface_hub
 from .layout import RECORD_KEYS, read_download_record
+from .progress import FILES_FILE
 
 PLAN_TIMEOUT_S = 120
+FILES_PAGE_DEFAULT = 100
+FILES_PAGE_MAX = 1000
+FILE_LINE_MAX_BYTES = 64 * 1024  # one file's line of files.jsonl; a longer one is not a file's
 
 
 def _download_spec(params, local_dir_required=True):
@@ -150,3 +154,80 @@ def _recorded_download(jobs, local_dir):
         if meta.get("action", "download") == "download" and meta.get("repo") and meta.get("local_dir") == local_dir:
             return {key: meta[key] for key in RECORD_KEYS if isinstance(meta.get(key), str)}
     return None
+
+
+@method("download.files")
+def download_files(call):
+    """A page of a download job's files, each with its state and bytes, in the job's order (the
+    job's record carries only a summary: counts, the few files at work, the first failures).
+    Params: `id` (a job of kind download), `offset` (default 0), `limit` (default 100, at most
+    1000). Reply: `{id, total, offset, files: [{path, bytes_total, bytes_done, bytes_checked,
+    state}], updated_at}`; `total` 0 and no files while the job has not resolved its file list.
+    The list is written by the job every second or so (less often for a very long one), so a
+    page may lag the summary a little. Errors: NotFound (no such job), BadRequest (not a download, a bad page)."""
+    jobs = call.daemon.jobs
+    job_id = call.param("id", str, required=True)
+    offset = call.param("offset", int, 0)
+    limit = call.param("limit", int, FILES_PAGE_DEFAULT)
+    if offset < 0 or not 1 <= limit <= FILES_PAGE_MAX:
+        raise BadRequest("offset must be >= 0 and limit between 1 and %d" % FILES_PAGE_MAX)
+    job_dir = jobs.job_dir(job_id)
+    job = jobs.describe(job_id)
+    if job.get("kind") != "download":
+        raise BadRequest("job %s is a %s job, not a download" % (job_id, job.get("kind")))
+    total, updated_at, files = read_files_page(os.path.join(job_dir, FILES_FILE), offset, limit)
+    return {"id": job_id, "total": total, "offset": offset, "files": files, "updated_at": updated_at}
+
+
+def read_files_page(path, offset, limit):
+    """(total, updated_at, files) of files.jsonl from `offset`: read line by line up to the page's
+    end, each line bounded, so a long list costs one pass over its first offset+limit lines and
+    a damaged line reads as a file of state `unreadable`, never a failed page."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return 0, None, []
+    with f:
+        header = _json_line(_bounded_line(f))
+        if not isinstance(header, dict) or not isinstance(header.get("total"), int):
+            return 0, None, []
+        total, updated_at = max(0, header["total"]), header.get("updated_at")
+        files = []
+        index = 0
+        while index < min(total, offset + limit):
+            line = _bounded_line(f)
+            if line is None:
+                break  # shorter than its header said (a list being replaced reads whole, so: damaged)
+            if index >= offset:
+                files.append(_file_entry(_json_line(line)))
+            index += 1
+    return total, updated_at if isinstance(updated_at, (int, float)) else None, files
+
+
+def _bounded_line(f):
+    """The next line (b"" for one over FILE_LINE_MAX_BYTES, which is skipped to its end), None at the end."""
+    line = f.readline(FILE_LINE_MAX_BYTES + 1)
+    if not line:
+        return None
+    if len(line) > FILE_LINE_MAX_BYTES and not line.endswith(b"\n"):
+        while True:
+            rest = f.readline(FILE_LINE_MAX_BYTES)
+            if not rest or rest.endswith(b"\n"):
+                return b""
+    return line
+
+
+def _json_line(line):
+    try:
+        return json.loads(line) if line else None
+    except ValueError:
+        return None
+
+
+def _file_entry(value):
+    """[path, bytes_total, bytes_done, bytes_checked, state] as the wire gives a file."""
+    if (isinstance(value, list) and len(value) == 5 and isinstance(value[0], str) and isinstance(value[4], str)
+            and all(v is None or (isinstance(v, int) and not isinstance(v, bool)) for v in value[1:4])):
+        path, total, done, checked, state = value
+        return {"path": path, "bytes_total": total, "bytes_done": done or 0, "bytes_checked": checked or 0, "state": state}
+    return {"path": None, "bytes_total": None, "bytes_done": 0, "bytes_checked": 0, "state": "unreadable"}

@@ -16,6 +16,8 @@ from .layout import LocalPaths, read_metadata
 from .output import fmt_size, log, one_line, short
 from .spec import select_paths
 
+VERDICT_FILES_MAX = 20  # the mismatched files a verdict names; the rest are counted in files_more
+
 
 def compare(rf, size, digest):
     """None if `rf` matches, else the mismatch line."""
@@ -83,8 +85,10 @@ def verdict_for(spec, resolved, results, progress):
         msg = line + (" (+%d more)" % (len(mismatches) - 1) if len(mismatches) > 1 else "")
         for _rf, l in mismatches:
             log(l)
+        # The record carries the first few; every file's state is in files.jsonl (download.files).
+        named = [m[0].path for m in mismatches[:VERDICT_FILES_MAX]]
         return "mismatch", {"status": "mismatch", "message": msg, "file": rf.path,
-                            "files": [m[0].path for m in mismatches]}
+                            "files": named, "files_more": len(mismatches) - len(named)}
     total = sum(rf.size for rf in resolved.files)
     what = "sha256" if all(rf.sha256 for rf in resolved.files) else (
         "git blob id" if not any(rf.sha256 for rf in resolved.files) else "sha256 (LFS) and git blob id")

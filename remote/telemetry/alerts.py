@@ -128,8 +128,10 @@ def job_failure_detail(job):
     progress = job.get("progress") or {}
     verdict = progress.get("verdict") or {}
     if verdict.get("status") == "mismatch":
-        files = verdict.get("files") or [verdict.get("file")]
-        return "verification failed (%s: %s)" % ("1 file differs" if len(files) == 1 else "%d files differ" % len(files), verdict.get("message"))
+        # The verdict names the first few mismatched files and counts the rest in files_more.
+        more = verdict.get("files_more")
+        count = len(verdict.get("files") or [verdict.get("file")]) + (more if isinstance(more, int) and more > 0 else 0)
+        return "verification failed (%s: %s)" % ("1 file differs" if count == 1 else "{:,} files differ".format(count), verdict.get("message"))
     if verdict.get("status") == "corrupt":
         return "verification failed (%s)" % verdict.get("message")
     if job.get("signal"):

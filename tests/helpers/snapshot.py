@@ -9,6 +9,7 @@ from pathlib import Path
 from tui import app as app_module
 from tui.messages import JobEvents
 from remote.training import curves, logparse
+from tui.downloads.pane import DownloadsPane
 from tui.telemetry.pane import GpusPane
 from tui.training.pane import TrainingPane
 
@@ -21,8 +22,7 @@ JOBS = [
      "ended_at": NOW - 7159, "pid": 4100, "log_bytes": 812, "error": None,
      "meta": {"repo": "AQ-MedAI/Kimi-K2-Instruct-eagle3", "repo_type": "model", "local_dir": "/data/k2-eagle3", "files": [], "include": [], "exclude": []},
      "progress": {"job": "download", "repo": "AQ-MedAI/Kimi-K2-Instruct-eagle3", "local_dir": "/data/k2-eagle3", "state": "verified", "final": True,
-                  "files": [{"path": "config.json", "bytes_total": 1402, "bytes_done": 1402, "bytes_checked": 1402, "state": "verified"},
-                            {"path": "model.safetensors", "bytes_total": 2382319104, "bytes_done": 2382319104, "bytes_checked": 2382319104, "state": "verified"}],
+                  "file_counts": {"total": 2, "done": 2, "verified": 2, "failed": 0, "working": 0}, "current_files": [], "failed_files": [],
                   "bytes_total": 2382320506, "bytes_done": 2382320506, "bytes_checked": 2382320506, "rate_bytes_per_s": 0, "eta_s": 0.0,
                   "verdict": {"status": "verified", "message": "2 files match the hub's sha256"}, "error": None}},
     {"id": "j8", "name": "vllm serve K2.5 + eagle3 (K=3)", "kind": "server", "state": "running", "process_state": "running",
@@ -35,8 +35,8 @@ JOBS = [
      "exit_code": None, "signal": None, "submitted_at": NOW - 30, "started_at": NOW - 30, "ended_at": None, "pid": 7000,
      "log_bytes": 100, "error": None, "meta": {"repo": "team/tiny-drafter", "local_dir": "/data/tiny"},
      "progress": {"job": "download", "repo": "team/tiny-drafter", "local_dir": "/data/tiny", "state": "downloading", "final": False,
-                  "files": [{"path": "config.json", "bytes_total": 900, "bytes_done": 900, "bytes_checked": 900, "state": "verified"},
-                            {"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
+                  "file_counts": {"total": 2, "done": 1, "verified": 1, "failed": 0, "working": 1}, "failed_files": [],
+                  "current_files": [{"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
                   "bytes_total": 1_000_000_900, "bytes_done": 420_000_900, "bytes_checked": 420_000_900, "rate_bytes_per_s": 52_400_000, "eta_s": 11.1,
                   "verdict": None, "error": None}},
     {"id": "j11", "name": "speculators train tiny eagle3 (CPU)", "kind": "training", "state": "training", "process_state": "running",
@@ -47,6 +47,12 @@ JOBS = [
                   "eta_s": 0.0, "loss": 0.075, "predicted_accept_length": 1.03, "validation_predicted_accept_length": 1.03,
                   "updated_at": NOW - 2}},
 ]
+
+# download.files of the download the pane shows, as the host answers it (the records above carry only a summary).
+FILES = {
+    "j10": [{"path": "config.json", "bytes_total": 900, "bytes_done": 900, "bytes_checked": 900, "state": "verified"},
+            {"path": "model.safetensors", "bytes_total": 1_000_000_000, "bytes_done": 420_000_000, "bytes_checked": 420_000_000, "state": "downloading"}],
+}
 
 
 def training_curves():
@@ -106,6 +112,8 @@ class SnapshotApp(app_module.SpecdeckApp):
         samples = json.loads((DATA / "snapshot_gpus.json").read_text())
         self.query_one(GpusPane)._on_samples([(sample, number) for number, sample in enumerate(samples)])
         self.query_one(TrainingPane)._loaded("j11", training_curves())
+        # The page of files the Downloads pane would ask for, of the download it selects (the newest).
+        self.query_one(DownloadsPane).files_page = {"id": "j10", "total": 2, "offset": 0, "files": FILES["j10"], "final": True}
 
     def _show_rtt(self):
         pass

@@ -22,8 +22,9 @@ from ..jobs import model as jobs
 from .model import progress_line
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
-# verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names.
-VERDICT_EXTRA = ("file", "files")
+# verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names (the first 20;
+# files_more counts the others, which `download.files` lists with their states).
+VERDICT_EXTRA = ("file", "files", "files_more")
 
 
 def add_commands(commands):

@@ -36,9 +36,31 @@ def has_ended(job):
 def bytes_total(job):
     """The download's size, or None while the file list is not resolved yet (it reads 0 then)."""
     found = progress(job)
-    if not found.get("bytes_total") and (job["state"] in UNRESOLVED_STATES or not found.get("files")):
+    if not found.get("bytes_total") and (job["state"] in UNRESOLVED_STATES or not file_counts(job).get("total")):
         return None
     return found.get("bytes_total")
+
+
+def file_counts(job):
+    """{total, done, verified, failed, working}: the files of a download by how far they got."""
+    counts = progress(job).get("file_counts")
+    return counts if isinstance(counts, dict) else {}
+
+
+def files_line(job, of_total=True):
+    """`2,950 of 3,000 files, 2,900 verified, 12 failed` (`2,950 done, ...` without the total),
+    or "" before the file list is known."""
+    counts = file_counts(job)
+    total = counts.get("total")
+    if not total:
+        return ""
+    done = counts.get("done") or 0
+    if of_total:
+        parts = ["{:,} of {:,} file{}".format(done, total, "" if total == 1 else "s")]
+    else:
+        parts = ["{:,} done".format(done)]
+    parts += ["{:,} {}".format(counts[key], key) for key in ("verified", "failed") if counts.get(key)]
+    return ", ".join(parts)
 
 
 def percent(done, total):
@@ -86,7 +108,9 @@ def figures(job):
 
 
 def progress_line(job):
-    """`j4  downloading   42.0%  420.00 MB / 1.00 GB  52.40 MB/s  ETA 0:00:11`: one line of a
-    download as `specdeck download --wait` writes it while it runs."""
+    """`j4  downloading   42.0%  420.00 MB / 1.00 GB  52.40 MB/s  ETA 0:00:11  2 of 3 files`: one
+    line of a download as `specdeck download --wait` writes it while it runs."""
     shown = figures(job)
-    return "%(id)s  %(state)s  %(percent)s  %(done)s / %(size)s  %(rate)s  ETA %(eta)s" % shown
+    line = "%(id)s  %(state)s  %(percent)s  %(done)s / %(size)s  %(rate)s  ETA %(eta)s" % shown
+    files = files_line(job)
+    return line + "  " + files if files else line

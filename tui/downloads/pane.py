@@ -5,6 +5,10 @@ downloads or verifies. Each download job carries its parameters (the agent keeps
 job's meta), so that `r` can start the same download again (on a verification that found files
 wrong: download those again, which verifies them) and `v` and `t` know the repo and directory,
 whoever started it. `x` asks before it cancels.
+
+A job's record carries only a summary of its files (counts, the few at work, the first
+failures), whatever their number; the per-file rows are a page the pane asks the host for
+(`download.files`) for the selected job, again as its progress moves; `.` and `,` turn the page.
 """
 
 from rich.text import Text
@@ -21,12 +25,13 @@ from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
 from .file_progress import FileProgress
 from .form import DownloadForm, console_hint
-from .model import COLUMNS, VERDICT_STATES, action, bytes_total, figures, has_ended, is_active, local_dir, progress, repo
+from .model import COLUMNS, VERDICT_STATES, action, bytes_total, figures, files_line, has_ended, is_active, local_dir, progress, repo
 from .repair import params_from_meta, repair_params
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
-HINT = "n new  x cancel  r retry/repair  v verify again  t open in Tensors"
+HINT = "n new  x cancel  r retry/repair  v verify again  t open in Tensors  . , files"
+FILES_PAGE = 20  # file rows shown at once: a page of download.files
 
 
 def job_message(job):
@@ -49,6 +54,7 @@ class DownloadsPane(Pane):
     DownloadsPane #downloads-total-row { height: 1; }
     DownloadsPane #downloads-total-row > Label { width: 8; }
     DownloadsPane #downloads-verdict { height: auto; }
+    DownloadsPane #downloads-files-head { height: 1; color: $text-muted; }
     DownloadsPane #downloads-files { height: 1fr; }
     """
 
@@ -58,6 +64,8 @@ class DownloadsPane(Pane):
         Binding("r", "retry", "retry/repair", tooltip="start it again; a verification that found files wrong: download those again"),
         Binding("v", "verify", "verify again"),
         Binding("t", "open_tensors", "open in Tensors"),
+        Binding("full_stop", "files_page(1)", "next files", show=False, key_display=".", tooltip="the next page of the download's files"),
+        Binding("comma", "files_page(-1)", "previous files", show=False, key_display=",", tooltip="the previous page of the download's files"),
     ]
 
     def __init__(self, **kwargs):
@@ -69,6 +77,11 @@ class DownloadsPane(Pane):
         self.stopped_here = set()  # ids the user cancelled: their end is no news
         self.selected_id = None
         self.shown_files = None  # (job id, file paths) the per-file bars were built for
+        self.files_page = None  # the last download.files reply shown: {id, total, offset, files}
+        self.files_offset = 0  # the first file of the page asked for, of the selected job
+        self._files_asking = False  # a download.files request is on its way
+        self._files_again = False  # the job moved meanwhile: ask again when it is back
+        self._files_error = None
         self._stale = False
         self._status_transient = False  # the hint or the empty-list line: the next change replaces it
 
@@ -83,6 +96,7 @@ class DownloadsPane(Pane):
                 yield Label("total")
                 yield ProgressBar(id="downloads-total", show_eta=False)
             yield Static(id="downloads-verdict")
+            yield Static(id="downloads-files-head")
             yield VerticalScroll(id="downloads-files")
         yield self.status_line("asking the host for its downloads ...", id="downloads-status")
 
@@ -132,6 +146,7 @@ class DownloadsPane(Pane):
                 table.add_row(*cells, key=job["id"])
             self.jobs[job["id"]] = job
         if self.selected_id not in self.jobs and jobs and not awaited:
+            self.files_offset = 0
             self.selected_id = jobs[-1]["id"]  # follow the newest download until the user picks another
         if self.selected_id in self.jobs:
             row = table.get_row_index(self.selected_id)
@@ -165,6 +180,8 @@ class DownloadsPane(Pane):
     def _row_highlighted(self, event):
         event.stop()
         if event.row_key is not None and event.row_key.value in self.jobs:
+            if self.selected_id != event.row_key.value:
+                self.files_offset = 0
             self.selected_id = event.row_key.value
             self._show_detail()
 
@@ -179,6 +196,7 @@ class DownloadsPane(Pane):
         # Hidden while empty: an idle bar with no total would animate for nothing.
         self.query_one("#downloads-detail").display = job is not None
         if job is None:
+            self.files_page = None
             self._rebuild_files(None, [])
             return
         found = progress(job)
@@ -212,10 +230,80 @@ class DownloadsPane(Pane):
         self.query_one("#downloads-total-row").display = total is not None or not has_ended(job)
         total_bar.update(total=total, progress=found.get("bytes_done") or 0)
         verdict.update(self._verdict_text(job))
-        files = found.get("files") or []
-        self._rebuild_files(job["id"], files)
+        self._ask_files(job)
+        self._show_files()
+
+    # -- the selected job's files, a page at a time
+
+    def _ask_files(self, job):
+        """Ask for the page of the selected job's files, unless the page shown is of its final
+        list; one request at a time (a job that moves meanwhile is asked again after it)."""
+        page = self.files_page
+        if (page is not None and page["id"] == job["id"] and page["offset"] == self.files_offset
+                and page.get("final") and not jobs.is_live(job)):
+            return
+        if self.client is None:
+            return  # asked once there is one: its job events come with it
+        if self._files_asking:
+            self._files_again = True
+            return
+        self._files_asking, self._files_again = True, False
+        # Once the process has ended, its list is written for good: that page is not asked again.
+        job_id, offset, final = job["id"], self.files_offset, not jobs.is_live(job)
+        self.request("download.files", {"id": job_id, "offset": offset, "limit": FILES_PAGE},
+                     done=lambda page: self._files_came(dict(page, final=final), job_id),
+                     failed=lambda failure: self._files_came(None, job_id, failure), notify=False, timeout=CALL_TIMEOUT_S)
+
+    def _files_came(self, page, job_id, failure=None):
+        self._files_asking = False
+        self._files_error = None if failure is None else getattr(failure, "message", str(failure))
+        if job_id == self.selected_id:
+            if page is not None:
+                if page["offset"] >= page["total"] > 0 and self.files_offset > 0:  # the list got shorter
+                    self.files_offset = (page["total"] - 1) // FILES_PAGE * FILES_PAGE
+                    self._files_again = True
+                self.files_page = page
+            self._show_files()
+        job = self.selected_job()
+        if job is not None and (self._files_again or job["id"] != job_id):
+            self._ask_files(job)
+
+    def _show_files(self):
+        job = self.selected_job()
+        page = self.files_page if job is not None and self.files_page is not None and self.files_page["id"] == job["id"] else None
+        head = self.query_one("#downloads-files-head", Static)
+        text = Text()
+        counts = files_line(job, of_total=page is None) if job is not None else ""
+        if page is not None and page["total"]:
+            first = page["offset"] + 1
+            text.append("files {:,}-{:,} of {:,}".format(first, page["offset"] + len(page["files"]), page["total"]))
+            if counts:
+                text.append("  (%s)" % counts, style="dim")
+            if page["total"] > FILES_PAGE:
+                text.append("  . next  , previous", style="dim")
+        elif counts:
+            text.append(counts, style="dim")
+        if self._files_error:
+            text.append("  files not read: %s" % self._files_error, style="red")
+        head.update(text)
+        files = page["files"] if page is not None else []
+        self._rebuild_files(job["id"] if job is not None else None, files)
         for widget, entry in zip(self.query(FileProgress), files):
             widget.show(entry)
+
+    def action_files_page(self, step):
+        job = self.selected_job()
+        if job is None:
+            self._set_status("no download selected", error=True)
+            return
+        page = self.files_page if self.files_page is not None and self.files_page["id"] == job["id"] else None
+        total = page["total"] if page is not None else 0
+        offset = self.files_offset + step * FILES_PAGE
+        if offset < 0 or offset >= total:
+            self._set_status("no %s page of %s's files" % ("next" if step > 0 else "previous", job["id"]))
+            return
+        self.files_offset = offset
+        self._ask_files(job)
 
     @staticmethod
     def _verdict_text(job):
@@ -253,6 +341,8 @@ class DownloadsPane(Pane):
             self._track_started(result["job"], result["params"], "download")
 
     def _track_started(self, job, params, what):
+        if self.selected_id != job["id"]:
+            self.files_offset = 0
         self.selected_id = job["id"]
         self._set_status("%s started: %s (%s)" % (what, job["id"], params["repo"]))
         if self.book is not None:
@@ -305,7 +395,10 @@ class DownloadsPane(Pane):
             return
         repair = repair_params(job) if action(job) == "verify" else None
         if repair is not None:  # the verification found files wrong: download those again, which verifies them
-            self._set_status("repairing %s: downloading %s again ..." % (params["local_dir"], ", ".join(repair["files"])))
+            if repair["files"] == params["files"]:  # more were wrong than a verdict names: all again, the right ones kept
+                self._set_status("repairing %s: downloading %s again, keeping the files that are right ..." % (params["local_dir"], params["repo"]))
+            else:
+                self._set_status("repairing %s: downloading %s again ..." % (params["local_dir"], ", ".join(repair["files"])))
             self._call_start("download.start", repair, "repair")
         elif action(job) == "verify":  # nothing wrong to fetch: a retry of a verify verifies
             self._set_status("verifying %s against %s again ..." % (params["local_dir"], params["repo"]))

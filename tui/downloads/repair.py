@@ -16,20 +16,25 @@ def params_from_meta(job):
 
 
 def bad_files(job):
-    """The files a verification found wrong (mismatched or missing), in the job's order."""
-    progress = model.progress(job)
-    found = [entry["path"] for entry in progress.get("files") or () if entry.get("state") in model.BAD_FILE_STATES and entry.get("path")]
-    if found:
-        return found
-    named = (progress.get("verdict") or {}).get("files") or []
-    return [path for path in named if isinstance(path, str)]
+    """The files a verification found wrong (mismatched or missing), in the job's order, as its
+    verdict names them; None when it found more than a verdict names (the record is bounded)."""
+    verdict = model.progress(job).get("verdict") or {}
+    if verdict.get("files_more"):
+        return None
+    return [path for path in verdict.get("files") or () if isinstance(path, str)]
 
 
 def repair_params(job):
     """download.start parameters that fetch again only the files a verification found wrong (the
-    download verifies them when they are in), or None when there is nothing to repair."""
+    download verifies them when they are in), or None when there is nothing to repair. With more
+    wrong files than the verdict names, the whole download again: it keeps what is right (each
+    file there is hashed) and fetches the rest."""
     params = params_from_meta(job)
-    files = bad_files(job) if job["state"] == "mismatch" else []
-    if params is None or not files:
+    if params is None or job["state"] != "mismatch":
+        return None
+    files = bad_files(job)
+    if files is None:
+        return dict(params)
+    if not files:
         return None
     return dict(params, files=files, include=[], exclude=[])
