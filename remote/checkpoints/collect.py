@@ -62,7 +62,7 @@ def _missing(path):
     except (FileNotFoundError, NotADirectoryError):
         return True
     except OSError:
-        return False
+        pass
     return False
 
 

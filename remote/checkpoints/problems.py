@@ -102,8 +102,3 @@ def json_kind(value):
     if isinstance(value, list):
         return "an array"
     return "an object"
-
-
-def os_message(path, exc):
-    """One line for an OSError met reading `path` (a symlink loop, a FIFO said as such)."""
-    return regular_files.error_text(path, exc)
