@@ -5,7 +5,8 @@ still runs, one notice, the daemon answering pings meanwhile. A data generation 
 60,000-digit line. A burst of 250,000 records (every one in the curves, none stamped in the
 future, no point of the history store dropped). A fast run (20 steps/s, speculators' rich output
 at 80 columns) whose curves give every step. 10,000 checkpoint directories (the journal grows by
-one line per checkpoint) and checkpoint links out of the save directory (never read). A run
+one line per checkpoint), checkpoint links out of the save directory (never read) and a FIFO in a
+checkpoint (named, never opened: the later checkpoints and steps still come). A run
 whose reading fails shows its error and leaves the other runs alone."""
 
 import glob
@@ -304,6 +305,41 @@ def test_links_out_of_the_save_directory_are_never_read(client, tmp_path, releas
     assert entries["0"]["format"] is not None or entries["0"]["verdict"] in ("broken", "unreadable")
     reply = wait_for(lambda: (lambda r: r if r["notices"] else None)(curves(client, job_id)), 30, interval_s=0.2)
     assert reply["notices"] == ["checkpoint directory 1 -> %s leads out of the save directory: not read" % (outside / "ckpt")]
+
+
+STEP_AFTER_GO = """
+    import os, sys, time
+    print("step=0 loss=1.0", flush=True)
+    while not os.path.exists(sys.argv[1]) and not os.path.exists(sys.argv[2]):
+        time.sleep(0.05)
+    print("step=1 loss=0.5", flush=True)
+    while not os.path.exists(sys.argv[2]):
+        time.sleep(0.05)
+"""
+
+
+def test_a_fifo_in_a_checkpoint_is_named_and_later_checkpoints_and_steps_still_come(client, tmp_path, release):
+    save, go = tmp_path / "save", tmp_path / "go"
+    write_checkpoint(str(save / "0"))
+    # A shard index that is a FIFO (opening it for reading waits for a writer, for good), and a
+    # checkpoint after it.
+    os.makedirs(str(save / "1"))
+    (save / "1" / "config.json").write_text("{}")
+    os.mkfifo(str(save / "1" / "model.safetensors.index.json"))
+    write_checkpoint(str(save / "2"))
+    job_id = start(client, tmp_path, "fifo", STEP_AFTER_GO, go, release, save_dir=str(save))
+
+    def listed():
+        entries = client.call("training.checkpoints", {"id": job_id})["checkpoints"]
+        return entries if len(entries) == 3 else None
+
+    entries = {e["name"]: e for e in wait_for(listed, 60, interval_s=0.2)}
+    assert sorted(entries) == ["0", "1", "2"]
+    assert entries["1"]["verdict"] == "broken"
+    assert "cannot read model.safetensors.index.json: it is a FIFO, not a regular file" in entries["1"]["reasons"]
+    go.write_text("")
+    steps = wait_for(lambda: (lambda r: r if len(r["steps"]) == 2 else None)(curves(client, job_id)), 60, interval_s=0.2)
+    assert [s["step"] for s in steps["steps"]] == [0, 1]
 
 
 def test_a_run_whose_reading_fails_shows_its_error_and_the_others_go_on(client, agent_home, tmp_path, release):

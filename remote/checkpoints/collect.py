@@ -14,7 +14,7 @@ from .columns import TensorColumns
 from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
 from .formats import EAGLE_FORMATS, canonical_names, detect_format, is_eagle3_layout, is_eagle12
 from .locate import load_json_file, resolve
-from .problems import CheckpointIOError, CheckpointNotFound, HeaderError, count_text, err, name_text, warn
+from .problems import CheckpointIOError, CheckpointNotFound, HeaderError, count_text, err, io_error, name_text, warn
 from .safetensors_header import read_header_columns
 from .vocab_maps import check_vocab_maps
 
@@ -53,6 +53,17 @@ def _read_file_columns(path, label, problems):
         p["message"] = "%s: %s" % (label, p["message"])
     problems.extend(_cap(file_problems, label))
     return columns, size, data_start
+
+
+def _missing(path):
+    """Whether nothing is at `path` (a symlink loop is something: reading it says what it is)."""
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except OSError:
+        pass
+    return False
 
 
 class Collected(object):
@@ -95,8 +106,12 @@ def collect(path):
     """Read a checkpoint's files, pick the tensors a loader would see, detect its format and
     check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
     path = os.fspath(path)
-    if not os.path.exists(path):
+    try:
+        os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
         raise CheckpointNotFound("%s does not exist" % path)
+    except OSError as exc:  # a symlink loop, ...
+        raise io_error(path, exc)
     problems = []
     layout = resolve(path, problems)
     multi = len(layout.weight_files) > 1 or layout.index is not None
@@ -106,14 +121,14 @@ def collect(path):
     by_file = {}
     for weight_file in layout.weight_files:
         label = name_text(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
-        if not os.path.exists(weight_file):
-            continue
+        if _missing(weight_file):
+            continue  # named as missing with the tensors the index gives it
         try:
             columns, size, data_start = _read_file_columns(weight_file, label, problems)
         except CheckpointIOError as exc:
             if not multi:
                 raise
-            problems.append(err("cannot read %s: %s" % (label, exc)))
+            problems.append(err("cannot read %s: %s" % (label, exc.reason or exc)))
             continue
         if size is None:  # the header was unreadable; the file still counts (and is hashed)
             size = os.path.getsize(weight_file)
@@ -201,7 +216,7 @@ def _select(layout, by_file, problems):
         if shard_path not in listed:
             continue  # refused when the index was read (not a file name, or outside the directory)
         if shard_path not in by_file:
-            if not os.path.exists(shard_path):
+            if _missing(shard_path):
                 first = next(name for name, where in weight_map.items() if where == shard)
                 problems.append(err("%s names shard %s for %s tensors (e.g. %r), but the file is missing"
                                     % (index_name, name_text(shard), count_text(count), first)))

@@ -7,7 +7,7 @@ import os
 import time
 
 from ..core import hashing
-from .problems import CheckpointIOError, os_message
+from .problems import io_error
 
 # Chosen with benchmarks/bench_sha256.py on a GPU host (median of 5 warm runs, same OpenSSL as
 # sha256sum): 1, 2 and 4 MiB within 0.5% of each other at ~99% of sha256sum, 8 MiB 96%.
@@ -47,7 +47,7 @@ def sha256_file(path, progress=None, block_bytes=HASH_BLOCK_BYTES):
 
         digest = hashing.hash_file(path, hashlib.sha256(), progress=on_block, buf=bytearray(block_bytes)).hexdigest()
     except OSError as exc:
-        raise CheckpointIOError(os_message(path, exc))
+        raise io_error(path, exc)
     if progress is not None:
         progress(done[0], total, path)
     return digest

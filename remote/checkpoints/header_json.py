@@ -10,7 +10,8 @@ import os
 import re
 import struct
 
-from .problems import CheckpointIOError, HeaderError, count_text, json_kind, os_message
+from ..core.regular_files import open_regular
+from .problems import HeaderError, count_text, io_error, json_kind
 
 # safetensors refuses headers above this size; so do we, before allocating anything.
 MAX_HEADER_BYTES = 100000000
@@ -145,7 +146,7 @@ def read_header(path):
 def read_raw_header(path):
     """(header bytes, data start, file size), refusing absurd lengths before allocating."""
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             file_size = os.fstat(f.fileno()).st_size
             prefix = f.read(8)
             if len(prefix) < 8:
@@ -160,7 +161,7 @@ def read_raw_header(path):
                                   % (count_text(header_bytes), count_text(file_size)))
             raw = read_exact(f, header_bytes)
     except OSError as exc:
-        raise CheckpointIOError(os_message(path, exc))
+        raise io_error(path, exc)
     if len(raw) < header_bytes:
         raise HeaderError("file ended while reading the %s-byte header (was it truncated while we read?)"
                           % count_text(header_bytes))

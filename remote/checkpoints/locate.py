@@ -5,9 +5,11 @@ file), the shard index itself and config.json, with what is wrong in how they ar
 
 import json
 import os
+import stat
 
+from ..core.regular_files import kind_of, open_regular, reason
 from .header_json import read_exact
-from .problems import CheckpointIOError, count_text, err, name_text, os_message, warn
+from .problems import count_text, err, io_error, name_text, warn
 
 # Index and config files are small; a larger one is refused rather than read. A shard index
 # names every tensor: 1,000,000 tensors make a ~70 MB one, so it may be larger.
@@ -17,15 +19,15 @@ MAX_INDEX_FILE_BYTES = 512 * 1024 * 1024
 
 def load_json_file(path, what, problems, most_bytes=MAX_JSON_FILE_BYTES):
     try:
-        size = os.path.getsize(path)
-        if size > most_bytes:
-            problems.append(err("%s is %s bytes, too large for a %s" % (os.path.basename(path), count_text(size), what)))
-            return None
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > most_bytes:
+                problems.append(err("%s is %s bytes, too large for a %s" % (os.path.basename(path), count_text(size), what)))
+                return None
             raw = read_exact(f, size)  # read(n) would allocate n up front, so never read(limit)
         value = json.loads(raw.decode("utf-8"))
     except OSError as exc:
-        problems.append(err("cannot read %s: %s" % (os.path.basename(path), exc.strerror or exc)))
+        problems.append(err("cannot read %s: %s" % (os.path.basename(path), reason(exc))))
         return None
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         problems.append(err("%s is not valid JSON: %s" % (os.path.basename(path), exc)))
@@ -53,7 +55,7 @@ def resolve(path, problems):
         try:
             entries = sorted(os.listdir(path))
         except OSError as exc:
-            raise CheckpointIOError(os_message(path, exc))
+            raise io_error(path, exc)
         layout = Layout(root)
         indexes = [e for e in entries if e.endswith(".safetensors.index.json")]
         if indexes:
@@ -62,9 +64,9 @@ def resolve(path, problems):
                 problems.append(warn("%d shard indexes in %s; using %s" % (len(indexes), path, chosen)))
             layout.index_path = os.path.join(root, chosen)
         else:
-            layout.weight_files = [os.path.join(root, e) for e in entries
-                                   if e.endswith(".safetensors") and os.path.isfile(os.path.join(root, e))]
-            if not layout.weight_files:
+            problems_before = len(problems)
+            layout.weight_files = _regular_files(root, [e for e in entries if e.endswith(".safetensors")], problems)
+            if not layout.weight_files and len(problems) == problems_before:  # else the refused one is named
                 others = [e for e in entries if e.endswith((".bin", ".pt", ".pth", ".gguf"))]
                 hint = " (found %s: not safetensors, not inspected)" % ", ".join(others[:3]) if others else ""
                 problems.append(err("no .safetensors file in %s%s" % (name_text(path), hint)))
@@ -80,24 +82,45 @@ def resolve(path, problems):
                 return resolve(root, problems)
             layout.index_path = path
         else:
-            try:
-                with open(path, "rb"):
-                    pass
-            except OSError as exc:
-                raise CheckpointIOError(os_message(path, exc))
+            _check_regular(path)
             layout.weight_files = [path]
     config_path = os.path.join(layout.root, "config.json")
-    if os.path.isfile(config_path):
+    if os.path.exists(config_path):  # a FIFO or a directory in its place is named when it is read
         layout.config_path = config_path
     if layout.index_path is not None:
         if not os.path.isdir(path):
-            try:
-                with open(layout.index_path, "rb"):
-                    pass
-            except OSError as exc:
-                raise CheckpointIOError(os_message(layout.index_path, exc))
+            _check_regular(layout.index_path)
         resolve_index(layout, problems)
     return layout
+
+
+def _check_regular(path):
+    """Raises the one-line CheckpointIOError when the file asked for is no readable regular file."""
+    try:
+        with open_regular(path):
+            pass
+    except OSError as exc:
+        raise io_error(path, exc)
+
+
+def _regular_files(root, names, problems):
+    """The paths of the regular files among `names` in `root`; a FIFO, device or socket named like
+    a weight file is an error (never opened), a directory or a dangling link is passed over."""
+    found = []
+    for name in names:
+        path = os.path.join(root, name)
+        try:
+            mode = os.stat(path).st_mode
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            problems.append(err("cannot read %s: %s" % (name_text(name), reason(exc))))
+            continue
+        if stat.S_ISREG(mode):
+            found.append(path)
+        elif not stat.S_ISDIR(mode):
+            problems.append(err("cannot read %s: it is %s, not a regular file" % (name_text(name), kind_of(mode))))
+    return found
 
 
 def resolve_index(layout, problems):

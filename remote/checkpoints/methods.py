@@ -17,10 +17,13 @@ def checkpoint_inspect(call):
     `tensor_bytes`, `complete` (true when `tensors` is all of them), `groups` (tensors grouped by
     name pattern, e.g. `model.layers.{N}.mlp.experts.{E}.down_proj.weight`: `pattern`, `count`,
     `bytes`, `dtypes`, `shapes`, `more_shapes`, `role`; the 200 largest), `group_count` and
-    `handle` (for `checkpoint.tensors`)."""
+    `handle` (for `checkpoint.tensors`). Only regular files are read: a FIFO or device among the
+    checkpoint's files is a problem of the report, one given as `path` is NotACheckpoint.
+    NotFound when the path does not exist or is a symlink loop, IOError when it cannot be read,
+    BadRequest when it holds a NUL byte."""
     from . import listing
 
-    path = os.path.expanduser(call.param("path", str, required=True))
+    path = call.path_param("path", required=True)
     limit = _limit(call, listing.FIRST_PAGE_TENSORS, listing.MAX_PAGE_TENSORS)
     try:
         return listing.open_listing(path).summary(limit, sha256=bool(call.params.get("sha256")))
@@ -40,7 +43,7 @@ def checkpoint_tensors(call):
     from . import listing
 
     handle = call.param("handle", str)
-    path = call.param("path", str)
+    path = call.path_param("path")
     offset = call.param("offset", int, 0)
     if offset < 0:
         raise BadRequest("offset must be 0 or more")
@@ -58,7 +61,7 @@ def checkpoint_tensors(call):
             raise BadRequest("give a handle or a path")
     if kept is None:
         try:
-            kept = listing.open_listing(os.path.expanduser(path))
+            kept = listing.open_listing(path)
         except listing.report.CheckpointIOError as exc:
             raise RemoteError(io_error_type(exc), str(exc))
     return kept.page(offset, limit, call.param("filter", str, ""), sort)
@@ -84,17 +87,18 @@ def checkpoint_compare(call):
     `tokenizer` (two targets, or the drafter's trained-for target against the new one; null
     otherwise): `{same, message, same_id, other_id, only_old, only_new, examples,
     draft_ids_changed, draft_vocab_size, old, new}` (`same` null when not compared).
-    NotACheckpoint when a path holds no safetensors checkpoint, IOError when it cannot be read."""
+    NotACheckpoint when a path holds no safetensors checkpoint (or is a FIFO or device), NotFound
+    when one does not exist or is a symlink loop, IOError when it cannot be read."""
     from . import comparison, listing
 
-    path_a = os.path.expanduser(call.param("a", str, required=True))
-    path_b = os.path.expanduser(call.param("b", str, required=True))
+    path_a = call.path_param("a", required=True)
+    path_b = call.path_param("b", required=True)
     max_rows = call.param("max_rows", int, comparison.MAX_ROWS)
     if not 1 <= max_rows <= comparison.MAX_ROWS:
         raise BadRequest("max_rows must be between 1 and %d" % comparison.MAX_ROWS)
     try:
-        trained = call.param("trained_target", str)
-        return comparison.compare_paths(path_a, path_b, max_rows, os.path.expanduser(trained) if trained else None)
+        trained = call.path_param("trained_target")
+        return comparison.compare_paths(path_a, path_b, max_rows, trained or None)
     except comparison.NotACheckpoint as exc:
         raise RemoteError("NotACheckpoint", str(exc))
     except listing.report.CheckpointIOError as exc:
@@ -131,7 +135,7 @@ def checkpoint_coverage(call):
     from ..serving import bench, location
     from . import coverage
 
-    drafter = os.path.abspath(os.path.expanduser(call.param("drafter", str, required=True)))
+    drafter = os.path.abspath(call.path_param("drafter", required=True))
     if not os.path.exists(drafter):
         raise NotFound("no drafter %s on the host" % drafter)
     try:

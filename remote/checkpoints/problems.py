@@ -3,7 +3,10 @@ problem dicts a report lists, and how their one-line messages spell counts, name
 Standard library only, Python 3.9+.
 """
 
+import errno
 import json
+
+from ..core import regular_files
 
 
 class CheckpointError(Exception):
@@ -11,17 +14,44 @@ class CheckpointError(Exception):
 
 
 class CheckpointIOError(CheckpointError):
-    """The path itself cannot be read: it does not exist, or permission is denied."""
+    """The path itself cannot be read: it does not exist, or permission is denied. `reason`: why,
+    without the path (for a line that names the file its own way), when an OSError said it."""
+
+    reason = None
 
 
 class CheckpointNotFound(CheckpointIOError):
     """The path does not exist: what was asked for is not there (NotFound on the wire, exit 1)."""
 
 
+class CheckpointNotRegular(CheckpointIOError):
+    """The path leads to a FIFO, a device or a socket: no checkpoint, and never opened for reading
+    (NotACheckpoint on the wire, exit 1)."""
+
+
 def io_error_type(exc):
     """The wire's type for a CheckpointIOError: NotFound for a path that is not there (exit 1, as
-    for anything asked for and not found), IOError for one that cannot be read."""
-    return "NotFound" if isinstance(exc, CheckpointNotFound) else "IOError"
+    for anything asked for and not found), NotACheckpoint for one that is no regular file (exit
+    1), IOError for one that cannot be read."""
+    if isinstance(exc, CheckpointNotFound):
+        return "NotFound"
+    if isinstance(exc, CheckpointNotRegular):
+        return "NotACheckpoint"
+    return "IOError"
+
+
+def io_error(path, exc):
+    """The CheckpointIOError for an OSError met reading `path`, in one line: a symlink loop is
+    not found (it leads nowhere), a FIFO or device is not a checkpoint."""
+    message = regular_files.error_text(path, exc)
+    if exc.errno in (errno.ENOENT, errno.ELOOP):
+        error = CheckpointNotFound(message)
+    elif isinstance(exc, regular_files.NotARegularFile) and exc.kind != "a directory":
+        error = CheckpointNotRegular(message)
+    else:
+        error = CheckpointIOError(message)
+    error.reason = regular_files.reason(exc)
+    return error
 
 
 class HeaderError(CheckpointError):
@@ -72,7 +102,3 @@ def json_kind(value):
     if isinstance(value, list):
         return "an array"
     return "an object"
-
-
-def os_message(path, exc):
-    return "%s: %s" % (path, exc.strerror or exc)

@@ -7,6 +7,7 @@ import hashlib
 import operator
 import struct
 
+from ..core.regular_files import open_regular
 from .dtypes import INT_FORMATS
 from .header_json import read_exact
 from .problems import dim_text, err, warn
@@ -24,7 +25,7 @@ def read_ints(tensor):
     if code is None or tensor["bytes"] is None or tensor["bytes"] > MAX_VOCAB_MAP_BYTES:
         return None
     try:
-        with open(tensor["file"], "rb") as f:
+        with open_regular(tensor["file"]) as f:
             f.seek(tensor["data_start"] + tensor["begin"])
             raw = read_exact(f, tensor["bytes"])
     except OSError:

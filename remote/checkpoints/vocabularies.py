@@ -10,6 +10,8 @@ import base64
 import json
 import os
 
+from ..core.regular_files import open_regular
+
 
 def _directory(path):
     path = os.path.expanduser(path)
@@ -17,8 +19,8 @@ def _directory(path):
 
 
 def _load(path):
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
+    with open_regular(path) as f:
+        return json.loads(f.read().decode("utf-8"))
 
 
 def read_vocabulary(path):
@@ -41,7 +43,7 @@ def read_vocabulary(path):
         candidate = os.path.join(directory, "tiktoken.model")
         if os.path.isfile(candidate):
             vocabulary, source = {}, candidate
-            with open(candidate, "rb") as f:
+            with open_regular(candidate) as f:
                 for line in f:
                     parts = line.split()
                     if len(parts) == 2:

@@ -6,6 +6,8 @@ with `sha256sum` (benchmarks/bench_sha256.py)."""
 import hashlib
 import os
 
+from .regular_files import open_regular
+
 BLOCK_BYTES = 1024 * 1024  # 1 MiB reads measured fastest against sha256sum on a GPU host
 
 
@@ -18,12 +20,13 @@ def hash_file(path, hasher, limit=None, progress=None, stop=None, buf=None):
 
     `progress(n)` gets each block's byte count; `stop`, an Event, raises Stopped when set;
     `buf`, a bytearray, is reused instead of allocating one (its size is the block size).
-    OSError is left to the caller, who knows what the file was.
+    OSError is left to the caller, who knows what the file was (NotARegularFile, one of them,
+    for a FIFO or a device).
     """
     buf = buf if buf is not None else bytearray(BLOCK_BYTES)
     view = memoryview(buf)
     left = limit
-    with open(path, "rb", buffering=0) as f:
+    with open_regular(path, buffering=0) as f:  # a FIFO put in a file's place never blocks us
         if hasattr(os, "posix_fadvise"):
             try:
                 os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_SEQUENTIAL)

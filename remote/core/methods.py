@@ -1,10 +1,11 @@
 """Wire methods of the daemon itself: liveness, its services, streams, and the host's files."""
 
+import errno
 import os
 import stat
 import time
 
-from . import paths, streams
+from . import paths, regular_files, streams
 from .protocol import BadRequest, NotFound, RemoteError
 from .wire import method
 
@@ -51,8 +52,9 @@ def stream_cancel(call):
 def fs_list(call):
     """A directory of the host, for the file picker. Params: `path` (default `~`).
     Reply: `{path, parent, entries: [{name, dir, bytes, mtime}], truncated}`: directories first,
-    at most 5,000 entries."""
-    path = os.path.abspath(os.path.expanduser(call.param("path", str, "~")))
+    at most 5,000 entries. NotFound when there is no such directory (or the path is a symlink
+    loop), BadRequest when it is not a directory or holds a NUL byte."""
+    path = os.path.abspath(call.path_param("path", "~"))
     try:
         names = os.listdir(path)
     except FileNotFoundError:
@@ -61,6 +63,10 @@ def fs_list(call):
         raise BadRequest("not a directory: %s" % path)
     except PermissionError:
         raise RemoteError("PermissionDenied", "permission denied: %s" % path)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # nothing is there to list, as for a path that does not exist
+            raise NotFound(regular_files.error_text(path, exc))
+        raise BadRequest(regular_files.error_text(path, exc))  # a name too long, ...
     entries = []
     for name in sorted(names)[:FS_LIST_MAX]:
         try:

@@ -9,9 +9,11 @@ connection, for streams) and `call.daemon` (services, the job store, the stream 
 import importlib
 import inspect
 import math
+import os
 
 from . import job_engines
 from .protocol import BadRequest, NotFound, RemoteError
+from .regular_files import path_problem
 
 # The modules whose import registers methods, in the order the reference lists them. The
 # composition root (remote/areas.py) installs them: the core names no area.
@@ -32,6 +34,17 @@ class Call:
 
     def param(self, name, kind, default=None, required=False):
         return param(self.params, name, kind, default, required)
+
+    def path_param(self, name, default=None, required=False):
+        """A path of the host: a string with `~` expanded; BadRequest when no file could have
+        that name (a NUL byte), rather than a ValueError deep inside the method."""
+        value = param(self.params, name, str, default, required)
+        if value is None:
+            return None
+        problem = path_problem(value)
+        if problem is not None:
+            raise BadRequest("parameter %r: %s" % (name, problem))
+        return os.path.expanduser(value)
 
     def service(self, name):
         """The daemon's service `name` (telemetry, serving, training, ...); NotFound when this

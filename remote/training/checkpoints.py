@@ -24,6 +24,7 @@ import os
 import time
 
 from ..checkpoints import report as checkpoint_report
+from ..core.regular_files import open_regular
 from ..core.records import read_json
 
 FILE_NAME = "checkpoints.jsonl"
@@ -33,6 +34,7 @@ INSPECT_BUDGET_S = 0.25
 MAX_LINKS_SHOWN = 10  # links out of the save directory named in the run's notices
 WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json")
 LINKS = ("checkpoint_best",)
+MAX_TARGET_CONFIG_BYTES = 16 * 1024 * 1024  # a target's config.json is a few kilobytes
 
 
 class Journal:
@@ -153,9 +155,11 @@ def _load_target_config(target):
         return None
     path = os.path.join(target, "config.json") if os.path.isdir(target) else target
     try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
+        with open_regular(path) as f:
+            if os.fstat(f.fileno()).st_size > MAX_TARGET_CONFIG_BYTES:
+                return None
+            return json.loads(f.read())
+    except (OSError, ValueError, RecursionError):
         return None
 
 
