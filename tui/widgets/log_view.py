@@ -128,7 +128,7 @@ class LogView(ScrollView, can_focus=True):
             title = "log %s (%s)" % (self.subject, ", ".join(parts))
         if self.search_note:
             title += "  " + self.search_note
-        self.border_title = escape(title)  # a search term or an error may hold [brackets]
+        self.border_title = escape(safe_text(title))  # a search term or an error may hold [brackets]
 
     @property
     def search_note(self):
