@@ -15,7 +15,7 @@ from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
 from tui.app import SpecdeckApp
 from tui.connection import open_client
-from tui.display import LogFeed, safe_text
+from tui.display import LogFeed, log_text, safe_text
 from tui.notify.desktop import sequence
 
 CLIPBOARD = "\x1b]52;c;ZWNobyBwd25lZA==\x07"  # OSC 52: "echo pwned" into the clipboard
@@ -43,6 +43,9 @@ def test_safe_text_shows_every_control_as_an_escape_and_keeps_text():
     assert safe_text("one\ntwo", keep="\n") == "one\ntwo" and safe_text(None) == ""
     # A log line as the log view and `logs` show it: colours dropped, the rest visible.
     assert LogFeed(0).lines("\x1b[31mred\x1b[0m " + TITLE + "t\n50%\r100%\n") == ["red \\x1b]0;owned\\x07t", "100%"]
+    # `logs`, piece by piece: a colour cut at a piece's end waits for the rest of it.
+    shown, held = log_text("\x1b[31mred\x1b[0m " + TITLE + "\t50%\r\x1b[3")
+    assert (shown, held) == ("red \\x1b]0;owned\\x07\t50%\r", "\x1b[3") and log_text(held + "2mok\n") == ("ok\n", "")
     # The desktop notification keeps to its one sequence, the name's escapes visible in it.
     sent = sequence("j1 failed", EVIL_NAME, "osc777")
     assert sent.count("\x1b") == 1 and sent.count("\x07") == 1 and "\\x1b]52" in sent
@@ -71,7 +74,7 @@ def test_the_cli_writes_a_hosts_text_with_visible_escapes(evil_job, tmp_path):
     assert not controls_in(as_json) and json.loads(as_json)[0]["name"] == EVIL_NAME  # JSON keeps the name exact
 
     log = run_cli("logs", "local", evil_job, check=0).stdout
-    assert log == "plain\nred\n\\x1b]0;title\\x07t\n100%\n"
+    assert log == "plain\nred\n\\x1b]0;title\\x07t\n50%\n100%\n"  # the bar's \r kept (text mode reads it as \n)
     raw = run_cli("logs", "local", evil_job, "--raw", check=0).stdout
     assert raw == "plain\n\x1b[31mred\x1b[0m\n\x1b]0;title\x07t\n50%\n100%\n"  # run_cli's text mode reads \r as \n
 

@@ -148,6 +148,19 @@ def _table(keep):
 
 # A colour or other CSI sequence in a log line: what a terminal would not show as text.
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CSI_BEGUN = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*)?")  # one that the text ends before its last byte
+
+
+def log_text(text):
+    """A piece of a job's log as `specdeck logs` writes it: colours (CSI sequences) dropped, its
+    own newlines, tabs and the \\r of a progress bar's redraw kept, every other control (a title
+    or clipboard sequence, C1, bidi) a visible escape. Returns (shown, held): an escape sequence
+    cut at the piece's end is held for the next piece (pass it back in front of it)."""
+    held = ""
+    cut = text.rfind("\x1b", max(0, len(text) - 64))
+    if cut >= 0 and _CSI_BEGUN.fullmatch(text, cut):
+        text, held = text[:cut], text[cut:]
+    return safe_text(_ANSI.sub("", text) if "\x1b" in text else text, keep="\n\r\t"), held
 
 
 class LogFeed:

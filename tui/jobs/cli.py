@@ -8,7 +8,7 @@ import time
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..client import ConnectError
-from ..display import LogFeed
+from ..display import log_text, safe_text
 from . import model
 
 
@@ -96,28 +96,26 @@ def cmd_jobs(args):
 
 
 class LogText:
-    """Where `logs` writes a log: whole lines as the log view shows them (colours dropped, a bar
-    at its last redraw, other controls as escapes), or with --raw the text as it is."""
+    """Where `logs` writes a log, piece by piece as it comes (a progress bar redraws before its
+    line ends): display.log_text's cleaning, or with --raw the text as it is. Either way past the
+    stdout guard, whose rule would show the bar's \\r as an escape."""
 
     def __init__(self, raw):
-        self.out = getattr(sys.stdout, "raw", sys.stdout) if raw else sys.stdout
-        self.feed = None if raw else LogFeed(0)
+        self.out = getattr(sys.stdout, "raw", sys.stdout)
+        self.raw = raw
+        self.held = ""
 
     def write(self, text):
-        if self.feed is None:
-            self.out.write(text)
-        else:
-            self.lines(self.feed.lines(text))
+        if not self.raw:
+            text, self.held = log_text(self.held + text)
+        self.out.write(text)
         self.out.flush()
 
     def finish(self):
-        if self.feed is not None:
-            self.lines(self.feed.finish())
+        if self.held:
+            self.out.write(safe_text(self.held))
+            self.held = ""
         self.out.flush()
-
-    def lines(self, lines):
-        if lines:
-            self.out.write("\n".join(lines) + "\n")
 
 
 def cmd_logs(args):
