@@ -1,5 +1,6 @@
 """How the console writes things for people, in one place: sizes in both decimal and binary
-units, rates, durations, ages, times, tensor shapes, and the colour of each state."""
+units, rates, durations, ages, times, tensor shapes, the colour of each state, and a host's text
+(names, paths, error lines, logs) with its control characters as visible escapes (safe_text)."""
 
 import functools
 import re
@@ -126,6 +127,7 @@ _BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
 _VISIBLE = {code: "\\x%02x" % code for code in (*range(0x20), *range(0x7F, 0xA0))}
 _VISIBLE.update({code: "\\u%04x" % code for code in _BIDI})
 _VISIBLE.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+CONTROLS = frozenset(_VISIBLE)  # their code points
 
 
 def safe_text(text, keep=""):

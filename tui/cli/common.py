@@ -23,7 +23,7 @@ import re
 import sys
 import time
 
-from ..display import safe_text
+from ..display import CONTROLS, safe_text
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -176,12 +176,16 @@ def report_error(exc_type, message, as_json):
         sys.stderr.write("specdeck: %s\n" % safe_text(message))
 
 
+_JSON_ESCAPES = {code: "\\u%04x" % code for code in CONTROLS if code != 0x0A}
+
+
 class TerminalStream:
     """stdout or stderr of a command, where nothing but the CLI's own newlines reaches the
     terminal as a control: a host's text (a job name, a file name, a server's error line) that
-    a formatter let through shows its ESC, BEL, C1 or bidirectional control as an escape. In
-    JSON, where json.dumps already escapes every control but DEL, DEL is written `\\u007f`.
-    `raw` is the stream itself, for what is written as it is on purpose (`logs --raw`)."""
+    a formatter let through shows its ESC, BEL, C1 or bidirectional control as an escape. With
+    --json each is written `\\u001b` instead, which in a JSON string is the same character (where
+    json.dumps lets one through: DEL). `raw` is the stream itself, for what is written as it is
+    on purpose (`logs --raw`)."""
 
     def __init__(self, raw, as_json=False):
         self.raw = raw
@@ -189,7 +193,7 @@ class TerminalStream:
 
     def write(self, text):
         if not text.isprintable():
-            text = text.replace("\x7f", "\\u007f") if self.as_json else safe_text(text, keep="\n")
+            text = text.translate(_JSON_ESCAPES) if self.as_json else safe_text(text, keep="\n")
         return self.raw.write(text)
 
     def __getattr__(self, name):  # flush, isatty, fileno, buffer, close, encoding...
