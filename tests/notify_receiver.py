@@ -1,6 +1,6 @@
 """A real HTTP receiver on loopback for the notification tests and benchmark: it keeps every
-request (path, headers, body), answers 200, 500 (with any reason phrase), never or a byte every 0.5 s (`mode`), and can go down and come
-back up on the same port."""
+request (path, headers, body), answers 200, 500 (with any reason phrase), never or a byte every
+0.5 s (`mode`), and can go down and come back up on the same port."""
 
 import json
 import threading
