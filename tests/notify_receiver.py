@@ -1,6 +1,6 @@
 """A real HTTP receiver on loopback for the notification tests and benchmark: it keeps every
-request (path, headers, body), answers 200, 500, never or a byte every 0.5 s (`mode`), and can go down and come
-back up on the same port."""
+request (path, headers, body), answers 200, 500 (with any reason phrase), never or a byte every
+0.5 s (`mode`), and can go down and come back up on the same port."""
 
 import json
 import threading
@@ -11,6 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 class Receiver:
     def __init__(self, mode="ok"):
         self.mode = mode
+        self.reason = None  # the status line's reason phrase (None: the usual one)
         self.requests = []
         self.changed = threading.Condition()
         self.release = threading.Event()  # ends the waits of a receiver that never answers
@@ -34,7 +35,7 @@ class Receiver:
                 if receiver.mode == "hang":
                     receiver.release.wait(120)
                     return
-                self.send_response(500 if receiver.mode == "500" else 200)
+                self.send_response(500 if receiver.mode == "500" else 200, receiver.reason)
                 if receiver.mode == "trickle":  # one byte every 0.5 s, for a minute
                     self.send_header("Content-Length", "120")
                     self.end_headers()

@@ -25,6 +25,7 @@ from textual.worker import Worker, WorkerState
 
 from remote.core.protocol import RemoteError
 
+from . import display
 from .checkpoints.pane import TensorsPane
 from .client import ConnectError
 from .downloads.pane import DownloadsPane
@@ -122,6 +123,11 @@ class SpecdeckApp(PaneHost):
             # As `with TabbedContent():` would in compose.
             content.compose_add_child(TabPane("%d %s" % (number, pane_class.PANE_TITLE), *children, id=tab_id))
         return content
+
+    def notify(self, message, *, title="", **kwargs):
+        """Every toast, from every pane: a host's text in it (a job name, an error line, an
+        alert's reason) shows its controls as escapes, never as what they would do."""
+        return super().notify(display.safe_text(message), title=display.safe_text(title), **kwargs)
 
     def on_mount(self):
         self.set_interval(1.0, self._show_rtt)

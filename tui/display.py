@@ -1,6 +1,8 @@
 """How the console writes things for people, in one place: sizes in both decimal and binary
-units, rates, durations, ages, times, tensor shapes, and the colour of each state."""
+units, rates, durations, ages, times, tensor shapes, the colour of each state, and a host's text
+(names, paths, error lines, logs) with its control characters as visible escapes (safe_text)."""
 
+import functools
 import re
 import time
 
@@ -117,3 +119,102 @@ STATE_STYLES = {
     "resolving": "cyan",
     "queued": "dim",
 }
+
+
+# Characters a terminal acts on instead of showing: C0 (newline and tab included), DEL, C1,
+# and the bidirectional marks, embeddings, overrides and isolates that reorder what follows.
+_BIDI = (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A))
+_VISIBLE = {code: "\\x%02x" % code for code in (*range(0x20), *range(0x7F, 0xA0))}
+_VISIBLE.update({code: "\\u%04x" % code for code in _BIDI})
+_VISIBLE.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
+CONTROLS = frozenset(_VISIBLE)  # their code points
+
+
+def safe_text(text, keep=""):
+    """Text from a host or a server as a terminal may show it: every control character (C0,
+    DEL, C1, ESC, the bidirectional controls) as a visible escape (`\\x1b`, `\\u202e`, `\\n`),
+    so a name can neither drive the terminal nor split a line. Ordinary text, non-ASCII letters
+    included, stays as it is. `keep`: characters left alone (the CLI's own newlines)."""
+    if text is None:
+        return ""
+    text = text if isinstance(text, str) else str(text)
+    if text.isprintable():  # no Cc, no Cf (the bidirectional controls are Cf): nothing to do
+        return text
+    return text.translate(_table(keep) if keep else _VISIBLE)
+
+
+@functools.lru_cache(maxsize=8)
+def _table(keep):
+    return {code: visible for code, visible in _VISIBLE.items() if chr(code) not in keep}
+
+
+# A colour or other CSI sequence in a log line: what a terminal would not show as text.
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_CSI_BEGUN = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*)?")  # one that the text ends before its last byte
+
+
+def log_text(text):
+    """A piece of a job's log as `specdeck logs` writes it: colours (CSI sequences) dropped, its
+    own newlines, tabs and the \\r of a progress bar's redraw kept, every other control (a title
+    or clipboard sequence, C1, bidi) a visible escape. Returns (shown, held): an escape sequence
+    cut at the piece's end is held for the next piece (pass it back in front of it)."""
+    held = ""
+    cut = text.rfind("\x1b", max(0, len(text) - 64))
+    if cut >= 0 and _CSI_BEGUN.fullmatch(text, cut):
+        text, held = text[:cut], text[cut:]
+    return safe_text(_ANSI.sub("", text) if "\x1b" in text else text, keep="\n\r\t"), held
+
+
+class LogFeed:
+    """Turns a job's log text into whole display lines, in order, each byte range once.
+
+    Used by one thread at a time: the worker that reads the tail, then the client's reader
+    thread that delivers the follow stream. A partial last line waits for its newline.
+    """
+
+    def __init__(self, next_offset):
+        self.next_offset = next_offset
+        self.partial = ""
+
+    def lines(self, text, next_offset=None):
+        """Whole lines of `text` (None when the range up to next_offset was already seen). The
+        unfinished last line waits in `partial`, kept to its last redraw (what follows its last
+        \\r), so a progress bar that never ends its line stays one short line."""
+        if next_offset is not None:
+            if next_offset <= self.next_offset:
+                return None
+            self.next_offset = next_offset
+        parts = (self.partial + text).split("\n")
+        self.partial = _last_redraw(parts.pop())
+        return self.clean(parts)
+
+    def shown_partial(self):
+        """The unfinished last line as a terminal would show it now."""
+        return self.clean([self.partial])[0] if self.partial else ""
+
+    def finish(self):
+        rest, self.partial = self.partial, ""
+        return self.clean([rest]) if rest else []
+
+    @staticmethod
+    def clean(lines):
+        """What a terminal would show: colours dropped, a bar redrawn with \\r at its last state,
+        tabs expanded, and every other control (a title or clipboard sequence, C1, bidi) an escape."""
+        if all(line.isprintable() for line in lines):
+            return lines
+        cleaned = []
+        for line in lines:
+            line = _ANSI.sub("", line)
+            if "\r" in line:
+                line = line.rstrip("\r").rsplit("\r", 1)[-1]
+            cleaned.append(safe_text(line.expandtabs()))
+        return cleaned
+
+
+def _last_redraw(line):
+    """What follows the last \r of an unfinished line (a \r at its very end may be the first
+    half of \r\n, so the redraw before it is kept with it)."""
+    if "\r" not in line:
+        return line
+    body, ends_with_cr = (line[:-1], True) if line.endswith("\r") else (line, False)
+    return body.rpartition("\r")[2] + ("\r" if ends_with_cr else "")

@@ -2,6 +2,8 @@
 host's live figures (GPUs, servers): the host's own verdict carried by the last frame, aged since
 it arrived, or stale when no frame came for a while (a cut link)."""
 
+from .display import safe_text
+
 QUIET_STALE_S = 5.0  # no frame from the host this long: the figures shown are stale
 
 
@@ -23,7 +25,7 @@ def freshness(sample, received_at, now_monotonic):
 def stale_text(age, why=None):
     """`(stale, 12 s old: the scrape timed out)`; `?` for an age the host did not say."""
     text = "stale, %s old" % ("?" if age is None else "%d s" % age)
-    return "(%s%s)" % (text, ": %s" % why if why else "")
+    return "(%s%s)" % (text, ": %s" % safe_text(why) if why else "")  # why: a server's error line
 
 
 def not_current_line(figures):

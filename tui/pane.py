@@ -20,6 +20,7 @@ from textual.widgets import Static
 from remote.core.protocol import RemoteError
 
 from .client import ConnectError
+from .display import safe_text
 from .messages import AgentError
 from .requests import NOT_CONNECTED, RequestDone, Requests
 
@@ -166,7 +167,7 @@ class Pane(Requests, Widget):
 
     def set_status(self, text, error=False):
         for status in self.query(".pane-status"):
-            status.update(Text(text))  # host paths and messages are not markup
+            status.update(Text(safe_text(text, keep="\n")))  # host paths and messages: not markup, no controls
             status.set_class(error, "error")
             break
 

@@ -13,6 +13,7 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
+from ..display import safe_text
 from .view import compare_status
 
 SAME = "same"
@@ -53,7 +54,7 @@ def config_value(entry, side):
     present = entry.get("in", "both")
     if present not in ("both", side.upper()):
         return Text("(not set)", style="dim")
-    return Text(json.dumps(entry.get(side), sort_keys=True), style="yellow")
+    return Text(safe_text(json.dumps(entry.get(side), sort_keys=True)), style="yellow")
 
 
 class CompareScreen(ModalScreen):
@@ -106,8 +107,8 @@ class CompareScreen(ModalScreen):
         verdict.set_class(not compatible, "incompatible")
         text = Text()
         text.append("COMPATIBLE" if compatible else "INCOMPATIBLE", style="bold green" if compatible else "bold red")
-        text.append("\nA  %s (%s)" % (self.report_a.get("path", "?"), self.report_a.get("format", "?")))
-        text.append("\nB  %s (%s)" % (self.report_b.get("path", "?"), self.report_b.get("format", "?")))
+        text.append(safe_text("\nA  %s (%s)" % (self.report_a.get("path", "?"), self.report_a.get("format", "?")), keep="\n"))
+        text.append(safe_text("\nB  %s (%s)" % (self.report_b.get("path", "?"), self.report_b.get("format", "?")), keep="\n"))
         shown, total = len(self.result.get("rows") or []), self.result.get("rows_total", 0)
         if total > shown:
             text.append("\n%d of %d tensor rows shown, the differing ones first" % (shown, total), style="dim")
@@ -116,7 +117,7 @@ class CompareScreen(ModalScreen):
         for reason in self.result.get("reasons") or []:
             if reasons:
                 reasons.append("\n")
-            reasons.append("- " + (reason if isinstance(reason, str) else str(reason)), style="" if compatible else "red")
+            reasons.append("- " + safe_text(reason), style="" if compatible else "red")
         self.query_one("#compare-reasons", Static).update(reasons)
         self._fill_rows()
         config_diff = self.result.get("config_diff") or []
@@ -125,7 +126,7 @@ class CompareScreen(ModalScreen):
         config = self.query_one("#compare-config", DataTable)
         for entry in config_diff:
             field = str(entry.get("field", "?"))
-            config.add_row(Text(field), config_value(entry, "a"), config_value(entry, "b"), key=field)
+            config.add_row(Text(safe_text(field)), config_value(entry, "a"), config_value(entry, "b"), key=field)
         self.query_one("#compare-rows", DataTable).focus()
 
     def _add_columns(self, table):
@@ -157,8 +158,8 @@ class CompareScreen(ModalScreen):
                 if self.differences_only and check.get("ok"):
                     continue
                 style = "" if check.get("ok") else "bold red"
-                table.add_row(Text("ok" if check.get("ok") else "FAILS", style=style), Text(check.get("check", "?"), style=style),
-                              Text(check.get("message", ""), style=style), key=check.get("check"))
+                table.add_row(Text("ok" if check.get("ok") else "FAILS", style=style), Text(safe_text(check.get("check", "?")), style=style),
+                              Text(safe_text(check.get("message", "")), style=style), key=check.get("check"))
             return
         for row in self.result.get("rows") or []:
             status = row.get("status") or SAME
@@ -167,9 +168,9 @@ class CompareScreen(ModalScreen):
             style = status_style(status)
             table.add_row(
                 Text(STATUS_WORDS.get(status, status), style=style),
-                Text(row.get("name", "?"), style=style),
-                Text(describe_side(row.get("a")), style=style),
-                Text(describe_side(row.get("b")), style=style),
+                Text(safe_text(row.get("name", "?")), style=style),
+                Text(safe_text(describe_side(row.get("a"))), style=style),
+                Text(safe_text(describe_side(row.get("b"))), style=style),
                 key=row.get("name"),
             )
 

@@ -16,7 +16,7 @@ from textual.binding import Binding
 from textual.reactive import reactive
 from textual.widgets import DataTable, Input, Static
 
-from ..display import format_bytes
+from ..display import format_bytes, safe_text
 from ..pane import Pane
 from ..screens.file_picker import FilePicker
 from .compare import CompareScreen
@@ -89,7 +89,7 @@ class TensorsPane(Pane):
     def open_path(self, path):
         """Inspect the checkpoint at `path` on the host (a directory or a .safetensors file)."""
         self.path = path
-        self.query_one("#tensors-path", Static).update(Text(path))
+        self.query_one("#tensors-path", Static).update(Text(safe_text(path)))
         self.set_status("reading %s on the host ..." % path)
         self._inspect(path)
 
@@ -122,7 +122,7 @@ class TensorsPane(Pane):
         self.page_loading = False
         self.showing_groups = False
         self.shown_tensors = list(report.get("tensors") or []) if self.paged else []
-        self.query_one("#tensors-path", Static).update(Text.assemble((report.get("path") or path, "bold")))
+        self.query_one("#tensors-path", Static).update(Text.assemble((safe_text(report.get("path") or path), "bold")))
         self.query_one("#tensors-problems", CheckpointProblems).show(report.get("problems"))
         self.query_one("#tensors-summary", Eagle3Summary).show(report, self.page_total if self.paged else None)
         if report.get("eagle3"):  # a drafter: the coverage of the last text measured on the host
@@ -159,7 +159,7 @@ class TensorsPane(Pane):
         if path == self.path and self.report is not None:
             # Keep showing the checkpoint that is open, under its own name.
             self.path = self.report.get("path") or self.path
-            self.query_one("#tensors-path", Static).update(Text(self.path, style="bold"))
+            self.query_one("#tensors-path", Static).update(Text(safe_text(self.path), style="bold"))
         self.set_status("%s: %s" % (path, message), error=True)
 
     # -- the table
@@ -240,7 +240,7 @@ class TensorsPane(Pane):
         if tensor is None:
             role.update("")
             return
-        role.update(Text.assemble((tensor["name"], "bold"), ": ", tensor.get("role") or "role unknown"))
+        role.update(Text.assemble((safe_text(tensor["name"]), "bold"), ": ", safe_text(tensor.get("role") or "role unknown")))
 
     @on(Input.Changed, "#tensors-filter")
     def _filter_changed(self, event):

@@ -3,6 +3,8 @@
 from rich.text import Text
 from textual.widgets import Static
 
+from ..display import safe_text
+
 PROBLEMS_SHOWN = 3
 
 
@@ -27,7 +29,7 @@ def problems_text(problems, limit=PROBLEMS_SHOWN):
         text.append("\n")
         text.append("error: " if error else "warning: ", style="bold red" if error else "bold yellow")
         # One line each: the message is cut at the pane's edge, never wrapped.
-        text.append(" ".join(problem.get("message", "").split()), style="red" if error else "yellow")
+        text.append(safe_text(" ".join(problem.get("message", "").split())), style="red" if error else "yellow")
     return text
 
 

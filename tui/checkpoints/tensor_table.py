@@ -4,7 +4,7 @@
 from rich.text import Text
 from textual.widgets import DataTable
 
-from ..display import format_shape
+from ..display import format_shape, safe_text
 
 SORT_KEYS = ("name", "size", "dtype")
 
@@ -40,11 +40,11 @@ class TensorTable(DataTable):
     def add_tensors(self, tensors):
         for tensor in tensors:
             self.add_row(
-                Text(tensor["name"]),  # Text, not str: a str cell would be read as markup
+                Text(safe_text(tensor["name"])),  # Text, not str: a str cell would be read as markup
                 Text(format_shape(tensor.get("shape") or [])),
-                Text(tensor.get("dtype") or ""),
+                Text(safe_text(tensor.get("dtype"))),
                 Text("{:,}".format(tensor.get("bytes") or 0), justify="right"),
-                Text(tensor.get("role") or "", style="dim" if not tensor.get("role") else ""),
+                Text(safe_text(tensor.get("role")), style="dim" if not tensor.get("role") else ""),
                 key=tensor["name"],
             )
 
@@ -57,6 +57,6 @@ class TensorTable(DataTable):
         self.add_column("role", key="role")
         for group in groups:
             shapes = ", ".join(format_shape(s) for s in group.get("shapes") or []) + (", ..." if group.get("more_shapes") else "")
-            self.add_row(Text("{:,}".format(group["count"]), justify="right"), Text(group["pattern"]), Text(shapes),
-                         Text("{:,}".format(group.get("bytes") or 0), justify="right"), Text(group.get("role") or ""),
+            self.add_row(Text("{:,}".format(group["count"]), justify="right"), Text(safe_text(group["pattern"])), Text(shapes),
+                         Text("{:,}".format(group.get("bytes") or 0), justify="right"), Text(safe_text(group.get("role"))),
                          key=group["pattern"])

@@ -8,7 +8,7 @@ import json
 
 from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 
-from ..display import format_bytes, format_shape
+from ..display import format_bytes, format_shape, safe_text
 
 
 def format_size(n):
@@ -18,7 +18,9 @@ def format_size(n):
 
 
 def _table(headers, rows, right=()):
-    """Columns padded to their widest cell; the last column is not padded."""
+    """Columns padded to their widest cell; the last column is not padded. A cell is a host's
+    text (a tensor's name): one line, its controls as escapes, so a name cannot split a row."""
+    rows = [[safe_text(cell) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -48,8 +50,8 @@ def _problem_lines(problems):
     if warnings:
         head.append("%d warning%s" % (len(warnings), "" if len(warnings) == 1 else "s"))
     lines = ["Problems: " + ", ".join(head)]
-    lines += ["  ERROR    " + p.get("message", "") for p in errors]
-    lines += ["  warning  " + p.get("message", "") for p in warnings]
+    lines += ["  ERROR    " + safe_text(p.get("message", "")) for p in errors]
+    lines += ["  warning  " + safe_text(p.get("message", "")) for p in warnings]
     return lines
 
 
@@ -173,7 +175,7 @@ def format_compare(result):
     if result.get("target"):
         lines = ["Verdict: %s" % ("COMPATIBLE: the drafter can serve the target" if compatible
                                   else "INCOMPATIBLE: the drafter cannot serve the target")]
-        lines += ["  - " + reason for reason in result.get("reasons") or []]
+        lines += ["  - " + safe_text(reason) for reason in result.get("reasons") or []]
         checks = result.get("checks") or []
         lines.append("Checked against the target model (%s): %d" % (result["target"], len(checks)))
         lines += _table(["check", "result", "why"], [[c.get("check", ""), "ok" if c.get("ok") else "FAILS",
@@ -182,7 +184,7 @@ def format_compare(result):
     lines = ["Verdict: %s" % ("COMPATIBLE: drop-in initialisation" if compatible
                               else "INCOMPATIBLE: not a drop-in initialisation")]
     for reason in result.get("reasons") or []:
-        lines.append("  - " + reason)
+        lines.append("  - " + safe_text(reason))
     rows = []
     for row in result.get("rows") or []:
         a, b = row.get("a"), row.get("b")

@@ -23,6 +23,8 @@ import re
 import sys
 import time
 
+from ..display import CONTROLS, safe_text
+
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 
@@ -166,11 +168,44 @@ class ReconnectNotices:
 
 
 def report_error(exc_type, message, as_json):
-    """Write the one line (or JSON object) for a failure on stderr."""
+    """Write the one line (or JSON object) for a failure on stderr (a message may carry a
+    host's text: one line still, its controls shown as escapes)."""
     if as_json:
         sys.stderr.write(json.dumps({"error": {"type": exc_type, "message": message}}) + "\n")
     else:
-        sys.stderr.write("specdeck: %s\n" % message)
+        sys.stderr.write("specdeck: %s\n" % safe_text(message))
+
+
+_JSON_ESCAPES = {code: "\\u%04x" % code for code in CONTROLS if code != 0x0A}
+
+
+class TerminalStream:
+    """stdout or stderr of a command, where nothing but the CLI's own newlines reaches the
+    terminal as a control: a host's text (a job name, a file name, a server's error line) that
+    a formatter let through shows its ESC, BEL, C1 or bidirectional control as an escape. With
+    --json each is written `\\u001b` instead, which in a JSON string is the same character (where
+    json.dumps lets one through: DEL). `raw` is the stream itself, for what is written as it is
+    on purpose (`logs --raw`)."""
+
+    def __init__(self, raw, as_json=False):
+        self.raw = raw
+        self.as_json = as_json
+
+    def write(self, text):
+        if not text.isprintable():
+            text = text.translate(_JSON_ESCAPES) if self.as_json else safe_text(text, keep="\n")
+        return self.raw.write(text)
+
+    def __getattr__(self, name):  # flush, isatty, fileno, buffer, close, encoding...
+        return getattr(self.raw, name)
+
+
+def guard_terminal(as_json):
+    """Puts TerminalStream in front of stdout and stderr for the rest of this command."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, TerminalStream):
+            setattr(sys, name, TerminalStream(stream, as_json))
 
 
 def log_path():

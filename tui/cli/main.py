@@ -33,7 +33,8 @@ import importlib
 import re
 import sys
 
-from .common import EXIT_USAGE, agent_python, connection_options, failure, report_error, setup_logging, split_host_path
+from .common import (EXIT_USAGE, agent_python, connection_options, failure, guard_terminal, report_error, setup_logging,
+                     split_host_path)
 
 # Each area's module and the commands it adds, in help order. A command imports its own module
 # only: a headless command over a warm link is one round trip plus this process's start, and
@@ -221,6 +222,7 @@ def main(argv=None):
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the command's own usage says what it takes, not the top level's
         command_parser(parser, argv[0]).error("unrecognized arguments: %s" % " ".join(unknown))
+    guard_terminal(args.json)  # from here on, no host's text drives the terminal
     setup_logging(args.verbose)
     if args.command == "run":
         args.argv = args.argv + command_argv

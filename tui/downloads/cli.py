@@ -16,7 +16,7 @@ import posixpath
 import sys
 import time
 
-from .. import config
+from .. import config, display
 from ..cli.common import EXIT_USAGE, CommandError, connect, emit, split_host_path
 from ..jobs import model as jobs
 from .model import progress_line
@@ -92,10 +92,12 @@ def wait_for_download(args, client, job):
     while jobs.is_live(job):
         time.sleep(0.5)
         job = client.call("jobs.get", {"id": job["id"]})
-        line = progress_line(job)
+        line = display.safe_text(progress_line(job))
         if line != last_line and not args.json:
-            sys.stderr.write(("\r" + line.ljust(len(last_line))) if sys.stderr.isatty() else line + "\n")
-            sys.stderr.flush()
+            # The \r that redraws the line is the CLI's own: past the guard, the line made safe.
+            err = getattr(sys.stderr, "raw", sys.stderr)
+            err.write(("\r" + line.ljust(len(last_line))) if sys.stderr.isatty() else line + "\n")
+            err.flush()
             last_line = line
     if last_line and sys.stderr.isatty() and not args.json:
         sys.stderr.write("\n")

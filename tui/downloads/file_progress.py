@@ -5,7 +5,7 @@ from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
-from ..display import STATE_STYLES, format_bytes
+from ..display import STATE_STYLES, format_bytes, safe_text
 
 
 
@@ -33,9 +33,9 @@ class FileProgress(Horizontal):
 
     def _label(self):
         entry = self.entry
-        label = Text(self.path)
+        label = Text(safe_text(self.path))  # a hub's file name: its controls as escapes
         if entry.get("state"):
-            label.append("  " + entry["state"], style=STATE_STYLES.get(entry["state"], ""))
+            label.append("  " + safe_text(entry["state"]), style=STATE_STYLES.get(entry["state"], ""))
         label.append("  %s of %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
         return label
 

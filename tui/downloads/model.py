@@ -95,15 +95,15 @@ def figures(job):
     active = is_active(job)
     eta = found.get("eta_s")
     return {
-        "id": job["id"],
-        "kind": action(job),  # download or verify
-        "state": job["state"],
+        "id": display.safe_text(job["id"]),  # each a host's text: shown with its controls as escapes
+        "kind": display.safe_text(action(job)),  # download or verify
+        "state": display.safe_text(job["state"]),
         "percent": percent(done, total),
         "rate": display.format_rate(found.get("rate_bytes_per_s")) if active else "-",
         "eta": display.format_duration(eta) if active and eta is not None else "-",
         "done": display.format_decimal_bytes(done),
         "size": display.format_decimal_bytes(total),  # one unit, decimal as the hub shows sizes
-        "repo": repo(job),
+        "repo": display.safe_text(repo(job)),
     }
 
 

@@ -18,7 +18,7 @@ from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
-from ..display import STATE_STYLES, console_next_step, format_bytes, format_duration
+from ..display import STATE_STYLES, console_next_step, format_bytes, format_duration, safe_text
 from ..jobs import model as jobs
 from ..messages import AgentError, OpenCheckpoint
 from ..pane import Pane
@@ -203,14 +203,14 @@ class DownloadsPane(Pane):
         shown = figures(job)
         where = local_dir(job, params_from_meta(job))
         text = Text()
-        text.append("%s  " % job["id"], style="bold")
+        text.append("%s  " % shown["id"], style="bold")
         text.append("%s  " % shown["kind"], style="dim")
         text.append(shown["repo"], style="bold")
         if where:
             text.append("  ->  ", style="dim")
-            text.append(where)
+            text.append(safe_text(where))
         text.append("\nstate ", style="dim")
-        text.append(job["state"], style=STATE_STYLES.get(job["state"], ""))
+        text.append(shown["state"], style=STATE_STYLES.get(job["state"], ""))
         if is_active(job):
             text.append("  rate ", style="dim")
             text.append(shown["rate"])
@@ -312,14 +312,14 @@ class DownloadsPane(Pane):
         if verdict:
             good = verdict.get("status") == "verified"
             text = Text("verdict: ", style="dim")
-            text.append(verdict.get("status", ""), style="bold green" if good else "bold red")
-            text.append("  " + console_next_step(verdict.get("message") or ""))
+            text.append(safe_text(verdict.get("status", "")), style="bold green" if good else "bold red")
+            text.append("  " + safe_text(console_next_step(verdict.get("message") or "")))
             if verdict.get("file"):
-                text.append("  (%s)" % verdict["file"], style="red")
+                text.append("  (%s)" % safe_text(verdict["file"]), style="red")
             return text
         error = found.get("error") or job.get("error")
         if error:
-            return Text("error: " + console_hint(error.partition(":")[0], console_next_step(error)), style="red")
+            return Text("error: " + safe_text(console_hint(error.partition(":")[0], console_next_step(error))), style="red")
         return Text("")
 
     def _rebuild_files(self, job_id, files):

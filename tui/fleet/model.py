@@ -7,6 +7,7 @@ time since the summary arrived, and one the host called stale, or that came long
 tui/freshness.py's QUIET_STALE_S, is marked with its age.
 """
 
+from .. import display
 from ..freshness import QUIET_STALE_S
 
 # The state of a host that answered; every other state says why it did not (see `failure_state`).
@@ -133,8 +134,13 @@ def alerts_text(alerts):
 
 def cells(row):
     """The strings a person reads for one row, one per COLUMNS entry (a stale figure carries its
-    age). A host that did not answer has its host, state and rtt, then its reason in place of
-    the figures: a list of four (`table` writes the reason across the figures' columns)."""
+    age), each a host's text with its controls as escapes. A host that did not answer has its
+    host, state and rtt, then its reason in place of the figures: a list of four (`table` writes
+    the reason across the figures' columns)."""
+    return [display.safe_text(cell) for cell in _cells(row)]
+
+
+def _cells(row):
     rtt = "-" if row.get("rtt_ms") is None else "%d ms" % round(row["rtt_ms"])
     if row["state"] != UP:
         return [row["host"], row["state"], rtt, row.get("reason") or ("waiting for its first answer" if row["state"] == CONNECTING else "-")]

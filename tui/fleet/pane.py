@@ -13,6 +13,7 @@ from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
+from ..display import safe_text
 from ..pane import Pane
 from . import model
 
@@ -62,7 +63,8 @@ class FleetPane(Pane):
         current = self.app.current
         rows = self.rows()
         for link, row in rows:
-            cells = row_cells(link, row)
+            # Text, not str: a str cell would be read as markup (a host's reason may hold [brackets]).
+            cells = {key: Text(text) for key, text in row_cells(link, row).items()}
             cells["shown"] = "▶" if link is current else ""
             known = self._cells.get(link.name)
             if known is None:
@@ -159,4 +161,4 @@ def detail_text(link, row):
     lines = ["%s: %s" % (link.name, row.get("reason") or row["state"])]
     for alert in (row.get("alerts") or [])[:2]:
         lines.append("  %s%s" % ("! " if alert.get("urgent") else "", alert.get("title") or alert.get("message") or ""))
-    return "\n".join(lines)
+    return "\n".join(safe_text(line) for line in lines)

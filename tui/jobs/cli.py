@@ -8,6 +8,7 @@ import time
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..client import ConnectError
+from ..display import log_text, safe_text
 from . import model
 
 
@@ -42,6 +43,9 @@ def add_commands(commands):
     p.add_argument("job")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing as the log grows, across reconnects")
     p.add_argument("--tail", type=byte_count, metavar="BYTES", help="start this many bytes before the end")
+    p.add_argument("--raw", action="store_true",
+                   help="the log's bytes as they are, escape sequences included (default: as text, colours dropped, "
+                        "other controls shown as escapes)")
 
     p = commands.add_parser("stop", help="stop a job: TERM to everything it started, KILL after the grace period")
     p.set_defaults(func=cmd_stop)
@@ -91,8 +95,31 @@ def cmd_jobs(args):
     return 0
 
 
+class LogText:
+    """Where `logs` writes a log, piece by piece as it comes (a progress bar redraws before its
+    line ends): display.log_text's cleaning, or with --raw the text as it is. Either way past the
+    stdout guard, whose rule would show the bar's \\r as an escape."""
+
+    def __init__(self, raw):
+        self.out = getattr(sys.stdout, "raw", sys.stdout)
+        self.raw = raw
+        self.held = ""
+
+    def write(self, text):
+        if not self.raw:
+            text, self.held = log_text(self.held + text)
+        self.out.write(text)
+        self.out.flush()
+
+    def finish(self):
+        if self.held:
+            self.out.write(safe_text(self.held))
+            self.held = ""
+        self.out.flush()
+
+
 def cmd_logs(args):
-    out = sys.stdout
+    out = sys.stdout if args.json else LogText(args.raw)
     if not args.follow:
         client = connect(args, args.host)
         offset = -args.tail if args.tail else 0
@@ -105,7 +132,10 @@ def cmd_logs(args):
             if chunk["next_offset"] >= chunk["size"]:
                 break
             offset = chunk["next_offset"]
-        out.flush()
+        if args.json:
+            out.flush()
+        else:
+            out.finish()
         return 0
     client = connect(args, args.host, reconnect=True)
     done = threading.Event()
@@ -114,9 +144,9 @@ def cmd_logs(args):
     def on_data(data, seq):
         if args.json:
             out.write(json.dumps({"offset": data["offset"], "text": data["text"]}) + "\n")
+            out.flush()
         else:
             out.write(data["text"])
-        out.flush()
 
     def on_end(data):
         result.update(data)
@@ -132,6 +162,8 @@ def cmd_logs(args):
                 raise ConnectError(client.state_detail.get("error") or "the connection failed")
     except KeyboardInterrupt:
         return 130
+    if not args.json:
+        out.finish()
     job = result.get("job") or {}
     if result.get("error"):
         raise CommandError(result["error"], EXIT_FAILED)

@@ -92,13 +92,13 @@ def exit_text(job):
 def figures(job, now=None):
     """{column key: text} of one job, as the Jobs table and `specdeck jobs` show it."""
     return {
-        "id": id_text(job),
-        "kind": job.get("kind") or "",
-        "state": state_text(job),
+        "id": display.safe_text(id_text(job)),
+        "kind": display.safe_text(job.get("kind") or ""),
+        "state": display.safe_text(state_text(job)),
         "runtime": display.format_duration(runtime(job, now)),
         "exit": exit_text(job),
         "started": display.format_time(job.get("started_at")),
-        "name": job.get("name") or "",
+        "name": display.safe_text(job.get("name") or ""),  # a Slurm job's is anyone's: one line, no controls
     }
 
 

@@ -280,7 +280,7 @@ class JobsPane(Pane):
             self._submitted(job)
 
     def _submitted(self, job):
-        self.notify("started %s: %s" % (job["id"], job.get("name") or ""), title="new job", markup=False)
+        self.notify("started %s: %s" % (job["id"], display.safe_text(job.get("name"))), title="new job", markup=False)
         self._select_when_listed = job["id"]
         # After the form has gone (it gives the focus back to what had it, the log maybe): the
         # table, so the arrow keys move among the jobs.
@@ -296,13 +296,13 @@ class JobsPane(Pane):
             self.notify("%s is not running (%s)" % (job["id"], job.get("state")), severity="warning", markup=False)
             return
         question = "Stop %s (%s)?\nTERM to its processes now, KILL after %d s if still running." % (
-            job["id"], job.get("name") or "", STOP_GRACE_S)
+            job["id"], display.safe_text(job.get("name")), STOP_GRACE_S)
         if job.get("foreign"):  # the user's own Slurm job: said plainly, since specdeck did not start it
             question = "Cancel Slurm job %s (%s)?\nspecdeck did not start it. scancel: TERM now, KILL after %d s if still running." % (
-                job.get("slurm_id"), job.get("name") or "", STOP_GRACE_S)
+                job.get("slurm_id"), display.safe_text(job.get("name")), STOP_GRACE_S)
         elif job.get("slurm_id"):
             question = "Stop %s (Slurm job %s, %s)?\nscancel: TERM now, KILL after %d s if still running." % (
-                job["id"], job["slurm_id"], job.get("name") or "", STOP_GRACE_S)
+                job["id"], job["slurm_id"], display.safe_text(job.get("name")), STOP_GRACE_S)
 
         def answered(yes):
             if yes:
@@ -319,7 +319,7 @@ class JobsPane(Pane):
             self.notify("%s is still running: s stops it, then x forgets it" % job["id"], severity="warning", markup=False)
             return
         question = "Forget %s (%s)?\nIts directory and its whole log are removed from the host; this cannot be undone." % (
-            job["id"], job.get("name") or "")
+            job["id"], display.safe_text(job.get("name")))
 
         def answered(yes):
             if yes:

@@ -11,13 +11,13 @@ SPECDECK_DESKTOP_NOTIFY=osc777|osc9|bell|off chooses instead.
 """
 
 import os
-import re
 
 from textual.message import Message
 
+from ..display import safe_text
+
 TITLE_MAX = 80
 BODY_MAX = 240
-CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
 class HostAlerts(Message):
@@ -47,9 +47,9 @@ def kind_for(env=None):
 
 
 def _clean(text, limit, separator=False):
-    """One line without control characters (an ESC or BEL in a job name would end the sequence
-    early and spill the rest onto the screen), and no `;` where OSC 777 splits its fields."""
-    text = " ".join(CONTROL.sub(" ", text or "").split())
+    """One line whose controls show as escapes (an ESC or BEL in a job name would end the
+    sequence early and spill the rest onto the screen), and no `;` where OSC 777 splits its fields."""
+    text = safe_text(" ".join((text or "").split()))
     if separator:
         text = text.replace(";", ",")
     return text if len(text) <= limit else text[: limit - 1] + "…"

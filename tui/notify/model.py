@@ -12,13 +12,14 @@ RETRYING_STATES = ("failing", "retrying")
 def channel_figures(channel):
     """{key: text} of one channel: its id, format, where it sends (a URL, masked by the host, or a
     command line), the alerts it takes and its quiet hours (`-`: none)."""
-    return {
+    shown = {
         "id": channel["id"],
         "format": channel["format"],
         "where": channel.get("url") or " ".join(channel.get("argv") or []),
         "on": ",".join(channel.get("on") or ["all"]),
         "quiet": channel.get("quiet") or "-",
     }
+    return {key: display.safe_text(value) for key, value in shown.items()}  # the host's text: one line, no controls
 
 
 def channel_line(channel):
@@ -47,7 +48,7 @@ def status_text(status):
         text += ", %d waiting" % status["pending"]
     if status.get("expired"):
         text += ", %d given up" % status["expired"]
-    return text
+    return display.safe_text(text)  # an error is a receiver's reason phrase: its controls as escapes
 
 
 def format_channels(channels):

@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Input, Label, Static
 from remote.core.protocol import RemoteError
 
 from ..client import ConnectError
+from ..display import safe_text
 from .model import STATE_STYLES, channel_figures, status_text
 
 ADD_HINT = "ntfy topic URL, Slack/Mattermost/Discord/JSON webhook, or: command mail -s specdeck me@example.org"
@@ -153,12 +154,13 @@ class NotificationsScreen(ModalScreen[None]):
             status = channel.get("status") or {}
             state = status.get("state") or "?"
             shown = channel_figures(channel)
-            table.add_row(shown["id"], shown["format"], shown["where"], shown["on"], shown["quiet"],
-                          Text(state, style=STATE_STYLES.get(state, "")), status_text(status), key=channel["id"])
+            # Text, not str: a str cell would be read as markup.
+            table.add_row(*(Text(shown[key]) for key in ("id", "format", "where", "on", "quiet")),
+                          Text(safe_text(state), style=STATE_STYLES.get(state, "")), Text(status_text(status)), key=channel["id"])
         if not self.channels:
             self._say("no channels yet: alerts reach an open console only. Type a URL below and press enter.")
         recent = reply.get("recent") or []
-        lines = ["%s  %s" % (alert.get("time_text", "?"), alert.get("message", "")) for alert in recent[:12]]
+        lines = [safe_text("%s  %s" % (alert.get("time_text", "?"), alert.get("message", ""))) for alert in recent[:12]]
         self.query_one("#recent", Static).update(Text("\n".join(lines) or "none yet"))
 
     @on(Said)
@@ -167,7 +169,7 @@ class NotificationsScreen(ModalScreen[None]):
 
     def _say(self, text, error=False):
         said = self.query_one("#notify-said", Static)
-        said.update(Text(" ".join(text.split())))
+        said.update(Text(safe_text(" ".join(text.split()))))
         said.set_class(not error, "busy")
 
     # -- keys

@@ -17,7 +17,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList, Static
 from textual.widgets.option_list import Option
 
-from ..display import format_bytes, format_time
+from ..display import format_bytes, format_time, safe_text
 from ..requests import Requests
 
 LIST_TIMEOUT_S = 30.0
@@ -59,7 +59,7 @@ class FilePicker(Requests, ModalScreen):
 
     def compose(self):
         with Vertical():
-            yield Label(Text(self.title_text), id="picker-title")
+            yield Label(Text(safe_text(self.title_text)), id="picker-title")
             # No select-on-focus: "/" typed in the list must stay the first character of the path.
             yield Input(placeholder="a path on the host (Enter picks it, a trailing / opens it)", id="picker-path", select_on_focus=False)
             yield OptionList(id="picker-entries")
@@ -107,13 +107,13 @@ class FilePicker(Requests, ModalScreen):
     @staticmethod
     def _entry_label(entry):
         if entry["dir"]:
-            return Text(entry["name"] + "/", style="bold")
+            return Text(safe_text(entry["name"]) + "/", style="bold")  # a host's file name: controls as escapes
         size = format_bytes(entry["bytes"])
-        return Text.assemble(entry["name"], ("  %s  %s" % (size, format_time(entry.get("mtime"))), "dim"))
+        return Text.assemble(safe_text(entry["name"]), ("  %s  %s" % (size, format_time(entry.get("mtime"))), "dim"))
 
     def _set_status(self, text, error=False):
         status = self.query_one("#picker-status", Static)
-        status.update(Text(text))  # host paths and messages are not markup
+        status.update(Text(safe_text(text, keep="\n")))  # host paths and messages: not markup, no controls
         status.set_class(error, "error")
 
     # -- keys

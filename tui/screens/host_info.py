@@ -12,7 +12,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from ..display import format_bytes, format_duration, format_time
+from ..display import format_bytes, format_duration, format_time, safe_text
 
 STATE_STYLES = {"running": "green", "retrying": "bold red", "starting": "yellow", "stopped": "dim"}
 
@@ -37,8 +37,9 @@ def services_table(services, now=None):
             detail = service.get("detail") or {}
             how = ", ".join("%s %s" % (key.replace("_", " "), _value(key, value)) for key, value in detail.items()
                             if not isinstance(value, (dict, list)) and value is not None)
+        how = safe_text(how)  # a service's error is the host's text
         text = Text(how) if service.get("error") else Text(how, no_wrap=True, overflow="ellipsis")
-        table.add_row(service.get("name", "?"), Text(state, style=STATE_STYLES.get(state, "")), text)
+        table.add_row(Text(safe_text(service.get("name", "?"))), Text(safe_text(state), style=STATE_STYLES.get(state, "")), text)
     return table
 
 

@@ -3,6 +3,7 @@ each figure with its precision said once (accept length to two places, acceptanc
 tokens/s to one), the keys `spec --json` answers with, whether a server still runs, and how one
 ended. A server started by specdeck is a job: its states are the jobs' (tui/jobs/model.py)."""
 
+from .. import display
 from ..jobs import model as jobs
 
 # A server's state as serving.status gives it: starting (also while Slurm holds it in its queue),
@@ -64,4 +65,5 @@ def how_it_ended(info):
     one), with the engine's first error line when that is not already said."""
     ended = info.get("ended") or jobs.how_it_ended(info)
     first = info.get("first_error")
-    return ended if not first or first in ended else "%s: %s" % (ended, first)
+    # The engine's line and the host's are a server's text: one line, its controls as escapes.
+    return display.safe_text(ended if not first or first in ended else "%s: %s" % (ended, first))

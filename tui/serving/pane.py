@@ -24,6 +24,7 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Static
 
+from ..display import safe_text
 from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
@@ -286,7 +287,7 @@ class SpeculationPane(Pane):
         line, line_source = self.break_even_for(server_id)
         k = info.get("k")
         summary = Text()
-        summary.append("%s  %s" % (server_id, info.get("name") or ""), style="bold")
+        summary.append(safe_text("%s  %s" % (server_id, info.get("name") or "")), style="bold")
         summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
         if not live:
             dead = is_dead(info)
@@ -308,7 +309,7 @@ class SpeculationPane(Pane):
             summary.append("   break-even: not known (b to set, or run `specdeck bench`)")
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
-        summary.append("   source: %s" % (latest.get("source") or window.get("source") or "-"))
+        summary.append("   source: %s" % safe_text(latest.get("source") or window.get("source") or "-"))
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)

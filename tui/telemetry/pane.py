@@ -99,7 +99,7 @@ class GpusPane(Pane):
         if self.sample is None:  # the top line waits for the first sample: say why none comes
             failed = self.app.header.state == "failed"
             self.query_one("#gpu-host", Static).update(
-                Text("not connected: %s" % ((detail or {}).get("error") or "the connection failed"), style="red") if failed else Text("connecting…"))
+                Text("not connected: %s" % display.safe_text((detail or {}).get("error") or "the connection failed"), style="red") if failed else Text("connecting…"))
 
     def on_mount(self):
         self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)

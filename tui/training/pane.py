@@ -26,7 +26,7 @@ from textual.widgets import DataTable, Static
 
 from remote.training import curves as run_curves
 
-from ..display import format_duration
+from ..display import format_duration, safe_text
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
@@ -247,7 +247,7 @@ class TrainingPane(Pane):
         alerts += ["notice: " + n for n in (curves.get("notices") or progress.get("notices") or [])]
         if progress.get("error"):
             alerts.append("error: following the run failed: " + progress["error"])
-        self.query_one("#training-alerts", Static).update(Text("\n".join(alerts)))
+        self.query_one("#training-alerts", Static).update(Text("\n".join(safe_text(alert) for alert in alerts)))
         self.query_one("#training-alerts", Static).display = bool(alerts)
         self._draw_charts(curves)
         self._fill_checkpoints(curves.get("checkpoints") or [])
@@ -258,7 +258,7 @@ class TrainingPane(Pane):
 
     def _summary(self, job, curves, progress):
         text = Text()
-        text.append("%s  %s" % (job["id"], job.get("name") or ""), style="bold")
+        text.append(safe_text("%s  %s" % (job["id"], job.get("name") or "")), style="bold")
         text.append("  %s  run %d/%d ([ ])\n" % (job.get("state"), self.runs.index(job["id"]) + 1, len(self.runs)))
         if job["kind"] == "datagen":
             done, total, rate = progress.get("done"), progress.get("total"), progress.get("rate")

@@ -4,6 +4,7 @@ prints), where it stands against break-even, a checkpoint's row."""
 
 from remote.training import curves as run_curves
 
+from ..display import safe_text
 from . import model
 
 SHORT_FROM = {"validation": "val", "training steps": "train"}  # a checkpoint row's predicted cell
@@ -73,4 +74,4 @@ def checkpoint_row(entry):
     predicted = shown["predicted"]
     if shown["predicted_from"] in SHORT_FROM:
         predicted += " " + SHORT_FROM[shown["predicted_from"]]
-    return shown["name"], shown["step"], shown["validation_loss"], predicted, shown["measured"], shown["verdict"]
+    return safe_text(shown["name"]), shown["step"], shown["validation_loss"], predicted, shown["measured"], shown["verdict"]

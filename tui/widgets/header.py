@@ -12,6 +12,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from ..display import safe_text
+
 STATE_STYLES = {
     "connecting": "yellow",
     "connected": "green",
@@ -74,13 +76,13 @@ class ConnectionHeader(Widget):
     def render(self):
         left = Text(no_wrap=True, overflow="ellipsis")
         left.append(" specdeck", style="bold")
-        if self.hostname:
-            left.append("  " + self.hostname, style="bold")
-        left.append("  " + self.host_label)
+        if self.hostname:  # the host's own word for itself, and the link's error below: its text
+            left.append("  " + safe_text(self.hostname), style="bold")
+        left.append("  " + safe_text(self.host_label))
         left.append("  ")
-        left.append(self.state_text, style=STATE_STYLES.get(self.state, ""))
+        left.append(safe_text(self.state_text), style=STATE_STYLES.get(self.state, ""))
         if self.fleet_text:
-            left.append("  " + self.fleet_text, style="dim")
+            left.append("  " + safe_text(self.fleet_text), style="dim")
         grid = Table.grid(expand=True)
         grid.add_column(ratio=1, no_wrap=True, overflow="ellipsis")
         grid.add_column(justify="right", no_wrap=True)

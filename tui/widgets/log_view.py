@@ -16,62 +16,10 @@ from textual.markup import escape
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f]")
+from ..display import LogFeed, safe_text
 
+__all__ = ["LogFeed", "LogView", "text_width"]
 
-class LogFeed:
-    """Turns a job's log text into whole display lines, in order, each byte range once.
-
-    Used by one thread at a time: the worker that reads the tail, then the client's reader
-    thread that delivers the follow stream. A partial last line waits for its newline.
-    """
-
-    def __init__(self, next_offset):
-        self.next_offset = next_offset
-        self.partial = ""
-
-    def lines(self, text, next_offset=None):
-        """Whole lines of `text` (None when the range up to next_offset was already seen). The
-        unfinished last line waits in `partial`, kept to its last redraw (what follows its last
-        \\r), so a progress bar that never ends its line stays one short line."""
-        if next_offset is not None:
-            if next_offset <= self.next_offset:
-                return None
-            self.next_offset = next_offset
-        parts = (self.partial + text).split("\n")
-        self.partial = _last_redraw(parts.pop())
-        return self.clean(parts)
-
-    def shown_partial(self):
-        """The unfinished last line as a terminal would show it now."""
-        return self.clean([self.partial])[0] if self.partial else ""
-
-    def finish(self):
-        rest, self.partial = self.partial, ""
-        return self.clean([rest]) if rest else []
-
-    @staticmethod
-    def clean(lines):
-        """What a terminal would show: colours dropped, a bar redrawn with \\r at its last state."""
-        if not any("\x1b" in line or "\r" in line or "\t" in line for line in lines):
-            return lines
-        cleaned = []
-        for line in lines:
-            line = _ANSI.sub("", line)
-            if "\r" in line:
-                line = line.rstrip("\r").rsplit("\r", 1)[-1]
-            cleaned.append(line.expandtabs())
-        return cleaned
-
-
-def _last_redraw(line):
-    """What follows the last \r of an unfinished line (a \r at its very end may be the first
-    half of \r\n, so the redraw before it is kept with it)."""
-    if "\r" not in line:
-        return line
-    body, ends_with_cr = (line[:-1], True) if line.endswith("\r") else (line, False)
-    return body.rpartition("\r")[2] + ("\r" if ends_with_cr else "")
 
 
 def text_width(lines):
@@ -180,7 +128,7 @@ class LogView(ScrollView, can_focus=True):
             title = "log %s (%s)" % (self.subject, ", ".join(parts))
         if self.search_note:
             title += "  " + self.search_note
-        self.border_title = escape(title)  # a search term or an error may hold [brackets]
+        self.border_title = escape(safe_text(title))  # a search term or an error may hold [brackets]
 
     @property
     def search_note(self):
@@ -208,13 +156,13 @@ class LogView(ScrollView, can_focus=True):
             style = self._line_style = self.rich_style
         if index >= len(self.lines):
             if index == len(self.lines) and self.partial:
-                text = Text(_CONTROL.sub("�", self.partial), style=style, no_wrap=True, end="")
+                text = Text(safe_text(self.partial), style=style, no_wrap=True, end="")
                 return Strip(list(text.render(self.app.console))).crop_extend(scroll_x, scroll_x + width, style)
             return Strip.blank(width, style)
         key = (index, scroll_x, width)
         if self.pattern is None and key in self._strips:
             return self._strips[key]
-        text = Text(_CONTROL.sub("�", self.lines[index]), style=style, no_wrap=True, end="")
+        text = Text(safe_text(self.lines[index]), style=style, no_wrap=True, end="")
         if self.pattern is not None:
             text.highlight_regex(self.pattern, style="black on yellow")
             if index == self.match_line:
