@@ -7,8 +7,8 @@ dismisses with `{"job": job, "params": params}`.
 
 The host python and endpoint fields start with what is remembered for the host (tui/config.py;
 for the endpoint, on this machine, else the console's own HF_ENDPOINT, which a job started
-through the daemon would not see), and a line under the endpoint says when it is the one
-remembered. Nothing is remembered unless asked: the "remember" box beside a field (off at
+through the daemon would not see), and a line under the endpoint says when it starts with the
+one remembered. Nothing is remembered unless asked: the "remember" box beside a field (off at
 first) writes what is typed there for the host once the host accepted the download (an empty
 endpoint with its box ticked forgets the one remembered). The hub token of the console's
 environment goes with the request (never into the params the form hands back).
@@ -126,7 +126,7 @@ class DownloadForm(Requests, ModalScreen):
                                        tooltip="remember this endpoint for %s's later downloads (specdeck config); "
                                                "empty: forget the one remembered" % config.host_key(host))
                 if key == "endpoint":
-                    note = self._endpoint_note(host)
+                    note = self._endpoint_note(host, self.initial.get("endpoint"))
                     note_line = Static(note, id="form-endpoint-note")
                     note_line.display = bool(note)
                     yield note_line
@@ -142,12 +142,13 @@ class DownloadForm(Requests, ModalScreen):
         return self.host or getattr(self.app, "host", None)
 
     @staticmethod
-    def _endpoint_note(host):
-        """Where the endpoint in use comes from, when it is one remembered for the host."""
+    def _endpoint_note(host, shown):
+        """That the endpoint the field starts with is the one remembered for the host."""
         remembered = config.remembered(host, "hub_endpoint")
-        if not remembered:
+        if not remembered or shown != remembered:
             return Text("")
-        return Text("the endpoint remembered for %s: %s" % (config.host_key(host), remembered))
+        # The URL is the field's value at first; a long one would wrap this line at 80 columns.
+        return Text("remembered for %s (empty + remember forgets it)" % config.host_key(host))
 
     def values(self):
         return {key: self.query_one("#form-%s" % key.replace("_", "-"), Input).value for key, _, _ in FIELDS}
