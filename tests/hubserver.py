@@ -18,12 +18,15 @@ with 206/Content-Range (416 when unsatisfiable). Errors carry the hub's X-Error-
 
 A gated repo's metadata is public (as on the hub); its files need `Authorization: Bearer <token>`
 with a token the server knows (401 without one, 403 with a wrong one). A private repo answers
-401 RepoNotFound everywhere without a known token.
+401 RepoNotFound everywhere without a known token; one added with private="credentials"
+answers 401 "Invalid credentials in Authorization header" with no error code, as some mirrors
+answer an anonymous request.
 
 Knobs for tests (all thread-safe, all cleared by `reset_knobs`):
   drop_connection(repo, path, after_bytes, times=1)   cut GET bodies of that file after N bytes
   corrupt(repo, path, offset=0, length=1, times=None) serve different bytes than the sha256 says
   throttle(bytes_per_s, repo=None, path=None)          slow GET bodies (all files, or one)
+  first_byte_delay(seconds)                            a file's GET waits this long before its answer
   lfs_redirect = True                                  LFS resolve answers 302 to a "CDN" on
                                                        http://localhost:PORT (another host name)
   tree_page_size = N                                   tree listings come in pages of N entries
@@ -148,6 +151,7 @@ class _Knobs:
         self.corruptions = {}  # key -> [offset, length, times_left or None]
         self.throttle_all = None
         self.throttles = {}  # key -> bytes_per_s
+        self.first_byte_delay_s = 0.0
 
 
 class FakeHub:
@@ -246,6 +250,10 @@ class FakeHub:
                 self.knobs.throttle_all = bytes_per_s
             else:
                 self.knobs.throttles[(repo_type, repo_id, path)] = bytes_per_s
+
+    def first_byte_delay(self, seconds):
+        with self.lock:
+            self.knobs.first_byte_delay_s = seconds
 
     def reset_knobs(self):
         with self.lock:
@@ -349,7 +357,10 @@ class _Handler(BaseHTTPRequestHandler):
     def _repo_access(self, repo):
         """None if the caller may read the repo's metadata, else an error already sent."""
         if repo.private and self._bearer() not in repo.tokens:
-            self._error(401, "RepoNotFound", "Repository not found")
+            if repo.private == "credentials":
+                self._error(401, None, "Invalid credentials in Authorization header")
+            else:
+                self._error(401, "RepoNotFound", "Repository not found")
             return False
         return True
 
@@ -591,6 +602,11 @@ class _Handler(BaseHTTPRequestHandler):
             headers["Content-Range"] = "bytes %d-%d/%d" % (start, end - 1, size)
         self._rec["range_start"] = start
         self._rec["status"] = status
+        if self.command == "GET":
+            with self.hub.lock:
+                delay = self.hub.knobs.first_byte_delay_s
+            if delay:
+                time.sleep(delay)
         self.send_response(status)
         self.send_header("Content-Type", "application/octet-stream")
         for k, v in headers.items():

@@ -4,12 +4,17 @@ a local download, an unreachable hub points at --endpoint, the directory comes f
 download_dir, verify needs no --repo for a directory a download made, and verdicts have one shape."""
 
 import json
+import os
 import socket
+import subprocess
+import sys
+import time
 
 import pytest
 
+from remote.downloads.output import fmt_size
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import run_cli
+from tests.conftest import REPO_ROOT, run_cli
 from tests.hub_fixtures import blob
 
 MB = 1000 * 1000
@@ -116,6 +121,37 @@ def test_a_failed_download_has_a_verdict_of_the_same_shape(agent_home, hub, tmp_
     verdict = last_json(result)["verdict"]
     assert verdict["status"] == "error" and "team/gone" in verdict["message"]
     assert sorted(verdict) == ["message", "status"]
+
+
+def test_a_stopped_download_reads_stopped_with_what_is_kept(agent_home, hub, tmp_path, config_env):
+    hub.add_repo("team/slow", {"data.bin": blob(4 * MB, 5)})
+    hub.throttle(256 * 1000)
+    target = tmp_path / "slow"
+    run_env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
+    run_env.update(config_env, PYTHONPATH=str(REPO_ROOT))
+    waiting = subprocess.Popen([sys.executable, "-m", "tui.cli", "download", "local", "team/slow", "--local-dir", str(target),
+                                "--endpoint", hub.url, "--wait"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, env=run_env, cwd=str(REPO_ROOT))
+    try:
+        job_id = waiting.stdout.readline().strip()
+        while not [p for p in target.rglob("*.incomplete") if p.stat().st_size]:
+            assert waiting.poll() is None, waiting.stderr.read()
+            time.sleep(0.05)
+        run_cli("stop", "local", job_id, "--wait", env=config_env, check=0)
+        out, err = waiting.communicate(timeout=120)
+    finally:
+        if waiting.poll() is None:
+            waiting.kill()
+            waiting.wait()
+    kept = next(target.rglob("*.incomplete")).stat().st_size
+    # The user asked for it: no error, the words say so and what stays on disk for the next run.
+    assert waiting.returncode == 2, err
+    assert out.strip().splitlines()[-1] == "stopped: %s on disk kept for the next run" % fmt_size(kept), out + err
+    listed = json.loads(run_cli("jobs", "local", "--json", env=config_env, check=0).stdout)
+    job = next(entry for entry in listed if entry["id"] == job_id)
+    assert job["state"] == "stopped" and job["progress"]["error"] is None
+    assert job["progress"]["verdict"] == {"status": "stopped", "message": "%s on disk kept for the next run" % fmt_size(kept),
+                                          "kept_bytes": kept}
 
 
 @pytest.mark.parametrize("name", ["../../outside", "a/../../x", "/abs/outside", "ok/\x1b]0;x"])

@@ -1,6 +1,6 @@
 """The Downloads pane against the real local agent and the fake hub over real HTTP:
 start a download from the form, watch it reach its verdict, open it in the Tensors pane;
-tell downloads from verifications, repair, cancel after asking, remember the endpoint."""
+tell downloads from verifications, repair, cancel after asking, remember the endpoint when asked."""
 
 import json
 import os
@@ -8,8 +8,9 @@ import os
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
-from textual.widgets import DataTable, Input, ProgressBar, Static, TabbedContent
+from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Static, TabbedContent
 
+from remote.downloads.output import fmt_size
 from tests.checkpoint_fixtures import small_drafter_files
 from tests.helpers.pilot import DownloadsHost, fill_form, notified, text_of
 from tests.helpers.waits import wait_for, wait_until
@@ -56,6 +57,8 @@ async def test_download_from_the_form_reaches_verified_and_opens_in_tensors(clie
                          timeout_s=5)
         assert pane.query_one("#downloads-total", ProgressBar).percentage == 1.0
         assert "verified" in str(pane.query_one("#downloads-verdict", Static).render())
+        # An endpoint typed in the form is for this download: remembered only when its box is ticked.
+        assert config.remembered("local", "hub_endpoint") is None
         await pilot.pause(2.5)  # two more polls must not announce it again
         announced = [m for m in notified(app) if m.startswith(job_id)]
         assert len(announced) == 1 and "verified" in announced[0]
@@ -172,6 +175,11 @@ async def test_cancel_stops_a_running_download(client, hub, tmp_path):
         await wait_until(pilot, lambda: pane.jobs[job_id]["state"] == "stopped", timeout_s=30)
         stopped_at = pane.jobs[job_id]["progress"]["bytes_done"]
         assert 0 < stopped_at < pane.jobs[job_id]["progress"]["bytes_total"]
+        # Stopped, as asked: no error, and what is kept for r.
+        assert state_cell(pane, job_id) == "stopped"
+        verdict = text_of(pane.query_one("#downloads-verdict", Static))
+        assert verdict.startswith("stopped: %s on disk kept for the next run" % fmt_size(stopped_at)), verdict
+        assert "error" not in verdict and "SIGTERM" not in verdict
         assert not [m for m in notified(app) if m.startswith(job_id)]  # the user stopped it: nothing to announce
 
         # r starts it again: it continues from the partial file to its verdict.
@@ -204,21 +212,27 @@ async def test_rows_say_whether_they_download_or_verify_with_sizes_in_one_unit(c
         assert "verify" in text_of(pane.query_one("#downloads-summary", Static))  # the selected one, the newest
 
 
-async def test_the_form_remembers_the_endpoint_for_the_host(client, hub, tmp_path):
+async def test_the_form_remembers_the_endpoint_only_when_asked(client, hub, tmp_path):
     hub.add_repo("team/tiny-eagle3", small_drafter_files(tmp_path))
     app = DownloadsHost(client)
     async with app.run_test(size=(120, 40)) as pilot:
         pane = app.query_one(DownloadsPane)
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
-        assert app.screen.query_one("#form-endpoint", Input).value == ""
-        await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "tiny"), "endpoint": hub.url})
+        form = app.screen
+        assert form.query_one("#form-endpoint", Input).value == ""
+        assert not form.query_one("#form-remember-endpoint", Checkbox).value  # off until ticked
+        assert not form.query_one("#form-endpoint-note", Static).display  # nothing remembered to show
+        await fill_form(pilot, {"repo": "team/tiny-eagle3", "local_dir": str(tmp_path / "tiny"), "endpoint": hub.url},
+                        tick=["form-remember-endpoint"])
         await wait_until(pilot, lambda: not isinstance(app.screen, DownloadForm), timeout_s=60)
         await wait_until(pilot, lambda: len(pane.jobs) == 1)
-        # The next form, for the same host, starts with the endpoint used last.
+        # The next form, for the same host, starts with the endpoint remembered, and says so.
         await pilot.press("n")
         await wait_until(pilot, lambda: isinstance(app.screen, DownloadForm))
         assert app.screen.query_one("#form-endpoint", Input).value == hub.url
+        note = app.screen.query_one("#form-endpoint-note", Static)
+        assert note.display and text_of(note).startswith("remembered for local")
         await pilot.press("escape")
     assert config.remembered("local", "hub_endpoint") == hub.url
     assert config.remembered("gpu01", "hub_endpoint") is None  # per host

@@ -1,8 +1,9 @@
 """One shape for a verdict wherever specdeck gives one, on the wire and in the CLI's --json:
 `{"status": word, "message": one line}`. A download's verification (`verified`, `mismatch`,
-`corrupt`, `error`), a comparison of two checkpoints (`compatible`, `incompatible`) and a
-training run's checkpoint (`ok`, `broken`, `incompatible`, `below break-even`, ...) all say
-their word in `status` and why in `message`; anything more sits beside the verdict.
+`corrupt`, `error`; `stopped` for one stopped when asked), a comparison of two checkpoints
+(`compatible`, `incompatible`) and a training run's checkpoint (`ok`, `broken`, `incompatible`,
+`below break-even`, ...) all say their word in `status` and why in `message`; anything more
+sits beside the verdict.
 Standard library only: both sides import it."""
 
 

@@ -36,12 +36,13 @@ so verification after the last byte compares digests instead of reading gigabyte
 progress.json (in JOB_DIR, replaced atomically, at most ~4 times a second), the same size
 whatever the number of files, since the job's record carries it:
   {"job": "download"|"verify", "repo", "repo_type", "revision", "local_dir",
-   "state": "queued"|"resolving"|"downloading"|"verifying"|"verified"|"mismatch"|"corrupt"|"failed",
+   "state": "queued"|"resolving"|"downloading"|"verifying"|"verified"|"mismatch"|"corrupt"|"failed"|"stopped",
    "file_counts": {"total", "done", "verified", "failed", "working"},
    "current_files": [FILE] (the first 4 at work), "failed_files": [FILE] (the first 5),
    "bytes_total", "bytes_done", "bytes_checked", "rate_bytes_per_s", "eta_s",
-   "verdict": null|{"status": "verified"|"mismatch"|"corrupt"|"error", "message", "file"?,
-                    "files"? (the first 20 mismatched), "files_more"?},
+   "verdict": null|{"status": "verified"|"mismatch"|"corrupt"|"error"|"stopped", "message", "file"?,
+                    "files"? (the first 20 mismatched), "files_more"?,
+                    "kept_bytes"? (a stopped download: the bytes on disk for the next run)},
    "error": null|str, "started_at", "updated_at"}     (times: seconds since the epoch)
 FILE: {"path", "bytes_total", "bytes_done", "bytes_checked", "state"} (a path cut at 256
 characters). files.jsonl beside it holds every file: a header line {"total", "updated_at"},
@@ -51,10 +52,12 @@ right), downloading, downloaded, retrying, verifying, verified, mismatch, missin
 `done` counts present, downloaded, verifying and verified files, `failed` the failed,
 mismatched and missing ones.
 `bytes_done` counts bytes on disk (resumed and present ones included); the rate counts only
-bytes received by this run; `bytes_checked` counts bytes hashed.
+bytes received by this run, and only the time since its first byte (none before half a second
+of transfer); `bytes_checked` counts bytes hashed.
 
-SIGTERM/SIGINT stop the job (exit 2, partial files kept for the next run); SIGHUP does not, so
-a job started under nohup outlives its shell. Environment knobs: SPECDECK_DOWNLOAD_WORKERS
+SIGTERM/SIGINT stop the job: state "stopped", no error, a verdict {"status": "stopped"} saying
+what is kept on disk (exit 2, partial files kept for the next run); SIGHUP does not, so a job
+started under nohup outlives its shell. Environment knobs: SPECDECK_DOWNLOAD_WORKERS
 (files in parallel, 4), SPECDECK_DOWNLOAD_RETRIES (per file, 5, reset whenever bytes arrive).
 
 No token ever reaches the log, progress.json, plan.json or an error message: every string that
@@ -79,13 +82,14 @@ import sys
 import threading
 import time
 
+from ..checkpoints.verdicts import verdict as shaped_verdict
 from ..core.hashing import Stopped
 from .failures import PlanError, classify
 from .hub import Resolved, hub_token, import_hf, resolve
 from .layout import LocalPaths, write_download_record
 from .output import fmt_gb, fmt_size, log, one_line, scrub
 from .plan import make_plan, plan, read_plan, resolved_from_plan, write_plan
-from .progress import FileState, Progress
+from .progress import STOPPED, FileState, Progress
 from .spec import load_spec
 from .transfer import Downloader
 from .verify import hash_tree, resolve_offline, verdict_for
@@ -119,6 +123,15 @@ def _fail(progress, message, verdict=None):
     message = one_line(scrub(message))
     log("error: %s" % message)
     progress.set(state="failed", error=message, verdict=verdict)
+    return 2
+
+
+def _stopped(progress, stop, message, **extra):
+    """A stop that was asked for (SIGTERM, SIGINT): state "stopped", no error; the verdict says
+    what is left. Exit 2, as before: the job did not do what it was started for."""
+    sig = getattr(stop, "signum", None)
+    log("stopped by %s: %s" % (signal.Signals(sig).name if sig else "a signal", message))
+    progress.set(state=STOPPED, error=None, verdict=dict(shaped_verdict(STOPPED, message), **extra))
     return 2
 
 
@@ -159,7 +172,8 @@ def run_download(spec, job_dir):
             return _fail(progress, "%s: %s" % (e.type, e.message))
         t_last_byte = time.monotonic()
         fetched = progress.fetched()
-        rate = fetched / max(t_last_byte - t_dl, 1e-6)
+        # The rate of the transfer itself: from the first byte, not from the first request.
+        rate = fetched / max(t_last_byte - (progress.first_byte_at or t_dl), 1e-6)
         progress.final_rate = rate if fetched else 0.0
         log("downloaded %s in %.2f s (%.1f MB/s)" % (fmt_size(fetched), t_last_byte - t_dl, rate / 1e6))
         progress.set(state="verifying")
@@ -181,10 +195,8 @@ def run_download(spec, job_dir):
         progress.set(state=state, verdict=verdict)
         return 0 if state == "verified" else 1
     except Stopped:
-        sig = getattr(stop, "signum", None)
-        name = signal.Signals(sig).name if sig else "a signal"
         kept = sum(f.bytes_done for f in progress.files)
-        return _fail(progress, "stopped by %s; %s on disk are kept for the next run" % (name, fmt_size(kept)))
+        return _stopped(progress, stop, "%s on disk kept for the next run" % fmt_size(kept), kept_bytes=kept)
     except Exception as e:
         return _fail(progress, "internal error: %s: %s" % (type(e).__name__, e))
     finally:
@@ -238,8 +250,10 @@ def run_verify(spec, job_dir):
             {"path": rf.path, "size": rf.size, "state": progress.file_state(rf.path).state}
             for rf in resolved.files])
     except Stopped:
-        verdict = {"status": "error", "message": "stopped"}
-        _fail(progress, "stopped", verdict)
+        checked = sum(1 for f in progress.files if f.state in ("verified", "mismatch", "missing"))
+        _stopped(progress, stop, "%d of %d file%s checked before the stop" % (
+            checked, len(progress.files), "" if len(progress.files) == 1 else "s"))
+        verdict = progress.verdict
     except PlanError as e:
         verdict = {"status": "error", "message": scrub(one_line(e.message)), "type": e.type}
         _fail(progress, "%s: %s" % (e.type, e.message), verdict)

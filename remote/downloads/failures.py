@@ -62,6 +62,11 @@ def classify(exc, spec, what=None, have_token=None):
         server_message = resp.headers.get("X-Error-Message") if resp is not None else None
     except Exception:
         server_message = None
+    anonymous = have_token is False
+    if status in (401, 403) and anonymous and "GatedRepoError" not in names and code not in ("GatedRepo", "RepoNotFound"):
+        # No token was sent, so no token was refused: the hub wants one for this repository.
+        return PlanError("AuthRequired", "%s refused an anonymous request for %s%s (HTTP %d): the repository is gated or "
+                         "private, and this host sends no token; %s" % (where, kind, repo, status, login_hint))
     if server_message and "invalid credentials" in server_message.lower():
         return PlanError("AuthRequired", "the hub refused this host's token (invalid credentials); %s" % login_hint)
     if "GatedRepoError" in names or code == "GatedRepo":

@@ -21,6 +21,7 @@ from ..core.records import replace_file
 from .output import log, scrub
 
 PROGRESS_INTERVAL = 0.25
+RATE_MIN_S = 0.5  # no rate (and no ETA) before this long of transfer: a first slice is no rate
 FILES_INTERVAL_S = 1.0  # files.jsonl at most this often, and never more than 1/FILES_COST_SHARE of the time
 FILES_COST_SHARE = 20
 RATE_WINDOW = 5.0
@@ -31,7 +32,9 @@ CURRENT_FILES_MAX = 4
 FAILED_FILES_MAX = 5
 SUMMARY_PATH_CHARS = 256
 
-FINAL_STATES = ("verified", "mismatch", "corrupt", "failed")  # the job's own word on how it ended
+VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")  # how a job that ran its course ended
+STOPPED = "stopped"  # a job stopped when asked (SIGTERM, SIGINT): no failure, its bytes kept
+FINAL_STATES = VERDICT_STATES + (STOPPED,)  # the job's own word on how it ended
 # A file's states, by what the summary counts them as.
 WORKING_FILE_STATES = ("checking", "downloading", "retrying", "verifying")
 DONE_FILE_STATES = ("present", "downloaded", "verifying", "verified")  # all its bytes are here
@@ -77,7 +80,8 @@ class Progress:
         self.verdict = None
         self.error = None
         self.started_at = time.time()
-        self.samples = collections.deque()
+        self.samples = collections.deque()  # (monotonic time, bytes fetched), from the first byte on
+        self.first_byte_at = None  # monotonic time the first byte of this run arrived
         self.final_rate = None
         self.dirty = True
         self.last_write = 0.0
@@ -120,20 +124,33 @@ class Progress:
     def fetched(self):
         return sum(f.fetched for f in self._files)
 
+    def first_byte(self):
+        """A transfer's first bytes arrived (called once per file): the rate counts from the first."""
+        if self.first_byte_at is None:
+            self.first_byte_at = time.monotonic()
+
     def _rate(self, now, fetched):
+        """Bytes per second over the last RATE_WINDOW seconds of transfer. The time before the
+        first byte (resolving, the hub's wait for its first answer) is no transfer: a rate that
+        averaged it in would give a 4 MB file an ETA of hours."""
+        if self.final_rate is not None:
+            return self.final_rate
+        if self.first_byte_at is None or not fetched:
+            return 0.0
+        if not self.samples:
+            self.samples.append((self.first_byte_at, 0))
         self.samples.append((now, fetched))
         while len(self.samples) > 2 and now - self.samples[1][0] >= RATE_WINDOW:
             self.samples.popleft()
-        if self.final_rate is not None:
-            return self.final_rate
         t0, b0 = self.samples[0]
-        if now - t0 < 0.2:
+        if now - t0 < RATE_MIN_S:
             return 0.0
         return max(0.0, (fetched - b0) / (now - t0))
 
     def snapshot(self):
         """The summary: one pass over the files, and a fixed number of them named."""
         now = time.time()
+        clock = time.monotonic()
         with self.lock:
             total = done = checked = fetched = 0
             counts = {"total": len(self._files), "done": 0, "verified": 0, "failed": 0, "working": 0}
@@ -157,7 +174,7 @@ class Progress:
                     counts["failed"] += 1
                     if len(failed) < FAILED_FILES_MAX:
                         failed.append(f.to_json(SUMMARY_PATH_CHARS))
-            rate = self._rate(now, fetched)
+            rate = self._rate(clock, fetched)
             eta = None
             if self.state == "downloading" and rate > 0:
                 eta = round((total - done) / rate, 1)

@@ -277,6 +277,8 @@ class Downloader:
                     want -= n
                     st.bytes_done += n
                     st.fetched += n
+                    if st.fetched == n:  # this file's first bytes of the run
+                        self.progress.first_byte()
                     if filled == len(buf):
                         hasher.feed(buf, filled)
                         buf = None

@@ -105,11 +105,14 @@ async def start_job_from_dialog(pilot, command, name=None):
     await wait_until(pilot, lambda: not isinstance(pilot.app.screen, NewJobScreen), message="the dialog to close")
 
 
-async def fill_form(pilot, values):
+async def fill_form(pilot, values, tick=()):
     """The download form: type the repo as a user would; long paths and URLs are pasted (typing
-    them costs seconds); enter."""
+    them costs seconds); tick the checkboxes named in `tick` (their ids) by clicking them; enter."""
     form = pilot.app.screen
     assert isinstance(form, DownloadForm)
+    for box in tick:
+        await pilot.click("#" + box)
+        assert form.query_one("#" + box).value, box
     for key, value in values.items():
         field = form.query_one("#form-%s" % key.replace("_", "-"), Input)
         field.focus()

@@ -23,8 +23,9 @@ from .model import progress_line
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
 # verdict has (remote/checkpoints/verdicts.py), plus the files a mismatch names (the first 20;
-# files_more counts the others, which `download.files` lists with their states).
-VERDICT_EXTRA = ("file", "files", "files_more")
+# files_more counts the others, which `download.files` lists with their states), and the bytes a
+# stopped download keeps for the next run.
+VERDICT_EXTRA = ("file", "files", "files_more", "kept_bytes")
 
 
 def add_commands(commands):

@@ -5,12 +5,13 @@ free space first, so a refusal (no such repo, file or revision, a gated repo, no
 no space) comes back at once as one line, shown under the form. On success the form
 dismisses with `{"job": job, "params": params}`.
 
-The host python field starts with the interpreter remembered for the host (tui/config.py);
-"remember" beside it writes the one typed there for the host once the host accepted the
-download. The endpoint field starts with the one last used for the host (remembered whenever the
-host accepts a download; on this machine, else the console's own HF_ENDPOINT, which a job
-started through the daemon would not see). The hub token of the console's environment goes with
-the request (never into the params the form hands back).
+The host python and endpoint fields start with what is remembered for the host (tui/config.py;
+for the endpoint, on this machine, else the console's own HF_ENDPOINT, which a job started
+through the daemon would not see), and a line under the endpoint says when it starts with the
+one remembered. Nothing is remembered unless asked: the "remember" box beside a field (off at
+first) writes what is typed there for the host once the host accepted the download (an empty
+endpoint with its box ticked forgets the one remembered). The hub token of the console's
+environment goes with the request (never into the params the form hands back).
 """
 
 import functools
@@ -89,6 +90,7 @@ class DownloadForm(Requests, ModalScreen):
     DownloadForm .form-label { width: 18; }
     DownloadForm .form-row Input { width: 1fr; }
     DownloadForm .form-row Checkbox { width: auto; margin-left: 1; }
+    DownloadForm #form-endpoint-note { height: auto; padding-left: 18; color: $text-muted; }
     DownloadForm #form-title { text-style: bold; }
     DownloadForm #form-buttons { height: auto; align-horizontal: right; margin-top: 1; }
     DownloadForm #form-error { height: auto; margin-top: 1; color: $error; }
@@ -119,6 +121,15 @@ class DownloadForm(Requests, ModalScreen):
                     if key == "python":
                         yield Checkbox("remember", id="form-remember", compact=True,
                                        tooltip="remember this interpreter for %s (specdeck config)" % config.host_key(host))
+                    elif key == "endpoint":
+                        yield Checkbox("remember", id="form-remember-endpoint", compact=True,
+                                       tooltip="remember this endpoint for %s's later downloads (specdeck config); "
+                                               "empty: forget the one remembered" % config.host_key(host))
+                if key == "endpoint":
+                    note = self._endpoint_note(host, self.initial.get("endpoint"))
+                    note_line = Static(note, id="form-endpoint-note")
+                    note_line.display = bool(note)
+                    yield note_line
             yield Static(id="form-error")
             with Horizontal(id="form-buttons"):
                 yield Button("Cancel", id="form-cancel", compact=True)
@@ -129,6 +140,15 @@ class DownloadForm(Requests, ModalScreen):
 
     def _host(self):
         return self.host or getattr(self.app, "host", None)
+
+    @staticmethod
+    def _endpoint_note(host, shown):
+        """That the endpoint the field starts with is the one remembered for the host."""
+        remembered = config.remembered(host, "hub_endpoint")
+        if not remembered or shown != remembered:
+            return Text("")
+        # The URL is the field's value at first; a long one would wrap this line at 80 columns.
+        return Text("remembered for %s (empty + remember forgets it)" % config.host_key(host))
 
     def values(self):
         return {key: self.query_one("#form-%s" % key.replace("_", "-"), Input).value for key, _, _ in FIELDS}
@@ -160,7 +180,8 @@ class DownloadForm(Requests, ModalScreen):
             return
         self.busy = True
         self._show_error("asking the host to resolve %s ..." % params["repo"], busy=True)
-        remember = self.query_one("#form-remember", Checkbox).value and bool(params["python"])
+        remember = {"ml_python": self.query_one("#form-remember", Checkbox).value and bool(params["python"]),
+                    "hub_endpoint": self.query_one("#form-remember-endpoint", Checkbox).value}
         self._start(params, self._host(), remember)
 
     def _start(self, params, host, remember):
@@ -170,10 +191,11 @@ class DownloadForm(Requests, ModalScreen):
                      done=lambda job: self._started(job, params), failed=functools.partial(self._refused, host))
 
     def _remember(self, job, params, host, remember):
-        """On the request's worker (the config is a file): what this download should leave behind."""
-        remembered = {"ml_python": params["python"]} if remember else {}
-        if params["endpoint"] != config.remembered(host, "hub_endpoint"):
-            remembered["hub_endpoint"] = params["endpoint"]  # the endpoint used last, per host (None forgets it)
+        """On the request's worker (the config is a file): what the user asked this download to
+        leave behind, and nothing else."""
+        remembered = {"ml_python": params["python"]} if remember["ml_python"] else {}
+        if remember["hub_endpoint"] and params["endpoint"] != config.remembered(host, "hub_endpoint"):
+            remembered["hub_endpoint"] = params["endpoint"]  # per host; None forgets it
         if remembered:
             try:
                 config.remember(host, remembered)

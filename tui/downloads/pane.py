@@ -158,7 +158,8 @@ class DownloadsPane(Pane):
         state, job_id = job["state"], job["id"]
         before = self.seen_states.get(job_id)
         self.seen_states[job_id] = state
-        if state not in VERDICT_STATES or job_id in self.notified:
+        # A stop is no news either: whoever asked for it knows (the row and the detail say it).
+        if state not in VERDICT_STATES or state == jobs.STOPPED or job_id in self.notified:
             return
         self.notified.add(job_id)
         # A job that had ended before this console opened is no news, nor one the user stopped.
@@ -309,6 +310,11 @@ class DownloadsPane(Pane):
     def _verdict_text(job):
         found = progress(job)
         verdict = found.get("verdict")
+        if verdict and verdict.get("status") == jobs.STOPPED:  # asked for: no failure, and what is kept
+            text = Text("stopped: ", style=STATE_STYLES.get(jobs.STOPPED, ""))
+            text.append(verdict.get("message") or "")
+            text.append("  (r %s)" % ("continues it" if action(job) == "download" else "verifies again"), style="dim")
+            return text
         if verdict:
             good = verdict.get("status") == "verified"
             text = Text("verdict: ", style="dim")
