@@ -97,7 +97,9 @@ class Stalls:
         job = record.get("job")
         job_id = record.get("id")
         if record.get("event") == "removed" or not job or job.get("process_state") not in LIVE:
-            self.watches.pop(job_id, None)
+            watch = self.watches.pop(job_id, None)
+            if watch is not None and watch.stalled and job and job.get("process_state") == "succeeded":
+                self._resumed(watch, time.time(), ": it went on and ended well (%s)" % job.get("state"))
             return
         self._job_seen(job, time.time())
 
@@ -127,6 +129,8 @@ class Stalls:
             return
         if watch.kind == "download":
             if progress.get("state") != "downloading":
+                if watch.stalled and progress.get("bytes_done") != watch.value:
+                    self._resumed(watch, now, " (%s, %s)" % (progress.get("state"), fmt_gb(progress.get("bytes_done"))))
                 watch.value, watch.moved_at = None, None  # resolving, verifying, waiting its turn: not a download's stall
                 return
             value = progress.get("bytes_done")
@@ -184,7 +188,7 @@ class Stalls:
         if limit and now - watch.moved_at >= limit:
             job = None if server_id.startswith("u") else self.evaluator._job(server_id)
             what = label(job) if job else "attached server %s" % server_id
-            message = "%s: %s request(s) waiting and no token generated for %s" % (what, waiting, minutes(now - watch.moved_at))
+            message = "%s: %g request(s) waiting and no token generated for %s" % (what, waiting, minutes(now - watch.moved_at))
             if watch.before:
                 message += "; before: %s" % watch.before
             self._raise(watch, "server_stalled", "server %s stalled on %s" % (server_id, self.host), message,
