@@ -64,45 +64,41 @@ def raised_for(client, job_id):
 
 def test_a_hung_training_run_is_told_once_with_its_last_lines_and_once_when_it_steps_again(client, receiver, tmp_path):
     stall_channel(client, receiver)
+    run_cli("config", "local", "--stall-after", "3s", check=0)  # the host's default: `run` sends it
+    quiet = run_cli("run", "local", "--stall-after", "off", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
+    told = run_cli("run", "local", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
     script, go = tmp_path / "trainer.py", tmp_path / "go"
     script.write_text(textwrap.dedent(TRAINER))
     job_id = run_cli("train", "local", "--name", "eagle3 hang", "--stall-after", "3s", "--",
                      sys.executable, "-u", str(script), str(go), check=0).stdout.strip()
-    assert client.call("jobs.get", {"id": job_id})["meta"]["stall_after_s"] == 3.0
-
-    stalled, = wait_alerts(receiver, job_id, 1)
-    assert stalled["kind"] == "training_stalled" and stalled["categories"] == ["stalled", "training"] and stalled["urgent"]
-    assert stalled["title"].startswith("%s stalled on " % job_id)
-    assert re.match(r"%s \(eagle3 hang\): no new step for \d+ s \(stall limit 3 s\); before: step 14, loss 0\.067" % job_id,
-                    stalled["message"]), stalled["message"]
-    assert stalled["log_tail"][-1] == "loading shard 3 of 8" and "global_step=14" in stalled["log_tail"][-2]
-    assert client.call("jobs.get", {"id": job_id})["process_state"] == "running"
-
-    go.write_text("")
-    _, resumed = wait_alerts(receiver, job_id, 2)
-    assert resumed["kind"] == "resumed" and not resumed["urgent"]
-    assert re.match(r"%s resumed after \d+ s \(step 15" % job_id, resumed["message"]), resumed["message"]
-    wait_for(lambda: client.call("jobs.get", {"id": job_id})["state"] == "succeeded", message="the run's end")
-    assert raised_for(client, job_id) == ["resumed", "training_stalled"]  # newest first: each once
-    assert len(alerts_of(receiver, job_id)) == 2
-
-
-def test_run_takes_the_hosts_default_and_off_means_never(client, receiver):
-    stall_channel(client, receiver)
-    run_cli("config", "local", "--stall-after", "3s", check=0)
-    quiet = run_cli("run", "local", "--stall-after", "off", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
-    told = run_cli("run", "local", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
     try:
-        assert client.call("jobs.get", {"id": quiet})["meta"]["stall_after_s"] == 0.0
-        assert client.call("jobs.get", {"id": told})["meta"]["stall_after_s"] == 3.0
-        stalled, = wait_alerts(receiver, told, 1)
-        assert stalled["kind"] == "job_stalled" and stalled["categories"] == ["stalled"]
-        assert "no new output for" in stalled["message"] and stalled["log_tail"] == ["waiting for input"]
+        assert [client.call("jobs.get", {"id": j})["meta"]["stall_after_s"] for j in (quiet, told, job_id)] == [0.0, 3.0, 3.0]
+
+        stalled, = wait_alerts(receiver, job_id, 1)
+        assert stalled["kind"] == "training_stalled" and stalled["categories"] == ["stalled", "training"] and stalled["urgent"]
+        assert stalled["title"].startswith("%s stalled on " % job_id)
+        assert re.match(r"%s \(eagle3 hang\): no new step for \d+ s \(stall limit 3 s\); before: step 14, loss 0\.067" % job_id,
+                        stalled["message"]), stalled["message"]
+        assert stalled["log_tail"][-1] == "loading shard 3 of 8" and "global_step=14" in stalled["log_tail"][-2]
+        assert client.call("jobs.get", {"id": job_id})["process_state"] == "running"
+
+        go.write_text("")
+        _, resumed = wait_alerts(receiver, job_id, 2)
+        assert resumed["kind"] == "resumed" and not resumed["urgent"]
+        assert re.match(r"%s resumed after \d+ s \(step 15" % job_id, resumed["message"]), resumed["message"]
+        wait_for(lambda: client.call("jobs.get", {"id": job_id})["state"] == "succeeded", message="the run's end")
+        assert raised_for(client, job_id) == ["resumed", "training_stalled"]  # newest first: each once
+        assert len(alerts_of(receiver, job_id)) == 2
+
+        # A plain command under the host's default: its log stood still.
+        ran, = wait_alerts(receiver, told, 1)
+        assert ran["kind"] == "job_stalled" and ran["categories"] == ["stalled"]
+        assert "no new output for" in ran["message"] and ran["log_tail"] == ["waiting for input"]
         # The older, as silent, job was looked at in the same checks: never told.
         assert raised_for(client, quiet) == [] and alerts_of(receiver, quiet) == []
     finally:
-        for job_id in (quiet, told):
-            client.call("jobs.stop", {"id": job_id, "grace_s": 0})
+        for one in (quiet, told):
+            client.call("jobs.stop", {"id": one, "grace_s": 0})
     bad = run_cli("run", "local", "--stall-after", "soon", "--", "true", check=2)
     assert "--stall-after: a duration is a number" in bad.stderr
 
