@@ -133,3 +133,24 @@ def test_an_attached_server_that_stops_answering_is_told_and_a_flat_loss_too(hos
     assert set(kinds) == {"server_died", "training_flat"}
     assert kinds["server_died"]["urgent"] and "attached server u1 has not answered for 1 min: connection refused" in kinds["server_died"]["message"]
     assert "j4: the loss has not fallen below 1.5 for 35 min (step 450)" in kinds["training_flat"]["message"]
+
+
+def test_a_runs_stall_limit_is_ten_times_its_median_step_interval_and_at_least_two_minutes(host):
+    slow = host.jobs.submit(["sleep", "60"], kind="training", name="slow run")
+    fast = host.jobs.submit(["sleep", "60"], kind="training", name="fast run")
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    now = time.time()
+    training = host.topics["training"]
+    for n in range(10):  # a step every 30 s (and one late one: the median holds), and one every second
+        training.publish({"job": slow["id"], "kind": "step", "time": now - 30 * (9 - n) + (15 if n == 5 else 0), "step": n, "loss": 1.0})
+        training.publish({"job": fast["id"], "kind": "step", "time": now - (9 - n), "step": n, "loss": 1.0})
+    evaluator.poll()
+    for after_s, told in ((119, []), (121, [fast["id"]]), (299, [fast["id"]]), (301, [fast["id"], slow["id"]]), (900, [fast["id"], slow["id"]])):
+        evaluator.stalls.check(now + after_s)
+        assert [a["job_id"] for a in raised] == told, after_s
+    assert {a["kind"] for a in raised} == {"training_stalled"}
+    assert "(stall limit 5 min); before: step 9, loss 1, 0.0333 steps/s" in raised[1]["message"], raised[1]["message"]
+    training.publish({"job": slow["id"], "kind": "step", "time": now + 1000, "step": 10, "loss": 0.9})
+    evaluator.poll()
+    assert raised[-1]["kind"] == "resumed" and raised[-1]["message"].startswith("%s resumed after 16 min (step 10" % slow["id"])
