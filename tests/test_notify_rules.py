@@ -1,8 +1,8 @@
 """The rules behind delivery, driven with their own clock instead of waiting: the queue's
 backoff, a channel shown failing, alerts given up after two days (not one), quiet hours that
 hold all but failures; and the host's own evaluation of serving and training figures (accept
-length under break-even for 5 minutes, an attached server that stopped answering, a flat loss),
-fed through the real topics the feeds publish to."""
+length under break-even for 5 minutes, an attached server that stopped answering, a flat loss,
+a run's stall limit), fed through the real topics the feeds publish to."""
 
 import time
 
