@@ -154,3 +154,22 @@ def test_a_runs_stall_limit_is_ten_times_its_median_step_interval_and_at_least_t
     training.publish({"job": slow["id"], "kind": "step", "time": now + 1000, "step": 10, "loss": 0.9})
     evaluator.poll()
     assert raised[-1]["kind"] == "resumed" and raised[-1]["message"].startswith("%s resumed after 16 min (step 10" % slow["id"])
+
+
+def test_a_data_generation_whose_counter_stands_still_is_told(host):
+    job = host.jobs.submit(["sleep", "60"], kind="datagen", name="hidden states")
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    now = time.time()
+    live = dict(host.jobs.describe(job["id"]), process_state="running", progress={"state": "generating", "done": 40, "total": 100, "rate": 2.5})
+    host.topics["jobs"].publish({"event": "progress", "id": job["id"], "job": live})
+    evaluator.poll()
+    evaluator.stalls.check(now + 119)
+    assert raised == []
+    evaluator.stalls.check(now + 125)
+    [told] = raised
+    assert (told["kind"], told["categories"], told["job_id"]) == ("job_stalled", ["stalled", "training"], job["id"])
+    assert "its progress has not moved for 2 min (stall limit 2 min); before: 40 samples of 100, 2.5 samples/s" in told["message"]
+    host.topics["jobs"].publish({"event": "progress", "id": job["id"], "job": dict(live, progress=dict(live["progress"], done=41))})
+    evaluator.poll()
+    assert [a["kind"] for a in raised] == ["job_stalled", "resumed"]
