@@ -5,7 +5,6 @@ from `config HOST --stall-after` and one with `--stall-after off`; a download fr
 throttled to a halt and let go; an attached server whose /metrics says requests wait while its
 generated-tokens counter stands still."""
 
-import json
 import re
 import sys
 import textwrap

@@ -1,6 +1,6 @@
 """`specdeck config HOST`: show or set what is remembered for a host (tui/config.py), so that
---python, --host-python, --endpoint and --local-dir are typed once (the console's download form
-remembers the endpoint it last used here too)."""
+--python, --host-python, --endpoint, --local-dir and --stall-after are typed once (the
+console's download form remembers the endpoint it last used here too)."""
 
 import json
 
