@@ -25,7 +25,9 @@ answer an anonymous request.
 Knobs for tests (all thread-safe, all cleared by `reset_knobs`):
   drop_connection(repo, path, after_bytes, times=1)   cut GET bodies of that file after N bytes
   corrupt(repo, path, offset=0, length=1, times=None) serve different bytes than the sha256 says
-  throttle(bytes_per_s, repo=None, path=None)          slow GET bodies (all files, or one)
+  throttle(bytes_per_s, repo=None, path=None)          slow GET bodies (all files, or one);
+                                                       0 halts them (the connection open, no
+                                                       byte sent) until the rate changes
   first_byte_delay(seconds)                            a file's GET waits this long before its answer
   lfs_redirect = True                                  LFS resolve answers 302 to a "CDN" on
                                                        http://localhost:PORT (another host name)
@@ -244,7 +246,7 @@ class FakeHub:
             self.knobs.corruptions[(repo_type, repo_id, path)] = [offset, length, times]
 
     def throttle(self, bytes_per_s, repo_id=None, path=None, repo_type="model"):
-        """Limit GET bodies to `bytes_per_s` (None lifts it), for one file or for all."""
+        """Limit GET bodies to `bytes_per_s` (None lifts it, 0 halts them), for one file or for all."""
         with self.lock:
             if repo_id is None:
                 self.knobs.throttle_all = bytes_per_s
@@ -636,6 +638,13 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             while pos < limit:
                 rate = hub._rate(key)  # read each time: a test may lift or change it mid-body
+                if rate == 0:  # halted: the connection stays open and nothing moves
+                    while rate == 0 and hub._server is not None:
+                        time.sleep(0.05)
+                        rate = hub._rate(key)
+                    if hub._server is None:
+                        break
+                    t0, paced = time.monotonic(), 0
                 chunk = 1 << 20 if not rate else max(1024, min(1 << 20, int(rate) // 20))
                 n = min(chunk, limit - pos)
                 if src is not None:

@@ -1,8 +1,8 @@
 """The rules behind delivery, driven with their own clock instead of waiting: the queue's
 backoff, a channel shown failing, alerts given up after two days (not one), quiet hours that
 hold all but failures; and the host's own evaluation of serving and training figures (accept
-length under break-even for 5 minutes, an attached server that stopped answering, a flat loss),
-fed through the real topics the feeds publish to."""
+length under break-even for 5 minutes, an attached server that stopped answering, a flat loss,
+a run's stall limit), fed through the real topics the feeds publish to."""
 
 import time
 
@@ -133,3 +133,43 @@ def test_an_attached_server_that_stops_answering_is_told_and_a_flat_loss_too(hos
     assert set(kinds) == {"server_died", "training_flat"}
     assert kinds["server_died"]["urgent"] and "attached server u1 has not answered for 1 min: connection refused" in kinds["server_died"]["message"]
     assert "j4: the loss has not fallen below 1.5 for 35 min (step 450)" in kinds["training_flat"]["message"]
+
+
+def test_a_runs_stall_limit_is_ten_times_its_median_step_interval_and_at_least_two_minutes(host):
+    slow = host.jobs.submit(["sleep", "60"], kind="training", name="slow run")
+    fast = host.jobs.submit(["sleep", "60"], kind="training", name="fast run")
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    now = time.time()
+    training = host.topics["training"]
+    for n in range(10):  # a step every 30 s (and one late one: the median holds), and one every second
+        training.publish({"job": slow["id"], "kind": "step", "time": now - 30 * (9 - n) + (15 if n == 5 else 0), "step": n, "loss": 1.0})
+        training.publish({"job": fast["id"], "kind": "step", "time": now - (9 - n), "step": n, "loss": 1.0})
+    evaluator.poll()
+    for after_s, told in ((119, []), (121, [fast["id"]]), (299, [fast["id"]]), (301, [fast["id"], slow["id"]]), (900, [fast["id"], slow["id"]])):
+        evaluator.stalls.check(now + after_s)
+        assert [a["job_id"] for a in raised] == told, after_s
+    assert {a["kind"] for a in raised} == {"training_stalled"}
+    assert "(stall limit 5 min); before: step 9, loss 1, 0.0333 steps/s" in raised[1]["message"], raised[1]["message"]
+    training.publish({"job": slow["id"], "kind": "step", "time": now + 1000, "step": 10, "loss": 0.9})
+    evaluator.poll()
+    assert raised[-1]["kind"] == "resumed" and raised[-1]["message"].startswith("%s resumed after 16 min (step 10" % slow["id"])
+
+
+def test_a_data_generation_whose_counter_stands_still_is_told(host):
+    job = host.jobs.submit(["sleep", "60"], kind="datagen", name="hidden states")
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    now = time.time()
+    live = dict(host.jobs.describe(job["id"]), process_state="running", progress={"state": "generating", "done": 40, "total": 100, "rate": 2.5})
+    host.topics["jobs"].publish({"event": "progress", "id": job["id"], "job": live})
+    evaluator.poll()
+    evaluator.stalls.check(now + 119)
+    assert raised == []
+    evaluator.stalls.check(now + 125)
+    [told] = raised
+    assert (told["kind"], told["categories"], told["job_id"]) == ("job_stalled", ["stalled", "training"], job["id"])
+    assert "its progress has not moved for 2 min (stall limit 2 min); before: 40 samples of 100, 2.5 samples/s" in told["message"]
+    host.topics["jobs"].publish({"event": "progress", "id": job["id"], "job": dict(live, progress=dict(live["progress"], done=41))})
+    evaluator.poll()
+    assert [a["kind"] for a in raised] == ["job_stalled", "resumed"]

@@ -7,6 +7,7 @@ honoured), so that an interpreter is typed once:
     download_dir = "/data/models"
     checkpoint_dir = "/data/checkpoints"
     hub_endpoint = "https://hub.example.org"    # a hub mirror for this host's downloads
+    stall_after = "30m"                         # train, run, serve: the stall limit (or "off")
 
     [hosts."me@gpu01".alerts]                   # kept as written, for later
 
@@ -37,6 +38,7 @@ import re
 import sys
 
 from remote.core.records import replace_file
+from remote.core.windows import parse_duration
 
 
 
@@ -50,7 +52,7 @@ def toml_reader():
     return tomllib
 
 
-HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint")  # strings
+HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint", "stall_after")  # strings
 HOST_TABLES = ("alerts", "slurm")
 # [hosts."x".slurm]: the Slurm options of --slurm (tui/cli/slurm_options.py), by type.
 SLURM_KEYS = {"partition": str, "account": str, "time": str, "nodes": int, "gpus_per_node": int, "sbatch_args": list}
@@ -175,6 +177,11 @@ def check(data, shown):
         for key in HOST_KEYS:
             if key in table and not isinstance(table[key], str):
                 wrong(["hosts", host, key], "expected a string, got %s" % _kind(table[key]))
+        if isinstance(table.get("stall_after"), str):
+            try:
+                stall_after_s(table["stall_after"])
+            except ValueError as exc:
+                wrong(["hosts", host, "stall_after"], str(exc))
         for key in HOST_TABLES:
             if key in table and not isinstance(table[key], dict):
                 wrong(["hosts", host, key], "expected a table, got %s" % _kind(table[key]))
@@ -252,6 +259,17 @@ def link_keep_s(path=None):
         return parse_duration(keep) if keep is not None else DEFAULT_KEEP_S
     except (ConfigError, ValueError):
         return DEFAULT_KEEP_S
+
+
+def stall_after_s(text):
+    """Seconds of a stall limit as `--stall-after` takes it (`30s`, `10m`, `2h`, the durations
+    of `gpus --since`), 0 for `off`; ValueError with a sentence otherwise."""
+    if text.strip().lower() == "off":
+        return 0.0
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise ValueError("%s, or off" % exc)
 
 
 def remembered(host, key, path=None):

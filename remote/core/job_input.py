@@ -9,6 +9,7 @@ import os
 from .protocol import BadRequest, RemoteError
 
 
+MAX_STALL_AFTER_S = 10 * 365 * 86400.0
 MAX_ARG_STRLEN = 32 * 4096  # the kernel's limit for one argument or environment entry (32 pages)
 POINTER_BYTES = 8  # each argv and envp entry also costs its pointer on the new stack
 ADDED_BYTES = 1024  # what the supervisor adds (the job's id, directory and token; a systemd-run prefix)
@@ -106,3 +107,17 @@ def disk_error(exc, what, directory):
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
         return RemoteError("NoSpace", "no space left on the host for %s: %s is full" % (what, directory))
     return RemoteError("IOError", "could not write %s: %s" % (what, exc.strerror or exc))
+
+
+def stall_after(call):
+    """A job start's `stall_after_s`: None (the kind's default), 0 (never) or seconds (see
+    remote/notify/stalls.py); BadRequest for anything else."""
+    value = call.param("stall_after_s", float)
+    if value is not None and not 0 <= value <= MAX_STALL_AFTER_S:
+        raise BadRequest("stall_after_s must be 0 (never) or seconds up to ten years, not %g" % value)
+    return value
+
+
+def with_stall_after(meta, value):
+    """`meta` with its `stall_after_s` when one was given."""
+    return meta if value is None else dict(meta or {}, stall_after_s=value)

@@ -2,6 +2,7 @@
 
 from . import streams
 from .protocol import BadRequest
+from .job_input import stall_after, with_stall_after
 from .job_streams import LogSource
 from .streams import TopicSource
 from .supervisor import STOP_GRACE_S
@@ -15,7 +16,9 @@ def jobs_submit(call):
     run argv under, as downloads, serving and training name it), `name`, `kind` (any short
     lower-case word: command, download, server, training, ...; default command), `meta` (an
     object kept with the job for the panes of its kind), `notify` (true: the host's notification
-    channels say when it ends, however it ends; kept as meta `notify`), `job_engine` (who runs
+    channels say when it ends, however it ends; kept as meta `notify`), `stall_after_s` (a
+    stall limit in seconds, 0 for none: its alert when its log has not grown for that long, or
+    for a training run no new step; kept as meta `stall_after_s`), `job_engine` (who runs
     it: `local`, the default, a supervisor of ours; or an engine an area registers, such as
     `slurm`: see remote/core/job_engines.py), `job_engine_options` (that engine's own, e.g.
     Slurm's `nodes`, `partition`, `gpus_per_node`, `time`, `account`, `sbatch_args`); every method
@@ -31,7 +34,8 @@ def jobs_submit(call):
         interpreter=call.param("python", str),
         name=call.param("name", str),
         kind=call.param("kind", str, "command"),
-        meta=dict(call.param("meta", dict) or {}, notify=True) if call.param("notify", bool) else call.param("meta", dict),
+        meta=with_stall_after(dict(call.param("meta", dict) or {}, notify=True) if call.param("notify", bool) else call.param("meta", dict),
+                              stall_after(call)),
     )
     call.daemon.services.wake("job-events")
     return job

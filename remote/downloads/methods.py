@@ -5,6 +5,7 @@ import os
 import subprocess
 
 from ..core import paths
+from ..core.job_input import stall_after, with_stall_after
 from ..core.login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
@@ -99,7 +100,7 @@ def _submit(call, spec, step, name, plan_first):
             _run_plan(interpreter, command, job_dir, env, secret_env)
         # The spec rides along as the job's meta, so a console can retry or verify it later;
         # `action` says which of the two started it (a retry of a verify verifies).
-        meta = dict(spec, python=call.params.get("python"), action=step)
+        meta = with_stall_after(dict(spec, python=call.params.get("python"), action=step), stall_after(call))
         return jobs.submit(command + [step, job_dir], env=env, name=name % (spec["repo"], spec["local_dir"]), kind="download",
                            meta=meta, reserved=(job_id, job_dir), secret_env=secret_env)
     except BaseException:
@@ -112,8 +113,9 @@ def download_start(call):
     """Resolve a repo's files on the hub, then download and verify them as a job of kind `download`.
     Params: `repo`, `repo_type` (model|dataset), `revision`, `files`, `include`, `exclude` (globs),
     `local_dir` (required), `endpoint`, `python` (an interpreter with huggingface_hub), `token`
-    (the console's hub token: the job gets it in its environment only; without it, the host's own).
-    Reply: the job (as `jobs.get`; its `meta` holds these params but the token, and `action`:
+    (the console's hub token: the job gets it in its environment only; without it, the host's own),
+    `stall_after_s` (how long no byte may move while it downloads before its `download_stalled`
+    alert; 0: never; default 5 min). Reply: the job (as `jobs.get`; its `meta` holds these params but the token, and `action`:
     download, or verify for `download.verify`); its `progress` follows in job events. Errors: RepoNotFound,
     FileNotFound, RevisionNotFound, AuthRequired, NoSpace, NetworkUnreachable, MissingDependency
     (naming this host's interpreters that have huggingface_hub), PlanFailed, before any job is made."""

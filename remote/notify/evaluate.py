@@ -11,7 +11,9 @@ no console is connected:
   low for PLATEAU_S (the rule of training.curves' alerts);
 - serving (the `serving` topic): accept length under the break-even for BELOW_S (the server's
   `break_even` meta, else the newest benchmark of the same target and drafter), and an attached
-  server that answered and then has not for DOWN_S.
+  server that answered and then has not for DOWN_S;
+- stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
+  noticed by a check of absence on a clock of its own at each poll.
 
 Each alert gets a key that names what happened (the job and its submission time, the GPU
 alert's id, the run and its best loss), so the same event raised twice (after a restart) is
@@ -115,6 +117,9 @@ class Evaluator:
         self.runs = {}  # training job -> {best, best_at, fired}
         self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, break_even, looked_at}
         self._names = {}
+        from .stalls import Stalls  # (it words its alerts with this module's helpers)
+
+        self.stalls = Stalls(self)
 
     # -- the sources
 
@@ -142,6 +147,7 @@ class Evaluator:
                     break
                 for record in records:
                     handle(record)
+        self.stalls.check()
 
     def job_ended(self, job):
         watched = bool((job.get("meta") or {}).get("notify")) or self.is_watched(job["id"])
@@ -152,6 +158,7 @@ class Evaluator:
     def _job_record(self, record):
         if record.get("event") == "ended" and record.get("job"):
             self.job_ended(record["job"])
+        self.stalls.job_record(record)
 
     def _gpu_record(self, record):
         if record.get("kind") not in GPU_KINDS or record.get("ended_at"):
@@ -166,6 +173,7 @@ class Evaluator:
         job_id = record.get("job")
         if record.get("kind") != "step" or not job_id:
             return
+        self.stalls.step_record(record)
         loss = record.get("loss")
         run = self.runs.setdefault(job_id, {"best": None, "best_at": None, "fired": False, "nan": False})
         when = record.get("time") or time.time()
@@ -211,6 +219,7 @@ class Evaluator:
                                                 state["stale_since"], urgent=True))
             return
         state.update(fresh_seen=True, stale_since=None, down_fired=False)
+        self.stalls.serving_record(record)
         accept_length = record.get("accept_length")
         if accept_length is None:
             return  # an idle second says nothing about the drafter

@@ -8,7 +8,7 @@ What goes out together goes out as one request: everything due for a channel whe
 runs (alerts raised within GATHER_S of each other, a queue that waited through an outage) is
 one digest of up to DIGEST_MAX alerts; and after BURST single messages within BURST_WINDOW_S,
 a channel's next alerts wait for the window and go as one digest, so a storm of 50 alerts in a
-minute is a handful of messages, not 50. Quiet hours hold all but urgent alerts (failures).
+minute is a handful of messages, not 50. Quiet hours hold all but urgent alerts (failures, stalls).
 """
 
 import collections

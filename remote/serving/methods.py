@@ -6,6 +6,7 @@ import os
 import time
 
 from ..core import feed_wire, job_engines
+from ..core.job_input import stall_after, with_stall_after
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
@@ -54,11 +55,13 @@ def serving_start(call):
     required), `drafter` (an EAGLE-3 drafter; absent: a baseline server), `k` (drafted tokens
     per cycle, default 3), `engine` (vllm|sglang, default vllm), `port` (default 8000), `gpus`
     (CUDA_VISIBLE_DEVICES), `python` (an interpreter with the engine), `env` (additions),
-    `engine_args` (list, appended to the engine's command line). A drafter is first compared
+    `engine_args` (list, appended to the engine's command line), `stall_after_s` (how long
+    requests may wait with no token generated before its `server_stalled` alert; 0: never;
+    default 2 min). A drafter is first compared
     with the target's config.json and refused (error DrafterMismatch, with the reasons) when it
     cannot load, and a target or drafter given as a path that is not on the host is refused
     (NotFound, naming the path). Reply: the job, as `jobs.get`; its meta holds {engine, target,
-    drafter, k, port, url, listen, gpus, python, engine_args}. A server that dies gets `progress.error`:
+    drafter, k, port, url, listen, gpus, python, engine_args, stall_after_s?}. A server that dies gets `progress.error`:
     how it ended and the engine's first error line (`exited 1: ValueError: ...`).
 
     Here the server listens on 127.0.0.1 (`listen`) and meta's `url` is where it answers. Run
@@ -79,6 +82,7 @@ def serving_start(call):
     url = engines.base_url(spec["port"]) if listen == location.LOCAL_HOST else None
     meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
             "port": spec["port"], "url": url, "listen": listen, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
+    meta = with_stall_after(meta, stall_after(call))
     what = "%s + %s (K=%d)" % (os.path.basename(spec["target"].rstrip("/")), os.path.basename(spec["drafter"].rstrip("/")), spec["k"]) \
         if spec["drafter"] else "%s baseline" % os.path.basename(spec["target"].rstrip("/"))
     job = call.daemon.jobs.submit(argv, env=engines.server_env(spec["gpus"], spec["env"]), interpreter=interpreter,
@@ -138,7 +142,8 @@ def serving_status(call):
 @method("serving.attach")
 def serving_attach(call):
     """Sample a server started some other way. Params: `url` (its base URL, required), `log`
-    (its log file on the host, read when /metrics cannot be), `name`. Reply: `{id, url}`
+    (its log file on the host, read when /metrics cannot be), `name`, `stall_after_s` (as
+    `serving.start`'s; kept with it). Reply: `{id, url}`
     (`id` is `uN`, used wherever a server job id is)."""
     url = call.param("url", str, required=True)
     if not url.startswith(("http://", "https://")):
@@ -148,7 +153,7 @@ def serving_attach(call):
         log_path = os.path.abspath(os.path.expanduser(log_path))
         if not os.path.isfile(log_path):
             raise NotFound("no log file %s on the host" % log_path)
-    server_id = sampler(call).attach(url, log_path, call.param("name", str))
+    server_id = sampler(call).attach(url, log_path, call.param("name", str), stall_after(call))
     call.daemon.services.wake(ServingFeed.name)
     return {"id": server_id, "url": url}
 

@@ -162,7 +162,7 @@ class ServingFeed(Feed):
 
     # -- which servers
 
-    def attach(self, url, log_path=None, name=None):
+    def attach(self, url, log_path=None, name=None, stall_after_s=None):
         """Watch a server started some other way; returns its id (`u1`, `u2`, ...)."""
         with self._attach_lock:
             attached = attached_entries()
@@ -171,9 +171,14 @@ class ServingFeed(Feed):
                     return server_id
             number = max([int(k[1:]) for k in attached if k[1:].isdigit()] + [0]) + 1
             server_id = "u%d" % number
-            attached[server_id] = {"url": url, "log_path": log_path, "name": name or url, "attached_at": time.time()}
+            attached[server_id] = {"url": url, "log_path": log_path, "name": name or url, "attached_at": time.time(),
+                                   "stall_after_s": stall_after_s}
             write_json(attached_path(), attached)
             return server_id
+
+    def attached_entry(self, server_id):
+        """An attached server's entry ({url, log_path, name, attached_at, stall_after_s}), or None."""
+        return attached_entries().get(server_id)
 
     def detach(self, server_id):
         with self._attach_lock:

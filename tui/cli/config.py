@@ -1,6 +1,6 @@
 """`specdeck config HOST`: show or set what is remembered for a host (tui/config.py), so that
---python, --host-python, --endpoint and --local-dir are typed once (the console's download form
-remembers the endpoint it last used here too)."""
+--python, --host-python, --endpoint, --local-dir and --stall-after are typed once (the
+console's download form remembers the endpoint it last used here too)."""
 
 import json
 
@@ -13,7 +13,9 @@ OPTIONS = (
     ("hub_endpoint", "--hub-endpoint", "the hub mirror downloads use (what --endpoint defaults to)"),
     ("download_dir", "--download-dir", "where downloads go on the host (--local-dir defaults to DIR/NAME)"),
     ("checkpoint_dir", "--checkpoint-dir", "where checkpoints are on the host"),
+    ("stall_after", "--stall-after", "the stall limit train, run and serve send (30s, 10m, 2h, or off) unless given"),
 )
+METAVARS = {"hub_endpoint": "URL", "stall_after": "DURATION"}
 
 
 def add_commands(commands):
@@ -21,11 +23,16 @@ def add_commands(commands):
     p.set_defaults(func=cmd_config)
     p.add_argument("host", help="as you name it in other commands (user@host, an ssh alias, local)")
     for key, flag, help_text in OPTIONS:
-        p.add_argument(flag, dest=key, metavar="URL" if key == "hub_endpoint" else "PATH", help=help_text + "; an empty value forgets it")
+        p.add_argument(flag, dest=key, metavar=METAVARS.get(key, "PATH"), help=help_text + "; an empty value forgets it")
 
 
 def cmd_config(args):
     changes = {key: (getattr(args, key) or None) for key, _flag, _help in OPTIONS if getattr(args, key) is not None}
+    if changes.get("stall_after"):
+        try:
+            config.stall_after_s(changes["stall_after"])
+        except ValueError as exc:
+            raise CommandError("--stall-after: %s" % exc)
     try:
         table = config.remember(args.host, changes) if changes else dict(config.load().get("hosts", {}).get(config.host_key(args.host)) or {})
     except (config.ConfigError, OSError) as exc:
@@ -35,5 +42,5 @@ def cmd_config(args):
         return 0
     print("%s  (%s)" % (config.host_key(args.host), config.config_path()))
     for key, flag, _help in OPTIONS:
-        print("  %-15s %s" % (key, table.get(key) or "-  (set with %s %s)" % (flag, "URL" if key == "hub_endpoint" else "PATH")))
+        print("  %-15s %s" % (key, table.get(key) or "-  (set with %s %s)" % (flag, METAVARS.get(key, "PATH"))))
     return 0

@@ -7,6 +7,7 @@ import time
 
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
+from ..cli.stall_options import add_stall_option, stall_params
 from ..client import ConnectError
 from ..display import log_text, safe_text
 from . import model
@@ -31,6 +32,7 @@ def add_commands(commands):
     p.add_argument("--interpreter", metavar="PATH", help="run CMD with this interpreter, e.g. a venv's python")
     p.add_argument("--kind", default="command", choices=("command", "server", "training", "benchmark"))
     p.add_argument("--notify", action="store_true", help="tell the host's notification channels when it ends, however it ends")
+    add_stall_option(p)
     add_slurm_options(p)
 
     p = commands.add_parser("jobs", help="list the host's jobs")
@@ -68,6 +70,7 @@ def cmd_run(args):
     env = env_option(args.env)
     params = {"argv": argv, "cwd": args.cwd, "env": env, "python": args.interpreter, "name": args.name, "kind": args.kind,
               "notify": args.notify or None}
+    params.update(stall_params(args))
     params.update(slurm_params(args))
     client = connect(args, args.host)
     job = client.call("jobs.submit", params)

@@ -21,6 +21,7 @@ from remote.serving import breakeven as breakeven_math
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
+from ..cli.stall_options import add_stall_option, stall_params
 from ..freshness import stale_text
 from . import advisor
 from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, per_k, per_position
@@ -62,6 +63,7 @@ def add_commands(commands):
     _server_options(p)
     p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
     p.add_argument("--wait", action="store_true", help="exit 0 once the server answers, 1 if it died (its last lines on stderr)")
+    add_stall_option(p)
     add_slurm_options(p)
 
     p = commands.add_parser("spec", help="a server's accept length and speculation figures")
@@ -106,9 +108,10 @@ def _start_params(args):
 
 
 def cmd_serve(args):
+    params = dict(_start_params(args), **stall_params(args))
     client = connect(args, args.host)
     try:
-        job = client.call("serving.start", _start_params(args), timeout=120)
+        job = client.call("serving.start", params, timeout=120)
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     # Through Slurm the URL is the node's, known once Slurm runs the job: until then, its Slurm id.

@@ -1,0 +1,174 @@
+"""Stalls told while no console watches, to a real loopback webhook: a real training job that
+prints speculators' step lines and then hangs with its process alive (started with `train
+--stall-after 3s`), and one follow-up when it steps again; `run` jobs under the host's default
+from `config HOST --stall-after` and one with `--stall-after off`; a download from the test hub
+throttled to a halt and let go; an attached server whose /metrics says requests wait while its
+generated-tokens counter stands still."""
+
+import re
+import sys
+import textwrap
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers.waits import wait_for
+from tests.notify_receiver import Receiver
+
+METRICS = (Path(__file__).parent / "serving_data" / "vllm_metrics_full.txt").read_text()
+STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
+             "lr/AdamW=9.09e-04, global_step=%d                     trainer.py:587")
+TRAINER = """\
+    import os, sys, time
+    def step(n):
+        print(%r %% (1.0 / (n + 1), n), flush=True)
+        time.sleep(0.2)
+    for n in range(15):
+        step(n)
+    print("loading shard 3 of 8", flush=True)
+    while not os.path.exists(sys.argv[1]):  # hung, its process alive, until the test lets it go
+        time.sleep(0.05)
+    for n in range(15, 20):
+        step(n)
+""" % STEP_LINE
+
+
+@pytest.fixture
+def receiver():
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def stall_channel(client, receiver):
+    return client.call("notify.add", {"url": receiver.url + "/hook", "format": "json", "on": "stalled"})["channel"]["id"]
+
+
+def alerts_of(receiver, job_id):
+    """Every alert the receiver got about `job_id`, in the order sent (digests opened)."""
+    return [a for body in receiver.json_bodies() for a in body["alerts"] if a["job_id"] == job_id]
+
+
+def wait_alerts(receiver, job_id, count):
+    return wait_for(lambda: (lambda found: found if len(found) >= count else None)(alerts_of(receiver, job_id)),
+                    message="%d alert(s) about %s" % (count, job_id))
+
+
+def raised_for(client, job_id):
+    return [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == job_id]
+
+
+def test_a_hung_training_run_is_told_once_with_its_last_lines_and_once_when_it_steps_again(client, receiver, tmp_path):
+    stall_channel(client, receiver)
+    run_cli("config", "local", "--stall-after", "3s", check=0)  # the host's default: `run` sends it
+    quiet = run_cli("run", "local", "--stall-after", "off", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
+    told = run_cli("run", "local", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
+    script, go = tmp_path / "trainer.py", tmp_path / "go"
+    script.write_text(textwrap.dedent(TRAINER))
+    job_id = run_cli("train", "local", "--name", "eagle3 hang", "--stall-after", "3s", "--",
+                     sys.executable, "-u", str(script), str(go), check=0).stdout.strip()
+    try:
+        assert [client.call("jobs.get", {"id": j})["meta"]["stall_after_s"] for j in (quiet, told, job_id)] == [0.0, 3.0, 3.0]
+
+        stalled, = wait_alerts(receiver, job_id, 1)
+        assert stalled["kind"] == "training_stalled" and stalled["categories"] == ["stalled", "training"] and stalled["urgent"]
+        assert stalled["title"].startswith("%s stalled on " % job_id)
+        assert re.match(r"%s \(eagle3 hang\): no new step for \d+ s \(stall limit 3 s\); before: step 14, loss 0\.067" % job_id,
+                        stalled["message"]), stalled["message"]
+        assert stalled["log_tail"][-1] == "loading shard 3 of 8" and "global_step=14" in stalled["log_tail"][-2]
+        assert client.call("jobs.get", {"id": job_id})["process_state"] == "running"
+
+        go.write_text("")
+        _, resumed = wait_alerts(receiver, job_id, 2)
+        assert resumed["kind"] == "resumed" and not resumed["urgent"]
+        assert re.match(r"%s resumed after \d+ s \(step 15" % job_id, resumed["message"]), resumed["message"]
+        wait_for(lambda: client.call("jobs.get", {"id": job_id})["state"] == "succeeded", message="the run's end")
+        assert raised_for(client, job_id) == ["resumed", "training_stalled"]  # newest first: each once
+        assert len(alerts_of(receiver, job_id)) == 2
+
+        # A plain command under the host's default: its log stood still.
+        ran, = wait_alerts(receiver, told, 1)
+        assert ran["kind"] == "job_stalled" and ran["categories"] == ["stalled"]
+        assert "no new output for" in ran["message"] and ran["log_tail"] == ["waiting for input"]
+        # The older, as silent, job was looked at in the same checks: never told.
+        assert raised_for(client, quiet) == [] and alerts_of(receiver, quiet) == []
+    finally:
+        for one in (quiet, told):
+            client.call("jobs.stop", {"id": one, "grace_s": 0})
+    bad = run_cli("run", "local", "--stall-after", "soon", "--", "true", check=2)
+    assert "--stall-after: a duration is a number" in bad.stderr
+
+
+def test_a_download_throttled_to_a_halt_is_told_and_its_moving_again(client, receiver, hub, tmp_path):
+    stall_channel(client, receiver)
+    hub.add_repo("team/slow-weights", {"config.json": b"{}", "weights.bin": bytes(range(256)) * 8192})
+    hub.throttle(1000 * 1000)  # its bytes move a read slice (256 KiB) at a time
+    job = client.call("download.start", {"repo": "team/slow-weights", "local_dir": str(tmp_path / "w"), "endpoint": hub.url,
+                                         "stall_after_s": 2}, timeout=120)
+    progress = lambda: client.call("jobs.get", {"id": job["id"]}).get("progress") or {}  # noqa: E731
+    wait_for(lambda: progress().get("bytes_done", 0) > 1000, message="the first bytes of the weights")
+    hub.throttle(0)
+    stalled, = wait_alerts(receiver, job["id"], 1)
+    assert stalled["kind"] == "download_stalled" and stalled["categories"] == ["stalled", "downloads"]
+    assert re.search(r": no byte downloaded for \d+ s \(stall limit 2 s\); before: [\d.]+ kB of 2\.10 MB", stalled["message"]), stalled["message"]
+    hub.throttle(None)
+    _, resumed = wait_alerts(receiver, job["id"], 2)
+    assert resumed["kind"] == "resumed" and resumed["message"].startswith("%s resumed after" % job["id"])
+    wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["state"] == "verified", message="the download verified")
+    assert len(alerts_of(receiver, job["id"])) == 2
+
+
+class MetricsServer:
+    """A loopback server answering /metrics with a real vLLM text: `waiting` requests queued,
+    `generated` its generation-tokens counter."""
+
+    def __init__(self, waiting):
+        self.waiting, self.generated = waiting, 240.0
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):
+                text = METRICS.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-target"} 0.0',
+                                       'vllm:num_requests_waiting{engine="0",model_name="tiny-target"} %.1f' % owner.waiting)
+                text = text.replace('vllm:generation_tokens_total{engine="0",model_name="tiny-target"} 240.0',
+                                    'vllm:generation_tokens_total{engine="0",model_name="tiny-target"} %.1f' % owner.generated)
+                body = text.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/plain; version=0.0.4")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_server_with_requests_waiting_and_no_token_generated_is_told(client, receiver):
+    stall_channel(client, receiver)
+    metrics = MetricsServer(waiting=3)
+    try:
+        server_id = client.call("serving.attach", {"url": metrics.url, "stall_after_s": 3})["id"]
+        found = wait_for(lambda: [a for body in receiver.json_bodies() for a in body["alerts"] if a["kind"] == "server_stalled"],
+                         message="the server's stall")
+        assert len(found) == 1 and found[0]["categories"] == ["stalled", "speculation"]
+        assert re.match(r"attached server %s: 3 request\(s\) waiting and no token generated for \d+ s" % server_id, found[0]["message"])
+        metrics.generated, metrics.waiting = metrics.generated + 500.0, 0
+        resumed = wait_for(lambda: [a for body in receiver.json_bodies() for a in body["alerts"] if a["kind"] == "resumed"],
+                           message="the follow-up")
+        assert resumed[0]["message"].startswith("%s resumed after" % server_id)
+        client.call("serving.detach", {"id": server_id})
+    finally:
+        metrics.close()
+    assert [a["kind"] for a in client.call("notify.list")["recent"]] == ["resumed", "server_stalled"]
