@@ -172,7 +172,7 @@ class Pane(Requests, Widget):
         self._own_status = (text, error)
         if self._said is not None and time.monotonic() < self._said[1]:
             return  # a line said to the user stays its time; this one is shown after it
-        self._show_status(text, error)
+        self._put_status(text, error)
 
     def say(self, text, hold_s=SAID_HOLD_S):
         """Say `text` in the status line for `hold_s` seconds, over the pane's own updates (a key
@@ -181,15 +181,15 @@ class Pane(Requests, Widget):
         if statuses and self._said is None:  # what the line says now comes back after
             self._own_status = (str(statuses.first().render()), statuses.first().has_class("error"))
         self._said = (text, time.monotonic() + hold_s)
-        self._show_status(text, False)
+        self._put_status(text, False)
         self.set_timer(hold_s, self._said_ended)
 
     def _said_ended(self):
         if self._said is not None and time.monotonic() >= self._said[1]:
             self._said = None
-            self._show_status(*self._own_status)
+            self._put_status(*self._own_status)
 
-    def _show_status(self, text, error):
+    def _put_status(self, text, error):
         for status in self.query(".pane-status"):
             status.update(Text(text))  # host paths and messages are not markup
             status.set_class(error, "error")
