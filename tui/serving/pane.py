@@ -328,7 +328,9 @@ class SpeculationPane(Pane):
         k = info.get("k")
         summary = Text()
         summary.append("%s  %s" % (server_id, info.get("name") or ""), style="bold")
-        summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
+        compact = self.compact  # a short pane: the summary in two lines, the keys left to the key bar
+        summary.append("   server %d of %d%s   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers),
+                                                           "" if compact else " ([ and ] switch)", window_name(self.window_s)))
         if not live:
             dead = is_dead(info)
             summary.append("%s: the server %s\n" % ("DEAD" if dead else "ENDED", how_it_ended(info)), style="bold red" if dead else "bold")
@@ -338,7 +340,7 @@ class SpeculationPane(Pane):
         if stale and live:
             summary.append(" %s" % stale_text(age, why), style="bold red")
         window_accept = window.get("accept_length")
-        summary.append("   over the window %s" % figure(window, "accept_length"))
+        summary.append("   %s %s" % ("window" if compact else "over the window", figure(window, "accept_length")))
         if line is not None:
             summary.append("   break-even %.2f (%s)" % (line, line_source))
             if server_id in self.alerted:
@@ -346,10 +348,12 @@ class SpeculationPane(Pane):
             elif window_accept is not None:
                 summary.append("   %s" % ("above" if window_accept >= line else "below"), style="green" if window_accept >= line else "yellow")
         else:
-            summary.append("   break-even: not known (b to set, or run `specdeck bench`)")
+            summary.append("   break-even: not known (%s)" % ("b" if compact else "b to set, or run `specdeck bench`"))
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
-        summary.append("   source: %s" % (latest.get("source") or window.get("source") or "-"))
+        source = latest.get("source") or window.get("source") or "-"
+        if not compact or source != "metrics":  # the usual source is left out of a short pane
+            summary.append("   source: %s" % source)
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
