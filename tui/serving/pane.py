@@ -352,7 +352,7 @@ class SpeculationPane(Pane):
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
         source = latest.get("source") or window.get("source") or "-"
-        if not compact or source != "metrics":  # the usual source is left out of a short pane
+        if not compact or source == "log":  # a short pane says only the unusual source: the engine's log lines
             summary.append("   source: %s" % source)
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
