@@ -3,7 +3,9 @@ metric text (as a real vLLM wrote it) with counters growing every scrape: accept
 live with the break-even line, the per-position bars, and the alert once accept length has
 stayed under break-even for the set time."""
 
+import json
 import re
+import sys
 import threading
 
 import pytest
@@ -11,7 +13,8 @@ from textual.widgets import Static
 
 from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_until
-from tests.helpers.metrics import AFTER, MetricsServer, scaled
+from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (a fixture)
+from tests.test_serving_advisor_lines import sweep as known_sweep
 from tui.app import SpecdeckApp
 from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane
@@ -122,3 +125,36 @@ async def test_the_console_keeps_both_charts_and_one_line_per_position_and_whole
             assert "one host" in text_of(status)
     finally:
         server.close()
+
+
+TARGET, DRAFTER = "/models/tiny-target", "/models/tiny-drafter"
+WRITE_RESULT = """
+import json, os, sys
+with open(os.path.join(os.environ["SPECDECK_JOB_DIR"], "progress.json"), "w") as f:
+    json.dump({"state": "done", "result": json.loads(sys.argv[1])}, f)
+"""
+
+
+async def test_the_rows_of_k_take_a_k_sweep_as_soon_as_it_ends(client, metrics_server):
+    """An idle server job (its figures from a real HTTP server serving vLLM's recorded idle
+    /metrics) shows no rows of K; a K sweep of its target and drafter ends (a benchmark job that
+    writes a sweep's result as bench does): the open pane shows the sweep's rows at once, not
+    when it is opened again."""
+    server = client.call("jobs.submit", {"argv": ["sleep", "600"], "kind": "server", "name": "tiny server (K=3)",
+                                         "meta": {"url": metrics_server.url, "target": TARGET, "drafter": DRAFTER, "k": 3}})["id"]
+    try:
+        app = OnePane(SpeculationPane(), client=client)
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = app.query_one(SpeculationPane)
+            pane.focus()
+            bars, k_rows = pane.query_one("#spec-bars", Static), pane.query_one("#spec-k", Static)
+            await wait_until(pilot, lambda: pane.selected == server and "no drafts in the last 5 min" in text_of(bars),
+                             message="the idle server's window")
+            assert "no drafts in the window yet" in text_of(k_rows)
+            result = known_sweep()
+            bench = client.call("jobs.submit", {"argv": [sys.executable, "-c", WRITE_RESULT, json.dumps(result)], "kind": "benchmark",
+                                                "name": "bench --k 1,2,3,4", "meta": {"target": TARGET, "drafter": DRAFTER}})["id"]
+            await wait_until(pilot, lambda: "sweep %s" % bench in text_of(k_rows), message="the sweep's rows: %s" % text_of(k_rows))
+            assert "no drafts in the window yet" not in text_of(k_rows)
+    finally:
+        client.call("jobs.stop", {"id": server})
