@@ -6,8 +6,8 @@ pane (key 0) shows them all, and one of them is the host the other panes show (`
 named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes are made anew
 for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
 step their servers and runs with them, and a log's search, which steps its matches: the help
-says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives the number keys, the tabs and the help
-screen. The app holds the one subscription to the shown host's job events and hands every
+says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives
+the number keys, the tabs and the help screen. The app holds the one subscription to the shown host's job events and hands every
 pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
 each other. Panes read `app.client` (the shown host's, None until connected) and do their
 own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
@@ -143,9 +143,11 @@ class SpecdeckApp(PaneHost):
     def action_show_fleet(self):
         if not self.fleet:
             said = "one host: no Fleet pane (0); it is for several: specdeck HOST1 HOST2 ..."
-            for pane in self.query(Pane):
-                if pane.active:
-                    pane.say(said)
+            shown = [pane for pane in self.query(Pane) if pane.active]
+            for pane in shown:
+                pane.say(said)
+            if not shown:  # no pane's status line to say it in (a dialog's screen, say)
+                self.notify(said, severity="warning")
             return
         self.show_tab(pane_id(FleetPane))
 

@@ -170,7 +170,9 @@ class Pane(Requests, Widget):
 
     def set_status(self, text, error=False):
         self._own_status = (text, error)
-        if self._said is not None and time.monotonic() < self._said[1]:
+        if error:
+            self._said = None  # an error (the connection failed) is said at once, over a key's answer
+        elif self._said is not None and time.monotonic() < self._said[1]:
             return  # a line said to the user stays its time; this one is shown after it
         self._put_status(text, error)
 

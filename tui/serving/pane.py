@@ -58,6 +58,11 @@ def bars(per_position):
     return "\n".join(lines)
 
 
+def bars_line(per_position):
+    """The same shares on one line, for a short pane: `pos 0 96.8%   pos 1 81.0%`."""
+    return "   ".join("pos %d %.1f%%" % (position, 100.0 * rate) for position, rate in enumerate(per_position or []))
+
+
 class SpeculationPane(Pane):
     """The servers' speculation, one server shown at a time."""
 
@@ -381,12 +386,11 @@ class SpeculationPane(Pane):
     def _bars_text(self, window, latest):
         """The chosen window's per-position acceptance, else the last RECENT_S seconds' (a window
         asked before the first drafts)."""
-        shown = bars if not self.compact else (lambda rates: "   ".join("pos %d %.1f%%" % (n, 100.0 * rate) for n, rate in enumerate(rates)))
+        shown, gap = (bars_line, " ") if self.compact else (bars, "\n")
         if window.get("per_position"):
-            return "per position over the last %s:%s%s" % (_span(window.get("window_s") or self.window_s), " " if self.compact else "\n",
-                                                           shown(window["per_position"]))
+            return "per position over the last %s:%s%s" % (_span(window.get("window_s") or self.window_s), gap, shown(window["per_position"]))
         if latest.get("per_position"):
-            return "per position over the last %d s:%s%s" % (RECENT_S, " " if self.compact else "\n", shown(latest["per_position"]))
+            return "per position over the last %d s:%s%s" % (RECENT_S, gap, shown(latest["per_position"]))
         return "no drafts in the last %s" % window_name(self.window_s) if window else "per position: asking the host…"
 
     def _points(self, server_id, metric, records):
