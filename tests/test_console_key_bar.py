@@ -1,8 +1,12 @@
-"""The key bar lists the keys that work where the focus is, and a click on one runs it."""
+"""The key bar lists the keys that work where the focus is, and a click on one runs it; the help
+says where the keys work."""
 
-from tests.helpers.pilot import SIZE, connected
+import re
+
+from tests.helpers.pilot import SIZE, connected, screen_lines
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
+from tui.client import ConnectError
 from tui.screens.help import HelpScreen
 from tui.widgets.key_bar import KeyBar
 
@@ -21,3 +25,20 @@ async def test_the_bar_follows_the_focus_and_a_click_runs_the_key(agent_home):
         start = text.index(" ? help")
         await pilot.click(KeyBar, offset=(start + 2, 0))
         await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), message="help opened by a click")
+
+
+async def test_the_help_says_where_the_brackets_switch_hosts():
+    """With several hosts, `[`/`]` switch hosts in the panes that do not step a list of their
+    own with them: the help says which, instead of "anywhere"."""
+
+    def down(host, on_state, ask_host_key):
+        raise ConnectError("%s is down" % host)
+
+    app = SpecdeckApp(hosts=["alpha", "beta"], connect=down)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: isinstance(app.screen, HelpScreen), message="the help")
+        shown = " ".join(re.sub(r"[█▌▐│┃▊▎]", " ", line) for line in screen_lines(app))
+        shown = " ".join(shown.split())
+        assert "show the next host in the other panes (in Jobs, GPUs, Downloads, Tensors and the Fleet pane;" in shown, shown
+        assert "in Speculation and Training [ ] step servers and runs" in shown, shown

@@ -1,15 +1,23 @@
 """The Speculation pane against the real local agent and a real HTTP server that serves vLLM's
 metric text (as a real vLLM wrote it) with counters growing every scrape: accept length shown
 live with the break-even line, the per-position bars, and the alert once accept length has
-stayed under break-even for the set time."""
+stayed under break-even for the set time; in the console at 80x24 and 120x40 both charts keep
+plotted rows; a K sweep that ends is in the rows of K at once."""
 
+import json
+import re
+import sys
 import threading
 
+import pytest
 from textual.widgets import Static
 
-from tests.helpers.pilot import OnePane
+from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_until
-from tests.helpers.metrics import AFTER, MetricsServer, scaled
+from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
+from tests.test_serving_advisor_lines import sweep as known_sweep
+from tui.app import SpecdeckApp
+from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane
 from tui.widgets.chart import TimeChart
 
@@ -59,3 +67,95 @@ async def test_pane_shows_accept_length_against_break_even_and_alerts(client):
             assert any("under break-even" in n.message for n in app._notifications)
     finally:
         server.close()
+
+
+def region_lines(app, widget):
+    """The screen's lines where `widget` is drawn, cut to its columns."""
+    region = widget.region
+    return [line[region.x:region.right] for line in screen_lines(app)[region.y:region.bottom]]
+
+
+def plotted_rows(app, chart):
+    """How many rows of the chart's plot box are drawn (between its top and bottom edges), and
+    whether a point of the series is among them."""
+    lines = region_lines(app, chart)
+    tops = [n for n, line in enumerate(lines) if "┌" in line]
+    bottoms = [n for n, line in enumerate(lines) if "└" in line]
+    if not tops or not bottoms:
+        return 0, False
+    rows = lines[tops[0] + 1:bottoms[0]]
+    return len(rows), any(any("\u2800" < char <= "\u28ff" or char == "•" for char in row) for row in rows)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_the_console_keeps_both_charts_and_one_line_per_position_and_whole_dialogs(agent_home, client, size):
+    """In the console at 80x24 and 120x40: both charts have plotted rows with the series in
+    them (not titles alone), each draft position's acceptance is on one line, the tokens/s axis
+    starts at 0, the break-even prompt shows its whole hint, and 0 on a one-host console says
+    in the status line why nothing happened."""
+    server = GrowingServer()
+    try:
+        client.call("serving.attach", {"url": server.url})
+        app = SpecdeckApp(host="local")
+        async with app.run_test(size=size) as pilot:
+            await wait_until(pilot, lambda: app.client is not None, message="the connection")
+            await to_pane(pilot, "Speculation")
+            pane = app.query_one(SpeculationPane)
+            charts = [pane.query_one("#spec-accept-chart", TimeChart), pane.query_one("#spec-throughput-chart", TimeChart)]
+            await wait_until(pilot, lambda: "96.8%" in text_of(pane.query_one("#spec-bars", Static))
+                             and all(plotted_rows(app, chart) >= (2, True) for chart in charts),
+                             message="both charts plotted, with the bars: %s" % [plotted_rows(app, chart) for chart in charts])
+            positions = [line for line in region_lines(app, pane.query_one("#spec-bars", Static)) if re.search(r"pos \d", line)]
+            assert positions and all(line.count("%") == line.count("pos ") for line in positions), positions
+            assert "pos 2" in "".join(positions)  # the three positions, none wrapped onto a line of its own
+            axis = [line.split("┤")[0].strip() for line in region_lines(app, charts[1]) if "┤" in line]
+            assert not any(label.startswith("-") for label in axis), axis  # tokens/s are never negative
+
+            await pilot.press("b")
+            await wait_until(pilot, lambda: isinstance(app.screen, PromptScreen), message="the break-even prompt")
+            await pilot.pause()
+            shown = " ".join(line.strip(" █▌▐") for line in screen_lines(app))
+            assert "CYCLE_MS@BASELINE_TPS (30@82)" in re.sub(r"\s+", " ", shown), shown
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, PromptScreen), message="the prompt to close")
+
+            await pilot.press("0")
+            status = pane.query_one(".pane-status", Static)
+            await wait_until(pilot, lambda: "one host" in text_of(status), message="0 said in the status line")
+            await pilot.pause(1.5)  # the pane's figures come each second: the line stays said
+            assert "one host" in text_of(status)
+    finally:
+        server.close()
+
+
+TARGET, DRAFTER = "/models/tiny-target", "/models/tiny-drafter"
+WRITE_RESULT = """
+import json, os, sys
+with open(os.path.join(os.environ["SPECDECK_JOB_DIR"], "progress.json"), "w") as f:
+    json.dump({"state": "done", "result": json.loads(sys.argv[1])}, f)
+"""
+
+
+async def test_the_rows_of_k_take_a_k_sweep_as_soon_as_it_ends(client, metrics_server):
+    """An idle server job (its figures from a real HTTP server serving vLLM's recorded idle
+    /metrics) shows no rows of K; a K sweep of its target and drafter ends (a benchmark job that
+    writes a sweep's result as bench does): the open pane shows the sweep's rows at once, not
+    when it is opened again."""
+    server = client.call("jobs.submit", {"argv": ["sleep", "600"], "kind": "server", "name": "tiny server (K=3)",
+                                         "meta": {"url": metrics_server.url, "target": TARGET, "drafter": DRAFTER, "k": 3}})["id"]
+    try:
+        app = OnePane(SpeculationPane(), client=client)
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = app.query_one(SpeculationPane)
+            pane.focus()
+            bars, k_rows = pane.query_one("#spec-bars", Static), pane.query_one("#spec-k", Static)
+            await wait_until(pilot, lambda: pane.selected == server and "no drafts in the last 5 min" in text_of(bars),
+                             message="the idle server's window")
+            assert "no drafts in the window yet" in text_of(k_rows)
+            result = known_sweep()
+            bench = client.call("jobs.submit", {"argv": [sys.executable, "-c", WRITE_RESULT, json.dumps(result)], "kind": "benchmark",
+                                                "name": "bench --k 1,2,3,4", "meta": {"target": TARGET, "drafter": DRAFTER}})["id"]
+            await wait_until(pilot, lambda: "sweep %s" % bench in text_of(k_rows), message="the sweep's rows")
+            assert "no drafts in the window yet" not in text_of(k_rows)
+    finally:
+        client.call("jobs.stop", {"id": server})

@@ -3,9 +3,11 @@
 The app paints at once and connects every host on threads of their own (tui/fleet/hosts.py);
 each client heals its link on its own and reports its state. With several hosts the Fleet
 pane (key 0) shows them all, and one of them is the host the other panes show (`current`,
-named in the header; Enter on a host, or `[`/`]` anywhere, changes it: the host's panes are
-made anew for it). The list of panes, PANES, drives the number keys, the tabs and the help
-screen. The app holds the one subscription to the shown host's job events and hands every
+named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes are made anew
+for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
+step their servers and runs with them, and a log's search, which steps its matches: the help
+says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives
+the number keys, the tabs and the help screen. The app holds the one subscription to the shown host's job events and hands every
 pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
 each other. Panes read `app.client` (the shown host's, None until connected) and do their
 own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
@@ -49,6 +51,9 @@ from .widgets.key_bar import KeyBar
 
 PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane, TrainingPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
+# Where `[`/`]` switch hosts: the panes that step their own list with them keep them.
+HOST_KEYS_WHERE = ("show the %s host in the other panes (in Jobs, GPUs, Downloads, Tensors and the Fleet pane; "
+                   "in Speculation and Training [ ] step servers and runs, in a log's search its matches)")
 
 
 def pane_id(pane_class):
@@ -73,9 +78,9 @@ class SpecdeckApp(PaneHost):
     BINDINGS = [Binding("q", "quit", "quit")] + pane_bindings(PANES) + [
         Binding("0", "show_fleet", "fleet", show=False, tooltip="every host on one screen (with more than one host)"),
         Binding("left_square_bracket", "step_host(-1)", "host", show=False, key_display="[",
-                tooltip="show the previous host in the other panes"),
+                tooltip=HOST_KEYS_WHERE % "previous"),
         Binding("right_square_bracket", "step_host(1)", "host", show=False, key_display="]",
-                tooltip="show the next host in the other panes"),
+                tooltip=HOST_KEYS_WHERE % "next"),
         Binding("question_mark", "help", "help", tooltip="this list of keys"),
         Binding("i", "host_info", "host", show=False, tooltip="the host: agent, what it can use, the daemon's services and how each is doing"),
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
@@ -143,7 +148,12 @@ class SpecdeckApp(PaneHost):
 
     def action_show_fleet(self):
         if not self.fleet:
-            self.notify("one host: the Fleet pane is for several (specdeck HOST1 HOST2 ...)", severity="warning")
+            said = "one host: no Fleet pane (0); it is for several: specdeck HOST1 HOST2 ..."
+            shown = [pane for pane in self.query(Pane) if pane.active]
+            for pane in shown:
+                pane.say(said)
+            if not shown:  # no pane's status line to say it in (a dialog's screen, say)
+                self.notify(said, severity="warning")
             return
         self.show_tab(pane_id(FleetPane))
 

@@ -26,6 +26,8 @@ from .requests import NOT_CONNECTED, RequestDone, Requests
 
 __all__ = ["Pane", "PaneStream", "RequestDone", "StreamData"]
 
+SAID_HOLD_S = 8.0  # how long a line said to the user (Pane.say) stays in the status line
+
 
 class StreamData(Message):
     """Frames of one of a pane's streams, gathered on the client's thread."""
@@ -130,6 +132,8 @@ class Pane(Requests, Widget):
         super().__init__(**kwargs)
         self._streams = []
         self._status_before_failure = None  # the status line a failed connection replaced
+        self._said = None  # (a line said to the user, until when: monotonic), kept over the pane's own
+        self._own_status = ("", False)  # the pane's own status line, shown again once the said line ends
 
     def on_mount(self):
         # A failed connection is said in every pane too, not only in the header: a pane waiting
@@ -166,6 +170,29 @@ class Pane(Requests, Widget):
         return Static(Text(text), classes="pane-status", id=id)
 
     def set_status(self, text, error=False):
+        self._own_status = (text, error)
+        if error:
+            self._said = None  # an error (the connection failed) is said at once, over a key's answer
+        elif self._said is not None and time.monotonic() < self._said[1]:
+            return  # a line said to the user stays its time; this one is shown after it
+        self._put_status(text, error)
+
+    def say(self, text, hold_s=SAID_HOLD_S):
+        """Say `text` in the status line for `hold_s` seconds, over the pane's own updates (a key
+        that did nothing says why where the eye already is), then show the pane's line again."""
+        statuses = self.query(".pane-status")
+        if statuses and self._said is None:  # what the line says now comes back after
+            self._own_status = (str(statuses.first().render()), statuses.first().has_class("error"))
+        self._said = (text, time.monotonic() + hold_s)
+        self._put_status(text, False)
+        self.set_timer(hold_s, self._said_ended)
+
+    def _said_ended(self):
+        if self._said is not None and time.monotonic() >= self._said[1]:
+            self._said = None
+            self._put_status(*self._own_status)
+
+    def _put_status(self, text, error):
         for status in self.query(".pane-status"):
             status.update(Text(safe_text(text, keep="\n")))  # host paths and messages: not markup, no controls
             status.set_class(error, "error")

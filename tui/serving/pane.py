@@ -12,7 +12,11 @@ The pane opens on a running server (the newest), lists dead ones too, marked dea
 they ended and the engine's first error line. Break-even comes from the last A/B benchmark of
 the same target and drafter, or is set by hand (`b`) for the target: it then holds for every
 server of that target, remembered in the laptop's config per host. Under them, a row per K' up
-to the server's K and the newest K sweep's beyond it (k_rows.py), as `specdeck advise` says.
+to the server's K and the newest K sweep's beyond it (k_rows.py), as `specdeck advise` says;
+asked again as soon as a benchmark of the server's target and drafter ends.
+
+The two charts come first: in a short terminal (80x24) the per-position bars become one line
+and the K rows one line, so that both charts keep plotted rows.
 """
 
 import collections
@@ -31,13 +35,14 @@ from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from . import break_evens
 from .k_rows import k_text
-from .model import RECENT_S, figure, how_it_ended, is_dead, is_live
+from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, per_k
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
 WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
 ALERT_AFTER_S = 60.0  # accept length under break-even this long (while drafting) raises the alert
-BAR_WIDTH = 30
+BAR_WIDTH = 20
+COMPACT_BELOW_ROWS = 30  # a pane shorter than this shows its bars and K rows one line each
 
 
 def window_name(seconds):
@@ -45,12 +50,18 @@ def window_name(seconds):
 
 
 def bars(per_position):
-    """One text bar per draft position: the share of drafts whose token there was accepted."""
+    """One text bar per draft position: the share of drafts whose token there was accepted
+    (`pos 0  ███···  96.8%`: 34 columns, half of an 80-column pane)."""
     lines = []
     for position, rate in enumerate(per_position or []):
         filled = int(round(max(0.0, min(1.0, rate)) * BAR_WIDTH))
         lines.append("pos %d  %s%s %5.1f%%" % (position, "█" * filled, "·" * (BAR_WIDTH - filled), 100.0 * rate))
     return "\n".join(lines)
+
+
+def bars_line(per_position):
+    """The same shares on one line, for a short pane: `pos 0 96.8%   pos 1 81.0%`."""
+    return "   ".join("pos %d %.1f%%" % (position, 100.0 * rate) for position, rate in enumerate(per_position or []))
 
 
 class SpeculationPane(Pane):
@@ -67,11 +78,15 @@ class SpeculationPane(Pane):
 
     DEFAULT_CSS = """
     SpeculationPane #spec-summary { height: auto; }
-    SpeculationPane #spec-charts { height: 1fr; }
+    SpeculationPane #spec-charts { height: 1fr; min-height: 12; }
+    SpeculationPane #spec-charts TimeChart { min-height: 6; }
     SpeculationPane #spec-bottom { height: auto; max-height: 12; }
-    SpeculationPane #spec-bars { width: 1fr; height: auto; }
+    SpeculationPane #spec-bars { width: auto; height: auto; margin-right: 4; }
     SpeculationPane #spec-throughput-text { width: 1fr; height: auto; }
     SpeculationPane #spec-k { height: auto; max-height: 12; display: none; }
+    SpeculationPane.-compact #spec-bottom { layout: vertical; }
+    SpeculationPane.-compact #spec-bars { width: 100%; margin-right: 0; }
+    SpeculationPane.-compact #spec-k { max-height: 1; }
     """
 
     def __init__(self, **kwargs):
@@ -96,8 +111,8 @@ class SpeculationPane(Pane):
     def compose(self) -> ComposeResult:
         yield Static(Text("no inference server on this host yet: start one with `specdeck serve`"), id="spec-summary")
         with Vertical(id="spec-charts"):
-            yield TimeChart(title="accept length (each point: the last %d s)" % RECENT_S, id="spec-accept-chart")
-            yield TimeChart(title="generated tokens/s (each point: the last %d s)" % RECENT_S, id="spec-throughput-chart")
+            yield TimeChart(title="accept length (each point: the last %d s)" % RECENT_S, y_floor=1.0, id="spec-accept-chart")
+            yield TimeChart(title="generated tokens/s (each point: the last %d s)" % RECENT_S, y_floor=0.0, id="spec-throughput-chart")
         with Horizontal(id="spec-bottom"):
             yield Static(Text(""), id="spec-bars")
             yield Static(Text(""), id="spec-throughput-text")
@@ -118,6 +133,16 @@ class SpeculationPane(Pane):
 
     def pane_shown(self):
         self._ask_window()
+
+    def on_resize(self, event):
+        compact = event.size.height < COMPACT_BELOW_ROWS
+        if compact != self.has_class("-compact"):
+            self.set_class(compact, "-compact")
+            self.refresh_view()
+
+    @property
+    def compact(self):
+        return self.has_class("-compact")
 
     def _age_tick(self):
         """Once a second: a stale figure's age grows on screen, and a quiet stream turns stale."""
@@ -140,12 +165,28 @@ class SpeculationPane(Pane):
                         exit_code=job.get("exit_code"), signal=job.get("signal"))
             if job["id"] not in self.servers:
                 self.servers.append(job["id"])
+        ended = []
         for job in book.of_kind("benchmark"):
             result = (job.get("progress") or {}).get("result") or {}
             meta = job.get("meta") or {}
             if result.get("break_even_accept_length") and not result.get("sweep"):  # a sweep's break-evens are per K: in the K rows
                 self.break_even_lines.bench_result(meta.get("target"), meta.get("drafter"), result["break_even_accept_length"], "bench %s" % job["id"])
+            if job["id"] in changed and not is_live(job):
+                ended.append(meta)
         self._choose()
+        for meta in ended:
+            self._benchmark_ended(meta.get("target"), meta.get("drafter"))
+
+    def _benchmark_ended(self, target, drafter):
+        """A benchmark (a K sweep, say) of a server's target and drafter ended: the advice the
+        pane holds for that server may name no sweep; ask again now, not when the pane is reopened."""
+        same = break_evens.target_key
+        for server_id in self.servers:
+            info = self.server_info.get(server_id) or {}
+            if same(info.get("target")) and same(info.get("target")) == same(target) and same(info.get("drafter")) == same(drafter):
+                self.advice.pop(server_id, None)
+                if server_id == self.selected:
+                    self._ask_advice(server_id)
 
     def _live(self, server_id):
         return is_live(self.server_info.get(server_id))  # an attached server (no job) counts as running
@@ -206,8 +247,13 @@ class SpeculationPane(Pane):
         if server_id == self.selected:
             self.refresh_view()
         if reply.get("per_k"):  # the rows of K, from the same window (and the newest sweep's cycle times)
-            self.request("serving.advise", {"id": server_id, "window_s": float(self.window_s)}, title="K advice",
-                         done=lambda advice: self._advice_came(server_id, advice), failed=lambda message: None)
+            self._ask_advice(server_id)
+
+    def _ask_advice(self, server_id):
+        if self.client is None or not self._live(server_id):
+            return
+        self.request("serving.advise", {"id": server_id, "window_s": float(self.window_s)}, title="K advice",
+                     done=lambda advice: self._advice_came(server_id, advice), failed=lambda message: None)
 
     def _advice_came(self, server_id, advice):
         self.advice[server_id] = advice
@@ -288,7 +334,9 @@ class SpeculationPane(Pane):
         k = info.get("k")
         summary = Text()
         summary.append(safe_text("%s  %s" % (server_id, info.get("name") or "")), style="bold")
-        summary.append("   server %d of %d ([ and ] switch)   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers), window_name(self.window_s)))
+        compact = self.compact  # a short pane: the summary in two lines, the keys left to the key bar
+        summary.append("   server %d of %d%s   window %s (w)\n" % (self.servers.index(server_id) + 1, len(self.servers),
+                                                           "" if compact else " ([ and ] switch)", window_name(self.window_s)))
         if not live:
             dead = is_dead(info)
             summary.append("%s: the server %s\n" % ("DEAD" if dead else "ENDED", how_it_ended(info)), style="bold red" if dead else "bold")
@@ -298,7 +346,7 @@ class SpeculationPane(Pane):
         if stale and live:
             summary.append(" %s" % stale_text(age, why), style="bold red")
         window_accept = window.get("accept_length")
-        summary.append("   over the window %s" % figure(window, "accept_length"))
+        summary.append("   %s %s" % ("window" if compact else "over the window", figure(window, "accept_length")))
         if line is not None:
             summary.append("   break-even %.2f (%s)" % (line, line_source))
             if server_id in self.alerted:
@@ -306,10 +354,12 @@ class SpeculationPane(Pane):
             elif window_accept is not None:
                 summary.append("   %s" % ("above" if window_accept >= line else "below"), style="green" if window_accept >= line else "yellow")
         else:
-            summary.append("   break-even: not known (b to set, or run `specdeck bench`)")
+            summary.append("   break-even: not known (%s)" % ("b" if compact else "b to set, or run `specdeck bench`"))
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
-        summary.append("   source: %s" % safe_text(latest.get("source") or window.get("source") or "-"))
+        source = latest.get("source") or window.get("source") or "-"
+        if not compact or source == "log":  # a short pane says only the unusual source: the engine's log lines
+            summary.append("   source: %s" % safe_text(source))
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
@@ -320,21 +370,28 @@ class SpeculationPane(Pane):
         self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
         k_rows = self.query_one("#spec-k", Static)
         k_rows.display = True  # hidden until a server is shown: no empty line in the layout
-        k_rows.update(Text(k_text(self.advice.get(server_id), window, k, line, line_source)))
+        if self.compact:  # the charts first: the table and the advice need a taller terminal
+            rows = per_k(window)
+            k_rows.update(Text("accept length at each K: %s (taller: advice)" % rows if rows != "-"
+                               else "accept length at each K: no drafts in the window yet"))
+        else:
+            k_rows.update(Text(k_text(self.advice.get(server_id), window, k, line, line_source)))
+        # Lines short enough for the half of an 80-column pane the bars leave (all of it when compact).
         self.query_one("#spec-throughput-text", Static).update(Text(
-            ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s   accepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
-                RECENT_S, figure(latest, "generation_tps"), figure(latest, "accepted_tps"), figure(latest, "drafted_tps"),
-                figure(latest, "running"), figure(latest, "waiting"), figure(latest, "kv_cache_usage"))))
+            ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s%saccepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
+                RECENT_S, figure(latest, "generation_tps"), "   " if self.compact else "\n", figure(latest, "accepted_tps"),
+                figure(latest, "drafted_tps"), figure(latest, "running"), figure(latest, "waiting"), figure(latest, "kv_cache_usage"))))
         running = sum(1 for s in self.servers if self._live(s))
         self.set_status("%d server(s), %d running; figures are the host's, over its last %d s, each second" % (len(self.servers), running, RECENT_S))
 
     def _bars_text(self, window, latest):
         """The chosen window's per-position acceptance, else the last RECENT_S seconds' (a window
         asked before the first drafts)."""
+        shown, gap = (bars_line, " ") if self.compact else (bars, "\n")
         if window.get("per_position"):
-            return "per position over the last %s:\n%s" % (_span(window.get("window_s") or self.window_s), bars(window["per_position"]))
+            return "per position over the last %s:%s%s" % (_span(window.get("window_s") or self.window_s), gap, shown(window["per_position"]))
         if latest.get("per_position"):
-            return "per position over the last %d s:\n%s" % (RECENT_S, bars(latest["per_position"]))
+            return "per position over the last %d s:%s%s" % (RECENT_S, gap, shown(latest["per_position"]))
         return "no drafts in the last %s" % window_name(self.window_s) if window else "per position: asking the host…"
 
     def _points(self, server_id, metric, records):

@@ -5,7 +5,9 @@ training loss and accuracy against steps.
 Series come as the history store gives them, `[[time, min, mean, max], ...]`, or as plain
 `[[x, y], ...]`. The mean is drawn as a line; where a bucket's max differs from its mean the
 max is drawn too, faint, so a one-second spike stays visible in a week-long window. The x
-axis is "time before now" (`-10m`, `-2h`) for time series and the plain value otherwise.
+axis is "time before now" (`-10m`, `-2h`) for time series and the plain value otherwise. A
+chart of a figure that is never negative (tokens/s) is given `y_floor=0`: its axis starts there,
+and a flat series (no traffic: all zeros) still has an axis that runs up from it.
 """
 
 import time
@@ -24,12 +26,13 @@ class TimeChart(PlotextPlot):
     TimeChart { height: 1fr; min-height: 6; }
     """
 
-    def __init__(self, title="", y_label="", time_axis=True, y_range=None, **kwargs):
+    def __init__(self, title="", y_label="", time_axis=True, y_range=None, y_floor=None, **kwargs):
         super().__init__(**kwargs)
         self.title = title
         self.y_label = y_label
         self.time_axis = time_axis
         self.y_range = y_range  # (low, high), or None to fit the data
+        self.y_floor = y_floor  # the lowest value the figure can take (0 for a rate), or None
         self.thresholds = []
         self._series = {}
         self._window_s = None
@@ -72,6 +75,8 @@ class TimeChart(PlotextPlot):
                 drawn = True
         if self.y_range:
             plt.ylim(*self.y_range)
+        elif drawn and self.y_floor is not None:
+            plt.ylim(*self._floored_range())
         if self.time_axis:
             span = self._window_s or 60
             plt.xlim(-span, 0)
@@ -82,6 +87,16 @@ class TimeChart(PlotextPlot):
         if not drawn:
             plt.title("%s (no data yet)" % self.title if self.title else "no data yet")
         self.refresh()
+
+    def _floored_range(self):
+        """(low, high) of the y axis of a chart with a floor: from the floor to the highest value
+        or threshold drawn (a bucket's max included), and a span of 1 when all sit on the floor
+        (plotext would run a flat 0 from -1.00 to 0.00)."""
+        values = [value for points in self._series.values() for point in points for value in point[1:] if value is not None]
+        values += [value for value, _label in self.thresholds if value is not None]
+        high = max(values + [self.y_floor])
+        span = high - self.y_floor
+        return (self.y_floor, self.y_floor + (span * 1.05 if span > 1e-9 else 1.0))
 
     def _x(self, value, now):
         return value - now if self.time_axis else value
