@@ -110,7 +110,7 @@ class Judge(object):
             return True  # the same bytes of the same file: nothing to read
         cost = 2 * sampled_bytes(length)
         if self.stopped is None and cost > self.read_left:
-            self.stopped = "the %d MiB read for it was spent" % (self.max_read_bytes // (1024 * 1024))
+            self.stopped = "its %.3g MiB of reads were spent" % (self.max_read_bytes / 1048576.0)
         elif self.stopped is None and time.monotonic() > self.deadline:
             self.stopped = "it ran out of its %g s" % self.deadline_s
         if self.stopped is not None:

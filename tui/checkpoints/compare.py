@@ -14,6 +14,8 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
 from remote.checkpoints.compatibility import MATCHING, SAME, SAME_SHAPE, VALUES_DIFFER
+from remote.checkpoints.problems import count_text
+from remote.checkpoints.tensor_values import SLICE_BYTES
 
 from .view import compare_status
 
@@ -42,6 +44,18 @@ def describe_side(side):
     if isinstance(side, (list, tuple)):
         return "[%s]" % ",".join(str(n) for n in side)
     return str(side)
+
+
+def describe_values(values):
+    """What was compared of the values, in one line that fits at 80 columns."""
+    if not isinstance(values, dict):
+        return ""
+    if not values.get("compared"):
+        return str(values.get("message") or "contents not compared")
+    counts = ["%s same" % count_text(values.get("same") or 0), "%s differ" % count_text(values.get("differ") or 0)]
+    if values.get("not_compared"):
+        counts.append("%s not compared" % count_text(values["not_compared"]))
+    return "values (first, middle, last %d KiB): %s" % (SLICE_BYTES // 1024, ", ".join(counts))
 
 
 def status_style(status):
@@ -115,9 +129,9 @@ class CompareScreen(ModalScreen):
         shown, total = len(self.result.get("rows") or []), self.result.get("rows_total", 0)
         if total > shown:
             text.append("\n%d of %d tensor rows shown, the differing ones first" % (shown, total), style="dim")
-        values = self.result.get("values")
-        if isinstance(values, dict) and values.get("message"):
-            text.append("\n" + str(values["message"]), style="dim")
+        values_line = describe_values(self.result.get("values"))
+        if values_line:
+            text.append("\n" + values_line, style="dim")
         statuses = {row.get("status") for row in self.result.get("rows") or []}
         legend = [words for status, words in STATUS_LEGEND.items() if status in statuses]
         if legend:
