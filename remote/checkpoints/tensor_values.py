@@ -33,38 +33,40 @@ def sampled_bytes(length):
 
 class Files(object):
     """Weight files opened for reading their tensors' bytes: regular files only, opened without
-    blocking (a FIFO named like a shard is never waited on), each once, all closed by close()."""
+    blocking (a FIFO named like a shard is never waited on), kept open while they are read (at
+    most MAX_OPEN_FILES at once), all closed by close()."""
 
     def __init__(self):
-        self.open = {}  # path -> (fd, (st_dev, st_ino), size), or None when it cannot be read
+        self.entries = {}  # path -> (fd, (st_dev, st_ino), size), or None when it cannot be read
 
     def get(self, path):
-        if path in self.open:
-            return self.open[path]
+        if path in self.entries:
+            return self.entries[path]
+        if len(self.entries) >= MAX_OPEN_FILES:
+            self.close()  # a target of more shards than that: they are opened again as needed
         entry = None
-        if len(self.open) < MAX_OPEN_FILES:
-            flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+        flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_CLOEXEC", 0)
+        try:
+            fd = os.open(path, flags)
+        except (OSError, ValueError):
+            fd = None
+        if fd is not None:
             try:
-                fd = os.open(path, flags)
-            except (OSError, ValueError):
-                fd = None
-            if fd is not None:
-                try:
-                    st = os.fstat(fd)
-                except OSError:
-                    st = None
-                if st is not None and stat.S_ISREG(st.st_mode):
-                    entry = (fd, (st.st_dev, st.st_ino), st.st_size)
-                else:
-                    os.close(fd)
-        self.open[path] = entry
+                st = os.fstat(fd)
+            except OSError:
+                st = None
+            if st is not None and stat.S_ISREG(st.st_mode):
+                entry = (fd, (st.st_dev, st.st_ino), st.st_size)
+            else:
+                os.close(fd)
+        self.entries[path] = entry
         return entry
 
     def close(self):
-        for entry in self.open.values():
+        for entry in self.entries.values():
             if entry is not None:
                 os.close(entry[0])
-        self.open = {}
+        self.entries = {}
 
 
 def fingerprint(entry, offset, length):
