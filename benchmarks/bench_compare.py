@@ -4,9 +4,11 @@ the laptop, compare there), side by side over the local agent.
 
   python benchmarks/bench_compare.py
 
-Two cases: two small drafters (15 tensors each), and a 139,583-tensor MoE target compared with
-itself (every tensor is matched, so the old way pages both listings across). Printed: the wall
-time of each way, the bytes of the replies that crossed the wire, and the ratios.
+Cases: two small drafters (15 tensors each; then two whose weights differ), a 139,583-tensor MoE
+target compared with itself (every tensor is matched, so the old way pages both listings across),
+and the same target with a copy of it in another directory (the host also reads slices of each
+tensor's bytes to compare the values, within its read budget). Printed: the wall time of each way,
+the bytes of the replies that crossed the wire, the ratios, and what the host said of the values.
 """
 
 import json
@@ -20,7 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from remote.checkpoints import compatibility  # noqa: E402 (after the path that finds it)
-from tests.checkpoint_fixtures import cached_moe_target, write_drafter  # noqa: E402
+from tests.checkpoint_fixtures import cached_moe_target, write_drafter, write_moe_target  # noqa: E402
 from tests.conftest import stop_daemon  # noqa: E402
 from tests.checkpoint_fixtures import FIXTURE_CACHE  # noqa: E402
 
@@ -52,7 +54,7 @@ def paged_on_the_laptop(client, path_a, path_b):
 
 def on_the_host(client, path_a, path_b):
     reply = client.call("checkpoint.compare", {"a": path_a, "b": path_b}, timeout=600)
-    return reply["verdict"]["status"], wire_bytes(reply)
+    return reply["verdict"]["status"], wire_bytes(reply), (reply.get("values") or {}).get("message")
 
 
 def best_of(function, *args):
@@ -73,21 +75,24 @@ def main():
     client = open_client("local")
     try:
         drafters = tempfile.mkdtemp(prefix="drafters-")
+        first = write_drafter(os.path.join(drafters, "a"))
         cases = [
-            ("two drafters (15 tensors each)", write_drafter(os.path.join(drafters, "a")),
-             write_drafter(os.path.join(drafters, "b"), layout="speculators")),
+            ("two drafters (15 tensors each)", first, write_drafter(os.path.join(drafters, "b"), layout="speculators")),
+            ("two drafters whose weights differ", first, write_drafter(os.path.join(drafters, "c"), values=1)),
         ]
         moe = cached_moe_target(FIXTURE_CACHE)["directory"]
         cases.append(("MoE target with itself (139,583 tensors)", moe, moe))
+        cases.append(("MoE target with a copy of it", moe, write_moe_target(os.path.join(drafters, "moe-copy"))["directory"]))
         for name, path_a, path_b in cases:
             on_the_host(client, path_a, path_b)  # warm both ways' listings (kept by the agent)
             old_s, (old_verdict, old_bytes) = best_of(paged_on_the_laptop, client, path_a, path_b)
-            new_s, (new_verdict, new_bytes) = best_of(on_the_host, client, path_a, path_b)
+            new_s, (new_verdict, new_bytes, values) = best_of(on_the_host, client, path_a, path_b)
             assert old_verdict == new_verdict, (old_verdict, new_verdict)
             print(name)
             print("  paged to the laptop:  %7.2f s  %12s bytes received" % (old_s, format(old_bytes, ",")))
             print("  checkpoint.compare:   %7.2f s  %12s bytes received" % (new_s, format(new_bytes, ",")))
             print("  ratio (old / new):    %7.1fx time, %.1fx bytes" % (old_s / new_s, old_bytes / new_bytes))
+            print("  values: %s" % values)
         shutil.rmtree(drafters, ignore_errors=True)
     finally:
         client.close()

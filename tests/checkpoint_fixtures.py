@@ -33,7 +33,7 @@ _BITS = {"BOOL": 8, "U8": 8, "I8": 8, "I16": 16, "U16": 16, "I32": 32, "U32": 32
 class Tensor(object):
     """A tensor to write: safetensors dtype code, shape, and raw little-endian bytes."""
 
-    def __init__(self, dtype, shape, data=None):
+    def __init__(self, dtype, shape, data=None, values=0):
         self.dtype = dtype
         self.shape = list(shape)
         count = 1
@@ -41,7 +41,9 @@ class Tensor(object):
             count *= d
         self.nbytes = count * _BITS[dtype] // 8
         if data is None:
-            rng = np.random.default_rng(zlib.crc32(repr((dtype, self.shape)).encode()))
+            # The bytes follow from dtype and shape (and `values`, for weights of their own).
+            key = (dtype, self.shape) if not values else (dtype, self.shape, values)
+            rng = np.random.default_rng(zlib.crc32(repr(key).encode()))
             data = rng.integers(0, 256, self.nbytes, dtype=np.uint8).tobytes()
         self.data = bytes(data)
         assert len(self.data) == self.nbytes, (dtype, shape, len(self.data))
@@ -87,29 +89,34 @@ def vocab_maps(draft_vocab, target_vocab, seed=0):
 
 
 def eagle3_tensors(hidden, target_hidden, draft_vocab, target_vocab, intermediate, heads, kv_heads,
-                   head_dim, dtype="BF16", embed=False, seed=0):
-    """A one-layer EAGLE-3 drafter in the speculators naming (layers.0.*)."""
+                   head_dim, dtype="BF16", embed=False, seed=0, values=0):
+    """A one-layer EAGLE-3 drafter in the speculators naming (layers.0.*). `seed` picks the
+    vocabulary maps, `values` the weights (the same for drafters of one shape unless it differs)."""
     d2t, t2d, _ = vocab_maps(draft_vocab, target_vocab, seed)
     q, kv = heads * head_dim, kv_heads * head_dim
+
+    def weight(shape):
+        return Tensor(dtype, shape, values=values)
+
     t = {
         "d2t": Tensor("I64", [draft_vocab], d2t),
         "t2d": Tensor("BOOL", [target_vocab], t2d),
-        "fc.weight": Tensor(dtype, [hidden, 3 * target_hidden]),
-        "lm_head.weight": Tensor(dtype, [draft_vocab, hidden]),
-        "norm.weight": Tensor(dtype, [hidden]),
-        "layers.0.hidden_norm.weight": Tensor(dtype, [hidden]),
-        "layers.0.input_layernorm.weight": Tensor(dtype, [hidden]),
-        "layers.0.post_attention_layernorm.weight": Tensor(dtype, [hidden]),
-        "layers.0.self_attn.q_proj.weight": Tensor(dtype, [q, 2 * hidden]),
-        "layers.0.self_attn.k_proj.weight": Tensor(dtype, [kv, 2 * hidden]),
-        "layers.0.self_attn.v_proj.weight": Tensor(dtype, [kv, 2 * hidden]),
-        "layers.0.self_attn.o_proj.weight": Tensor(dtype, [hidden, q]),
-        "layers.0.mlp.gate_proj.weight": Tensor(dtype, [intermediate, hidden]),
-        "layers.0.mlp.up_proj.weight": Tensor(dtype, [intermediate, hidden]),
-        "layers.0.mlp.down_proj.weight": Tensor(dtype, [hidden, intermediate]),
+        "fc.weight": weight([hidden, 3 * target_hidden]),
+        "lm_head.weight": weight([draft_vocab, hidden]),
+        "norm.weight": weight([hidden]),
+        "layers.0.hidden_norm.weight": weight([hidden]),
+        "layers.0.input_layernorm.weight": weight([hidden]),
+        "layers.0.post_attention_layernorm.weight": weight([hidden]),
+        "layers.0.self_attn.q_proj.weight": weight([q, 2 * hidden]),
+        "layers.0.self_attn.k_proj.weight": weight([kv, 2 * hidden]),
+        "layers.0.self_attn.v_proj.weight": weight([kv, 2 * hidden]),
+        "layers.0.self_attn.o_proj.weight": weight([hidden, q]),
+        "layers.0.mlp.gate_proj.weight": weight([intermediate, hidden]),
+        "layers.0.mlp.up_proj.weight": weight([intermediate, hidden]),
+        "layers.0.mlp.down_proj.weight": weight([hidden, intermediate]),
     }
     if embed:
-        t["embed_tokens.weight"] = Tensor(dtype, [target_vocab, hidden])
+        t["embed_tokens.weight"] = weight([target_vocab, hidden])
     return t
 
 
@@ -163,14 +170,15 @@ def drafter_config(layout, hidden, target_hidden, draft_vocab, target_vocab, int
 
 
 def write_drafter(directory, layout="specforge", config=True, embed=None, aux_layer_ids=None,
-                  norm_before_residual=None, seed=0, dtype="BF16", **dims):
-    """A small EAGLE-3 drafter directory (model.safetensors + config.json) in the given layout."""
+                  norm_before_residual=None, seed=0, dtype="BF16", values=0, **dims):
+    """A small EAGLE-3 drafter directory (model.safetensors + config.json) in the given layout;
+    drafters of one shape hold the same weights unless their `values` differ."""
     d = dict(SMALL)
     d.update(dims)
     os.makedirs(str(directory), exist_ok=True)
     tensors = eagle3_tensors(d["hidden"], d["target_hidden"], d["draft_vocab"], d["target_vocab"],
                              d["intermediate"], d["heads"], d["kv_heads"], d["head_dim"], dtype=dtype,
-                             embed=(layout == "eagle") if embed is None else embed, seed=seed)
+                             embed=(layout == "eagle") if embed is None else embed, seed=seed, values=values)
     save(os.path.join(str(directory), "model.safetensors"), rename(tensors, layout), metadata={"format": "pt"})
     if config:
         write_json(os.path.join(str(directory), "config.json"),

@@ -221,7 +221,7 @@ async def test_corrupt_checkpoint_at_80x24_shows_a_problem_count_and_still_the_t
 
 async def test_compare_at_80x24_keeps_the_status_column_on_screen(client, tmp_path):
     mine = build_drafter(tmp_path / "mine", hidden=64)
-    other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96)
+    other = build_drafter(tmp_path / "other", hidden=64, target_hidden=96, values=1)  # weights of its own
     app = TensorsHost(client)
     async with app.run_test(size=(80, 24)) as pilot:
         await compare_from_pane(pilot, app, mine, other)
@@ -231,7 +231,9 @@ async def test_compare_at_80x24_keeps_the_status_column_on_screen(client, tmp_pa
         assert header.split()[2:] == ["A", "B"]
         fc = next(line for line in lines if line.split()[1:2] == ["fc.weight"])
         assert fc.split()[0] == "shape" and fc.rstrip().endswith("[64,288] BF16") and "[64,192] BF16" in fc
-        assert any(line.split()[:2] == ["same", "midlayer.hidden_norm.weight"] for line in lines)
+        assert any(line.split()[:2] == ["values", "midlayer.hidden_norm.weight"] for line in lines)
+        assert any("values (first, middle, last 64 KiB): 2 same, " in line for line in lines)
+        assert any("values: same shape and dtype, other values" in line for line in lines)
 
 
 async def test_picker_at_80x24_says_what_o_and_enter_do(client, tmp_path):

@@ -175,7 +175,14 @@ def test_inspect_and_compare_a_checkpoint_on_the_host(laptop, host_python, host_
     here = write_drafter(tmp_path / "speculators", layout="speculators")
     result = json.loads(cli(laptop, host_python, "compare", "gpuhost:%s" % on_host, here, "--json").stdout)
     assert result["verdict"]["status"] == "compatible", result["reasons"]
-    assert {row["status"] for row in result["rows"]} == {"same"}
+    # On two machines only the reports are compared: the rows claim no more than shape and dtype.
+    assert {row["status"] for row in result["rows"]} == {"same shape and dtype"} and result["values"]["compared"] is False
+    # Two drafters of the host, fine-tuned apart: the host compares their values where they lie.
+    other = host_user.home / ("other-%d" % time.time_ns())
+    write_drafter(other, layout="specforge", values=1)
+    subprocess.run(["chown", "-R", host_user.name, str(other)], check=True)
+    human = cli(laptop, host_python, "compare", "gpuhost:%s" % on_host, "gpuhost:%s" % other).stdout
+    assert "Tensors: 15, 0 differ, 13 differ in values, 2 same" in human
     missing = cli(laptop, host_python, "inspect", "gpuhost:/no/such/checkpoint")
     assert missing.returncode == 1 and "/no/such/checkpoint" in missing.stderr and len(missing.stderr.strip().splitlines()) == 1
 

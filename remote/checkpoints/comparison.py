@@ -1,9 +1,12 @@
 """Two checkpoints of one machine compared where they lie: read both (every tensor only when
 the comparison matches them all: not for a drafter against a target model, whose 100,000-tensor
-listing it never needs), compare them, and shape the result for the wire and the CLI, with the
-verdict as every verdict is shaped (verdicts.py). Standard library only."""
+listing it never needs), compare them, tensors of one shape and dtype by their values too
+(tensor_values.py), and shape the result for the wire and the CLI, with the verdict as every
+verdict is shaped (verdicts.py). Standard library only."""
 
-from . import compatibility, listing
+from . import compatibility, listing, tensor_values
+from .compatibility import MATCHING, SAME, SAME_SHAPE, VALUES_DIFFER
+from .problems import count_text
 from .verdicts import of_comparison
 
 # Rows a reply carries at most (a row is ~150 bytes on the wire): two drafters have a few dozen;
@@ -45,18 +48,21 @@ def needs_every_tensor(report_a, report_b):
     return not ((targets[1] and drafters[0]) or (targets[0] and drafters[1]))
 
 
-def compare_reports(report_a, report_b, max_rows=MAX_ROWS):
+def compare_reports(report_a, report_b, max_rows=MAX_ROWS, judge=None):
     """The comparison of two reports (all tensors in them when they are matched one by one) as the
     wire gives it: compatibility.compare's fields with `verdict` as {status, message}, `rows` cut at
-    `max_rows` (`rows_total` counts them all), and `a`, `b`: each side's path and format."""
+    `max_rows` (`rows_total` counts them all), `values` (judge_values'; for two reports without a
+    `judge`, contents not compared), and `a`, `b`: each side's path and format."""
     result = compatibility.compare(report_a, report_b)
     shaped = dict(result, verdict=of_comparison(result))
     rows = result.get("rows") or []
+    if rows:
+        shaped["values"] = judge_values(rows, judge) if judge is not None else not_compared(rows)
     shaped["rows_total"] = len(rows)
     if len(rows) > max_rows:
         # The differing rows matter most: they go first when not all fit.
-        differing = [row for row in rows if row.get("status") != "same"]
-        shaped["rows"] = (differing + [row for row in rows if row.get("status") == "same"])[:max_rows]
+        differing = [row for row in rows if row.get("status") not in MATCHING]
+        shaped["rows"] = (differing + [row for row in rows if row.get("status") in MATCHING])[:max_rows]
     for side, report in (("a", report_a), ("b", report_b)):
         shaped[side] = {"path": report.get("path"), "format": report.get("format"),
                         "tensor_count": report.get("tensor_count", len(report.get("tensors") or []))}
@@ -72,9 +78,42 @@ def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
     if needs_every_tensor(report_a, report_b):
         report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
-    shaped = compare_reports(report_a, report_b, max_rows)
+    judge = tensor_values.Judge(found_a, found_b)
+    try:
+        shaped = compare_reports(report_a, report_b, max_rows, judge)
+    finally:
+        judge.close()
     shaped["tokenizer"] = _tokenizers(path_a, report_a, path_b, report_b, trained_target)
     return shaped
+
+
+def not_compared(rows):
+    """`values` of two reports compared without their bytes (from two machines)."""
+    alike = sum(1 for row in rows if row.get("status") == SAME_SHAPE)
+    return {"compared": False, "same": 0, "differ": 0, "not_compared": alike,
+            "message": "contents not compared (the checkpoints are on different machines): %s tensor%s of the "
+                       "same shape and dtype may hold other values" % (count_text(alike), "" if alike == 1 else "s")}
+
+
+def judge_values(rows, judge):
+    """Rows of one shape and dtype made SAME or VALUES_DIFFER where `judge` (tensor_values.Judge)
+    could tell; `values`: {compared, same, differ, not_compared, message}."""
+    same = differ = unjudged = 0
+    for row in rows:
+        if row.get("status") != SAME_SHAPE:
+            continue
+        verdict = judge.same(row["a"]["name"], row["b"]["name"])
+        if verdict is None:
+            unjudged += 1
+            continue
+        row["status"] = SAME if verdict else VALUES_DIFFER
+        same, differ = same + bool(verdict), differ + (not verdict)
+    message = "values compared on the first, middle and last %d KiB of each tensor: %s same, %s differ" % (
+        tensor_values.SLICE_BYTES // 1024, count_text(same), count_text(differ))
+    if unjudged:
+        why = judge.stopped or "their bytes could not be read"
+        message += "; %s of the same shape and dtype not compared (%s)" % (count_text(unjudged), why)
+    return {"compared": True, "same": same, "differ": differ, "not_compared": unjudged, "message": message}
 
 
 def _tokenizers(path_a, report_a, path_b, report_b, trained_target):

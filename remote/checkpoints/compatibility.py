@@ -37,6 +37,14 @@ _SHAPE_CAUSE = (
 _OPTIONAL = {"embed_tokens.weight": "shared from the target at load time",
              "t2d": "only needed for training; serving uses d2t"}
 
+# A row's status when both sides hold the tensor with one shape and dtype: what a comparison of
+# two reports can say (SAME_SHAPE), and, where the values were compared too, SAME or VALUES_DIFFER.
+SAME_SHAPE = "same shape and dtype"
+SAME = "same"
+VALUES_DIFFER = "values differ"
+# Statuses of rows that hold nothing a reader must look at.
+MATCHING = (SAME, SAME_SHAPE)
+
 
 def _tensor_side(t):
     return {"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} if t else None
@@ -61,7 +69,9 @@ def compare(report_a, report_b):
     """Side by side: can drafter A initialise drafter B (e.g. the K2 drafter for a K2.5 fine-tune)?
 
     Works from two inspect reports, so A and B may come from different hosts. Tensors are matched
-    by role across layouts (SpecForge midlayer.X = speculators layers.0.X = vLLM model.layers.N.X).
+    by role across layouts (SpecForge midlayer.X = speculators layers.0.X = vLLM model.layers.N.X);
+    a row of one shape and dtype on both sides is SAME_SHAPE: reports hold no values, so whether
+    they are the same is for the caller that can read both (comparison.compare_paths).
     When one side is a drafter and the other a target model (is_target_model), the drafter is
     checked against the target instead (check_against_target): `target` names the target's side
     and `checks` the checks made; `rows` and `config_diff` are then empty.
@@ -97,7 +107,7 @@ def compare(report_a, report_b):
     for key in sorted(set(ca) | set(cb), key=_row_order):
         a, b = ca.get(key), cb.get(key)
         if a and b:
-            status = "shape differs" if a["shape"] != b["shape"] else "dtype differs" if a["dtype"] != b["dtype"] else "same"
+            status = "shape differs" if a["shape"] != b["shape"] else "dtype differs" if a["dtype"] != b["dtype"] else SAME_SHAPE
             name = a["name"] if a["name"] == b["name"] else "%s = %s" % (a["name"], b["name"])
         else:
             status = "only in A" if a else "only in B"

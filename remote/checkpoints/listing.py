@@ -10,6 +10,8 @@ does not read the headers again. Standard library only.
 
 import os
 import secrets
+from array import array
+from bisect import bisect_left
 import threading
 from collections import Counter, OrderedDict
 
@@ -45,6 +47,10 @@ class Listing(object):
         self.dtypes = list(map(columns.dtypes.__getitem__, order))
         self.shapes = list(map(columns.shapes.__getitem__, order))
         self.sizes = list(map(sizes.__getitem__, order))
+        # Where each tensor's data begins in its file's data section (-1: unknown), for compare's
+        # look at the values; 8 bytes a tensor.
+        begins = columns.begins
+        self.begins = array("q", (-1 if begins[i] is None else begins[i] for i in order))
         self.file_indexes = list(map(columns.file_indexes.__getitem__, order)) if got.multi else None
         del columns, order, sizes
         self.file_labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
@@ -98,6 +104,18 @@ class Listing(object):
         if self.file_indexes is not None:
             entry["file"] = self.file_labels[self.file_indexes[index]]
         return entry
+
+    def data_span(self, name):
+        """(file path, offset in the file, bytes) of the tensor named `name`, or None when it is not
+        here or its data does not lie wholly inside its file's data section."""
+        index = bisect_left(self.names, name)
+        if index == len(self.names) or self.names[index] != name:
+            return None
+        begin, size = self.begins[index], self.sizes[index]
+        info = self.got.file_info[self.file_indexes[index] if self.file_indexes is not None else 0]
+        if begin < 0 or size is None or info.data_start is None or begin + size > info.data_bytes:
+            return None
+        return info.path, info.data_start + begin, size
 
     def view(self, filter_text="", sort="name"):
         """Tensor indexes matching `filter_text` (in the name or the role), in `sort` order."""

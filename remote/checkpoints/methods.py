@@ -81,8 +81,11 @@ def checkpoint_compare(call):
     drafter serve the target? Params: `a`, `b` (paths), `max_rows` (tensor rows in the reply, default
     and most 20000), `trained_target` (for a drafter against a target: the target it was
     trained for, whose tokenizer the new one is checked against). Reply: `verdict` `{status: compatible|incompatible, message}`, `reasons`,
-    `rows` (`{name, a, b, status: same|shape differs|dtype differs|only in A|only in B}`, the
-    differing first when cut), `rows_total`, `config_diff` (`{field, a, b, in}`), `target` and
+    `rows` (`{name, a, b, status: same|values differ|same shape and dtype|shape differs|dtype
+    differs|only in A|only in B}`, the differing first when cut; `same` only where the values were
+    compared, by the first, middle and last 64 KiB of each tensor), `rows_total`, `values`
+    (`{compared, same, differ, not_compared, message}`: counts of the rows of one shape and dtype;
+    absent without rows), `config_diff` (`{field, a, b, in}`), `target` and
     `checks` for a drafter against a target, `a`, `b`: `{path, format, tensor_count}`, and
     `tokenizer` (two targets, or the drafter's trained-for target against the new one; null
     otherwise): `{same, message, same_id, other_id, only_old, only_new, examples,

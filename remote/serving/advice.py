@@ -6,7 +6,51 @@ least-squares line through the sweep's cycle times lets the live accept lengths 
 at each K' while the server runs. Standard library only.
 """
 
+import math
 import os
+
+# How many standard errors a figure's ± spans: about a 95% interval.
+NOISE_STANDARD_ERRORS = 2.0
+
+
+def spread(values):
+    """The ± of the mean of per-request figures (each request's tokens/s) as a fraction of that
+    mean (NOISE_STANDARD_ERRORS standard errors), or None with fewer than two requests."""
+    values = [v for v in values or [] if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0]
+    if len(values) < 2:
+        return None
+    mean = sum(values) / len(values)
+    variance = sum((v - mean) ** 2 for v in values) / (len(values) - 1)
+    return NOISE_STANDARD_ERRORS * math.sqrt(variance / len(values)) / mean
+
+
+def margin_noise(row, other):
+    """The ± of `row`'s tokens/s over `other`'s, as a fraction, or None when neither has the
+    figures. Two sweep rows that ran the same prompts in the same order are compared request by
+    request (the ratio of each prompt's tokens/s: what one prompt is harder than another cancels
+    out); rows without them, by their own spreads (`noise`)."""
+    mine, theirs = (row or {}).get("request_tps") or [], (other or {}).get("request_tps") or []
+    if len(mine) == len(theirs) >= 2 and all(isinstance(v, (int, float)) and v > 0 for v in mine + theirs):
+        logs = [math.log(a / b) for a, b in zip(mine, theirs)]
+        mean = sum(logs) / len(logs)
+        deviation = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+        return math.exp(NOISE_STANDARD_ERRORS * deviation / math.sqrt(len(logs))) - 1.0
+    noises = [(r or {}).get("noise") for r in (row, other)]
+    if all(isinstance(n, (int, float)) for n in noises):
+        return math.sqrt(noises[0] ** 2 + noises[1] ** 2)
+    return None
+
+
+def margin_words(best_k, next_k, over_next_k, noise, requests=None):
+    """What the best K's margin over the next is worth: None when nothing says (a sweep from
+    before the per-request figures), else one phrase."""
+    if noise is None:
+        if requests == 1:
+            return "one request per K gives no spread to tell the noise by: repeat with more --requests"
+        return None
+    if over_next_k is None or over_next_k <= noise:
+        return "K=%d and K=%d are within the noise (±%.1f%%): repeat with more --requests" % (best_k, next_k, 100.0 * noise)
+    return "outside the noise (±%.1f%%)" % (100.0 * noise)
 
 
 def fit_cost_model(rows):
@@ -32,8 +76,9 @@ def cycle_ms_at(model, k):
 def sweep_result(rows, baseline_tps):
     """A K sweep's result: the best K's figures under the single benchmark's keys (spec_tps,
     speedup, accept_length, cycle_ms, break_even_accept_length, verdict, k), plus `sweep` (a row
-    per K), `best_k`, `margin` {over_baseline, next_k, over_next_k} (fractions of tokens/s) and
-    `cost_model`. The best K is the one with the highest measured tokens/s."""
+    per K), `best_k`, `margin` {over_baseline, next_k, over_next_k, noise, within_noise} (fractions
+    of tokens/s; `noise` the ± of over_next_k, margin_noise's, None when unknown) and `cost_model`.
+    The best K is the one with the highest measured tokens/s."""
     ranked = sorted((row for row in rows if row.get("tokens_per_s")), key=lambda row: -row["tokens_per_s"])
     result = {"sweep": rows, "cost_model": fit_cost_model(rows), "best_k": None, "margin": None}
     if not ranked:
@@ -42,9 +87,11 @@ def sweep_result(rows, baseline_tps):
     best = ranked[0]
     result.update((key, best.get(key)) for key in ("accept_length", "per_position", "cycle_ms", "speedup", "break_even_accept_length", "verdict", "k"))
     result.update(spec_tps=best["tokens_per_s"], best_k=best["k"])
-    margin = {"over_baseline": best["speedup"] - 1.0 if best.get("speedup") else None, "next_k": None, "over_next_k": None}
+    margin = {"over_baseline": best["speedup"] - 1.0 if best.get("speedup") else None, "next_k": None, "over_next_k": None,
+              "noise": None, "within_noise": None}
     if len(ranked) > 1:
-        margin.update(next_k=ranked[1]["k"], over_next_k=best["tokens_per_s"] / ranked[1]["tokens_per_s"] - 1.0)
+        over, noise = best["tokens_per_s"] / ranked[1]["tokens_per_s"] - 1.0, margin_noise(best, ranked[1])
+        margin.update(next_k=ranked[1]["k"], over_next_k=over, noise=noise, within_noise=None if noise is None else over <= noise)
     result["margin"] = margin
     return result
 
@@ -144,6 +191,7 @@ def _choose(rows, k_current, sweep, sweep_id):
     if not candidates:
         return None, "no accept length measured yet: send the server requests"
     best = max(candidates, key=lambda row: row["tokens_per_s"])
+    noise_said = _noise_said(best, candidates, sweep)
     cost = "cycle %.1f ms (%s sweep %s)" % (best["cycle_ms"], "measured by" if best.get("cycle_measured") else "cost model of", sweep_id)
     said = "K=%d: accept length %.2f (%s), %s: %.1f tok/s" % (best["k"], best["accept_length"], best["source"], cost, best["tokens_per_s"])
     if best["speedup"] is not None:
@@ -160,4 +208,24 @@ def _choose(rows, k_current, sweep, sweep_id):
     better = [row for row in rows if not row["measured"] and row["tokens_per_s"] and row["tokens_per_s"] > best["tokens_per_s"]]
     if better:
         said += "; K=%d might give more (%s), unmeasured: sweep up to it" % (better[0]["k"], better[0]["estimate_from"])
+    if noise_said:
+        said += "; " + noise_said
     return best["k"], said
+
+
+def _noise_said(best, candidates, sweep):
+    """margin_words for the best K against the next, with the sweep's noise of those two Ks
+    (what their cycle times, and so their tokens/s, can be trusted to); None when the sweep did
+    not run both or says nothing of its noise, or when the margin is clear of it."""
+    others = [row for row in candidates if row is not best]
+    if not others:
+        return None
+    runner_up = max(others, key=lambda row: row["tokens_per_s"])
+    sweep_rows = dict((row.get("k"), row) for row in (sweep or {}).get("sweep") or [])
+    if best["k"] not in sweep_rows or runner_up["k"] not in sweep_rows:
+        return None
+    noise = margin_noise(sweep_rows[best["k"]], sweep_rows[runner_up["k"]])
+    over = best["tokens_per_s"] / runner_up["tokens_per_s"] - 1.0
+    if noise is not None and over > noise:
+        return None  # the advice stands as said
+    return margin_words(best["k"], runner_up["k"], over, noise, (sweep or {}).get("requests"))

@@ -69,17 +69,20 @@ def _post(url, payload, timeout_s=600.0):
 
 
 def run_requests(url, model, prompts, max_tokens, on_done=None):
-    """(completion tokens, seconds) of the prompts sent one at a time to /v1/completions."""
-    tokens, elapsed_s = 0, 0.0
+    """(completion tokens, seconds, each request's tokens/s) of the prompts sent one at a time to
+    /v1/completions."""
+    tokens, elapsed_s, request_tps = 0, 0.0, []
     for index, prompt in enumerate(prompts):
         began = time.monotonic()
         reply = _post(url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
                                                  "temperature": 0.0, "ignore_eos": True})
-        elapsed_s += time.monotonic() - began
+        took_s = time.monotonic() - began
+        elapsed_s += took_s
         tokens += reply["usage"]["completion_tokens"]
+        request_tps.append(reply["usage"]["completion_tokens"] / took_s if took_s > 0 else None)
         if on_done:
             on_done(index + 1)
-    return tokens, elapsed_s
+    return tokens, elapsed_s, request_tps
 
 
 def _scrape(url):
@@ -133,12 +136,13 @@ def _phase(spec, drafter, k, prompts, progress, offset, state):
             # selection), which one sequence's decode rate should not carry.
             run_requests(url, spec["target"], prompts[:WARMUP_REQUESTS], min(WARMUP_TOKENS, spec["max_tokens"]))
             before = _scrape(url)
-            tokens, elapsed_s = run_requests(url, spec["target"], prompts, spec["max_tokens"], lambda n: progress.write(done=offset + n))
+            tokens, elapsed_s, request_tps = run_requests(url, spec["target"], prompts, spec["max_tokens"],
+                                                          lambda n: progress.write(done=offset + n))
             after = _scrape(url)
         finally:
             _stop(process)
     figures = metrics.window(before, after) if before and after else {}
-    return tokens / elapsed_s if elapsed_s > 0 else None, figures
+    return tokens / elapsed_s if elapsed_s > 0 else None, figures, request_tps
 
 
 def sweep_ks(spec):
@@ -146,10 +150,11 @@ def sweep_ks(spec):
     return list(spec.get("ks") or [spec["k"]])
 
 
-def measured_k(k, spec_tps, figures, baseline_tps):
+def measured_k(k, spec_tps, figures, baseline_tps, request_tps=None):
     """One K's row: tokens/s, accept length, per-position rates, the cycle time they imply
     (a cycle yields accept_length tokens in accept_length / tokens_per_s), the speedup and the
-    break-even this cycle time needs."""
+    break-even this cycle time needs; with each request's tokens/s (`request_tps`, the prompts
+    in the order every K got them), how far its tokens/s can be trusted (advice.spread)."""
     accept_length = figures.get("accept_length")
     cycle_s = accept_length / spec_tps if accept_length and spec_tps else None
     break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
@@ -158,6 +163,7 @@ def measured_k(k, spec_tps, figures, baseline_tps):
         "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
         "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
         "break_even_accept_length": break_even_length, "verdict": breakeven.verdict(accept_length, break_even_length),
+        "request_tps": list(request_tps or []), "noise": advice.spread(request_tps),
     }
 
 
@@ -168,12 +174,13 @@ def run(spec):
     progress = Progress((1 + len(ks)) * len(prompts))
     try:
         # One baseline for every K: it does not depend on K.
-        baseline_tps, _ = _phase(spec, None, None, prompts, progress, 0, "baseline")
+        baseline_tps, _, _ = _phase(spec, None, None, prompts, progress, 0, "baseline")
         rows = []
         for index, k in enumerate(ks):
             progress.write(state="starting-speculative", k=k)
-            spec_tps, figures = _phase(spec, spec["drafter"], k, prompts, progress, (1 + index) * len(prompts), "speculative")
-            rows.append(measured_k(k, spec_tps, figures, baseline_tps))
+            spec_tps, figures, request_tps = _phase(spec, spec["drafter"], k, prompts, progress, (1 + index) * len(prompts),
+                                                    "speculative")
+            rows.append(measured_k(k, spec_tps, figures, baseline_tps, request_tps))
         result = advice.sweep_result(rows, baseline_tps) if len(ks) > 1 else dict(rows[0], spec_tps=rows[0]["tokens_per_s"])
         result.update(baseline_tps=baseline_tps, requests=len(prompts), max_tokens=spec["max_tokens"])
         progress.write(state="done", result=result)

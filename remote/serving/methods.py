@@ -279,10 +279,13 @@ def serving_bench(call):
     result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, per_position,
     per_k, cycle_ms, break_even_accept_length, verdict, k}`; a sweep's result gives those of
     its best K and adds `sweep` (a row per K: `{k, tokens_per_s, accept_length, per_position,
-    per_k, cycle_ms, speedup, break_even_accept_length, verdict}`), `best_k` (the highest
-    measured tokens/s), `margin` `{over_baseline, next_k, over_next_k}` and `cost_model`
-    `{intercept_ms, slope_ms_per_k, points, max_residual_ms}` (cycle time against K, least
-    squares)."""
+    per_k, cycle_ms, speedup, break_even_accept_length, verdict, request_tps, noise}`:
+    `request_tps` each request's tokens/s, `noise` the ± of tokens_per_s as a fraction, two
+    standard errors across the requests, null with one), `best_k` (the highest measured
+    tokens/s), `margin` `{over_baseline, next_k, over_next_k, noise, within_noise}` (`noise`: the
+    ± of over_next_k, from the two Ks' requests prompt by prompt; `within_noise`: whether
+    over_next_k is inside it, null when unknown) and `cost_model` `{intercept_ms, slope_ms_per_k,
+    points, max_residual_ms}` (cycle time against K, least squares)."""
     spec = _server_params(call)
     if not spec["drafter"]:
         raise BadRequest("a benchmark needs a drafter")

@@ -13,14 +13,20 @@ from textual.containers import Vertical
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
 
+from remote.checkpoints.compatibility import MATCHING, SAME, SAME_SHAPE, VALUES_DIFFER
+from remote.checkpoints.problems import count_text
+from remote.checkpoints.tensor_values import SLICE_BYTES
+
 from ..display import safe_text
 from .view import compare_status
 
-SAME = "same"
 
-
-# Statuses as the rows show them: short, so that the column fits beside the shapes at 80 columns.
-STATUS_WORDS = {"shape differs": "shape", "dtype differs": "dtype", "only in A": "A only", "only in B": "B only"}
+# Statuses as the rows show them: short, so that the column fits beside the shapes at 80 columns
+# (what "values" and "alike" mean is said above the rows when one is shown).
+STATUS_WORDS = {"shape differs": "shape", "dtype differs": "dtype", "only in A": "A only", "only in B": "B only",
+                VALUES_DIFFER: "values", SAME_SHAPE: "alike"}
+STATUS_LEGEND = {VALUES_DIFFER: "values: same shape and dtype, other values",
+                 SAME_SHAPE: "alike: same shape and dtype, values not compared"}
 STATUS_WIDTH = 6
 SIDE_WIDTH_MOST = 20
 
@@ -41,10 +47,22 @@ def describe_side(side):
     return str(side)
 
 
-def status_style(status):
-    if status == SAME:
+def describe_values(values):
+    """What was compared of the values, in one line that fits at 80 columns."""
+    if not isinstance(values, dict):
         return ""
-    if status and ("only" in status or "missing" in status):
+    if not values.get("compared"):
+        return str(values.get("message") or "contents not compared")
+    counts = ["%s same" % count_text(values.get("same") or 0), "%s differ" % count_text(values.get("differ") or 0)]
+    if values.get("not_compared"):
+        counts.append("%s not compared" % count_text(values["not_compared"]))
+    return "values (first, middle, last %d KiB): %s" % (SLICE_BYTES // 1024, ", ".join(counts))
+
+
+def status_style(status):
+    if status in MATCHING:
+        return ""
+    if status and ("only" in status or "missing" in status or status == VALUES_DIFFER):
         return "bold yellow"
     return "bold red"
 
@@ -112,6 +130,13 @@ class CompareScreen(ModalScreen):
         shown, total = len(self.result.get("rows") or []), self.result.get("rows_total", 0)
         if total > shown:
             text.append("\n%d of %d tensor rows shown, the differing ones first" % (shown, total), style="dim")
+        values_line = describe_values(self.result.get("values"))
+        if values_line:
+            text.append("\n" + values_line, style="dim")
+        statuses = {row.get("status") for row in self.result.get("rows") or []}
+        legend = [words for status, words in STATUS_LEGEND.items() if status in statuses]
+        if legend:
+            text.append("\n" + "; ".join(legend), style="dim")
         verdict.update(text)
         reasons = Text()
         for reason in self.result.get("reasons") or []:
@@ -163,7 +188,7 @@ class CompareScreen(ModalScreen):
             return
         for row in self.result.get("rows") or []:
             status = row.get("status") or SAME
-            if self.differences_only and status == SAME:
+            if self.differences_only and status in MATCHING:
                 continue
             style = status_style(status)
             table.add_row(
@@ -175,8 +200,8 @@ class CompareScreen(ModalScreen):
             )
 
     def differing_rows(self):
-        """Names of the rows shown highlighted (status other than same)."""
-        return [row.get("name") for row in self.result.get("rows") or [] if (row.get("status") or SAME) != SAME]
+        """Names of the rows shown highlighted (status other than same, or same shape and dtype)."""
+        return [row.get("name") for row in self.result.get("rows") or [] if (row.get("status") or SAME) not in MATCHING]
 
     def action_toggle_differences(self):
         self.differences_only = not self.differences_only

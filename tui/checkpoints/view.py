@@ -6,6 +6,7 @@ nothing beyond the standard library.
 
 import json
 
+from remote.checkpoints.compatibility import MATCHING, SAME, SAME_SHAPE, VALUES_DIFFER
 from remote.checkpoints.report import FORMAT_DESCRIPTIONS
 
 from ..display import format_bytes, format_shape, safe_text
@@ -191,9 +192,8 @@ def format_compare(result):
         name_a = a.get("name", "") if a else "-"
         name_b = b.get("name", "") if b else "-"
         rows.append([row.get("status", ""), name_a, _side(a), name_b, _side(b)])
-    differing = sum(1 for r in rows if r[0] != "same")
+    lines += tensor_summary_lines(result, [r[0] for r in rows])
     total = result.get("rows_total", len(rows))
-    lines.append("Tensors: %d, %d%s differ" % (total, differing, " or more" if total > len(rows) else ""))
     if rows:
         lines += _table(["status", "A", "A shape dtype", "B", "B shape dtype"], rows)
     if total > len(rows):
@@ -203,6 +203,31 @@ def format_compare(result):
     if diff:
         lines += _table(["field", "A", "B"], [[str(d.get("field")), _value(d.get("a")), _value(d.get("b"))] for d in diff])
     return "\n".join(lines + _tokenizer_lines(result)) + "\n"
+
+
+def tensor_summary_lines(result, statuses):
+    """`Tensors: 15, 0 differ, 12 differ in values, 3 same`, and what was (not) compared of the
+    values: a row of the same shape and dtype is never called the same unless its values were.
+    `statuses` are the shown rows' (the differing ones first when not all are shown)."""
+    total = result.get("rows_total", len(statuses))
+    values = result.get("values") if isinstance(result.get("values"), dict) else {}
+    # Cut rows hold the differing ones first: the count is whole once a matching row is shown.
+    whole = total <= len(statuses) or any(s in MATCHING for s in statuses)
+    counts = {VALUES_DIFFER: values.get("differ"), SAME: values.get("same"), SAME_SHAPE: values.get("not_compared")}
+    for status in counts:
+        if not isinstance(counts[status], int) or isinstance(counts[status], bool):
+            counts[status] = sum(1 for s in statuses if s == status)
+    differing = sum(1 for s in statuses if s not in MATCHING and s != VALUES_DIFFER)
+    parts = ["%d%s differ" % (differing, "" if whole else " or more")]
+    for status, words in ((VALUES_DIFFER, "differ in values"), (SAME, "same"), (SAME_SHAPE, "same shape and dtype")):
+        if counts[status]:
+            parts.append("%d %s" % (counts[status], words))
+    lines = ["Tensors: %d, %s" % (total, ", ".join(parts))]
+    if values.get("message"):
+        lines.append("  " + str(values["message"]))
+    elif counts[SAME_SHAPE]:
+        lines.append("  contents not compared")
+    return lines
 
 
 def _tokenizer_lines(result):

@@ -9,6 +9,7 @@ import sys
 import time
 
 from remote.core.protocol import RemoteError
+from remote.serving.advice import margin_words
 
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
@@ -65,17 +66,28 @@ def parse_ks(text):
 
 
 def sweep_lines(result):
-    """A K sweep's result as lines: a row per K, the best K and its margin, the cost model."""
-    lines = ["baseline      %.2f tok/s" % result["baseline_tps"], "   K  tok/s    accept  cycle ms  speedup  break-even"]
+    """A K sweep's result as lines: a row per K (its tokens/s with their ± across the requests),
+    the best K, its margin over the next and whether that margin is clear of the noise, the cost
+    model."""
+    lines = ["baseline      %.2f tok/s" % result["baseline_tps"], "   K  tok/s    ±       accept  cycle ms  speedup  break-even"]
     for row in result["sweep"]:
-        lines.append("  %2d  %7s  %6s  %8s  %7s  %s%s" % (
-            row["k"], _number(row.get("tokens_per_s"), "%.1f"), _number(row.get("accept_length")), _number(row.get("cycle_ms"), "%.1f"),
+        noise = row.get("noise")
+        lines.append("  %2d  %7s  %-6s  %6s  %8s  %7s  %s%s" % (
+            row["k"], _number(row.get("tokens_per_s"), "%.1f"), "-" if noise is None else "±%.1f%%" % (100.0 * noise),
+            _number(row.get("accept_length")), _number(row.get("cycle_ms"), "%.1f"),
             _number(row.get("speedup"), "%.2fx"), _number(row.get("break_even_accept_length")), "   best" if row["k"] == result.get("best_k") else ""))
     margin = result.get("margin") or {}
     if result.get("best_k") is not None:
         said = "best K=%d: %.2fx the baseline" % (result["best_k"], result["speedup"] or 0.0)
         if margin.get("next_k") is not None:
             said += ", %.1f%% over the next best (K=%d)" % (100.0 * margin["over_next_k"], margin["next_k"])
+            words = margin_words(result["best_k"], margin["next_k"], margin["over_next_k"], margin.get("noise"),
+                                 result.get("requests"))
+            if words and margin.get("within_noise") is False:
+                said += ", " + words
+            elif words:  # the doubt on a line of its own, where it is read
+                lines.append(said)
+                said = words
         lines.append(said)
     model = result.get("cost_model")
     if model:

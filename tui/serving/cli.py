@@ -271,8 +271,8 @@ def cmd_bench(args):
         raise CommandError("benchmark %s failed: %s" % (job["id"], reason), EXIT_FAILED)
     keys = ("baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length")
     if result.get("sweep"):
-        sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model"))
-        sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "accept_length", "cycle_ms", "speedup",
+        sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests"))
+        sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "noise", "accept_length", "cycle_ms", "speedup",
                                                               "break_even_accept_length")) for row in result["sweep"]]
         emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result)))
         return 0
@@ -280,12 +280,14 @@ def cmd_bench(args):
     def human():
         return "\n".join([
             "baseline      %.2f tok/s" % result["baseline_tps"],
-            "speculative   %.2f tok/s   speedup %.2fx" % (result["spec_tps"], result["speedup"]),
+            "speculative   %.2f tok/s%s   speedup %.2fx" % (
+                result["spec_tps"], "" if result.get("noise") is None else " ±%.1f%% (across the requests)" % (100.0 * result["noise"]),
+                result["speedup"]),
             "accept length %s   cycle %.1f ms   break-even %.2f" % (
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
             result["verdict"],
         ])
 
-    emit(args, dict((key, result.get(key)) for key in keys), human)
+    emit(args, dict((key, result.get(key)) for key in keys + ("noise",)), human)
     return 0
