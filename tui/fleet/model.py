@@ -158,6 +158,16 @@ def _cells(row):
                " ".join(training_text(t) for t in row.get("training") or ()) or "-", alerts_text(row.get("alerts") or ())])
 
 
+def no_gpus_word(row):
+    """The short word a GPU column shows for a host that answered without GPU figures
+    (`no NVML`, `no sample yet`, `no telemetry`, else `no GPUs`); its whole reason is `gpus_reason`."""
+    reason = (row.get("gpus_reason") or "").lower()
+    for words, word in ((("nvml",), "no NVML"), (("no gpu sample",), "no sample yet"), (("no telemetry",), "no telemetry")):
+        if any(part in reason for part in words):
+            return word
+    return "no GPUs"
+
+
 def _count(value):
     return "-" if value is None else str(value)
 
