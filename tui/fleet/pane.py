@@ -27,12 +27,13 @@ REASON_MIN = 30  # cells a reason gets at least, even when that pushes columns p
 
 
 class FleetTable(DataTable):
-    """The hosts' rows: enter shows the highlighted host; ←/→ scroll the columns, a key the bar
-    lists only while some are past the edge."""
+    """The hosts' rows: enter shows the highlighted host; ←/→ scroll the columns one column at a
+    time, the host's name kept in view, a key the bar lists only while some are past the edge."""
 
     BINDINGS = [
         Binding("enter", "select_cursor", "show host", tooltip="show this host in the other panes"),
-        Binding("right", "cursor_right", "more columns", key_display="←/→", tooltip="scroll to the columns past the edge"),
+        Binding("right", "scroll_columns(1)", "more columns", key_display="←/→", tooltip="scroll to the columns past the edge"),
+        Binding("left", "scroll_columns(-1)", "previous columns", show=False),
     ]
 
     def on_mount(self):
@@ -52,9 +53,24 @@ class FleetTable(DataTable):
             self.refresh_bindings()
 
     def check_action(self, action, parameters):
-        if action == "cursor_right":
+        if action == "scroll_columns":
             return self.overflowing()  # False: off the bar, and nothing to scroll to
         return True
+
+    def action_scroll_columns(self, step):
+        """Bring the next column past the fixed ones (step 1), or the one before (step -1)."""
+        starts, offset = [], 0
+        for index, column in enumerate(self.columns.values()):
+            if index >= self.fixed_columns:
+                starts.append(offset)
+            offset += column.get_render_width(self)
+        fixed = starts[0] if starts else 0
+        starts = [start - fixed for start in starts]
+        if step > 0:
+            target = next((start for start in starts if start > self.scroll_x), self.max_scroll_x)
+        else:
+            target = max((start for start in starts if start < self.scroll_x), default=0)
+        self.scroll_to(x=min(target, self.max_scroll_x), animate=False)
 
 
 class FleetPane(Pane):
@@ -72,7 +88,7 @@ class FleetPane(Pane):
 
     def compose(self):
         yield self.status_line()
-        table = FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        table = FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True, fixed_columns=2)  # ▶ and HOST stay
         table.add_column(" ", key="shown", width=1)
         for label in model.COLUMNS:
             table.add_column(label, key=label)
