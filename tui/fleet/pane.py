@@ -75,8 +75,8 @@ class FleetTable(DataTable):
 
 class FleetPane(Pane):
     PANE_TITLE = "Fleet"
+    HELP_BINDINGS = FleetTable.BINDINGS  # enter (the table's: it selects the row, on_data_table_row_selected acts)
     BINDINGS = [
-        Binding("enter", "show_host", "show host", show=False, tooltip="show this host in the other panes"),
         Binding("r", "reconnect_host", "reconnect", tooltip="connect again to this host after a failure"),
     ]
 
@@ -161,9 +161,9 @@ class FleetPane(Pane):
         return self.app.link_of(name)
 
     def on_data_table_row_selected(self, event):
-        self.action_show_host()
+        self.show_selected_host()
 
-    def action_show_host(self):
+    def show_selected_host(self):
         link = self.selected()
         if link is not None:
             self.app.show_host(link, tab=self.app.first_host_tab())
