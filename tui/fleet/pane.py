@@ -206,10 +206,7 @@ def row_cells(link, row):
     GPUs go (the pane cuts it to `reason_width`), one without GPUs a word (`no NVML`); alerts
     that came while another host was shown are `new`."""
     texts = model.cells(row)
-    if len(texts) < len(model.COLUMNS):
-        texts += [""] * (len(model.COLUMNS) - len(texts))
-    elif row.get("gpus") is None:
-        texts[3] = model.no_gpus_word(row)
+    texts += [""] * (len(model.COLUMNS) - len(texts))
     cells = dict(zip(model.COLUMNS, texts))
     if link.unseen_alerts:
         cells["ALERTS"] = ("%s, %d new" % (cells["ALERTS"], link.unseen_alerts)).lstrip(", ")
@@ -234,8 +231,8 @@ def reason_width(table, rows):
 def detail_text(link, row):
     """Under the table, the selected host in full: its reason, why it shows no GPU, its newest alerts."""
     lines = ["%s: %s" % (link.name, row.get("reason") or row["state"])]
-    if row["state"] == model.UP and row.get("gpus") is None:
-        lines[0] += "; no GPUs shown: %s" % (row.get("gpus_reason") or "no GPU telemetry")
+    if model.no_gpus_reason(row):
+        lines[0] += "; " + model.no_gpus_reason(row)
     for alert in (row.get("alerts") or [])[:2]:
         lines.append("  %s%s" % ("! " if alert.get("urgent") else "", alert.get("title") or alert.get("message") or ""))
     return "\n".join(safe_text(line) for line in lines)
