@@ -1,5 +1,6 @@
-"""The key bar lists the keys that work where the focus is, and a click on one runs it; the help
-says where the keys work."""
+"""The key bar lists the keys that work where the focus is, a click on one runs it, and a narrow
+terminal gets every key written closer, then over two lines, `? help` always among them; the
+help says where the keys work."""
 
 import re
 
@@ -8,7 +9,7 @@ from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.client import ConnectError
 from tui.screens.help import HelpScreen
-from tui.widgets.key_bar import KeyBar
+from tui.widgets.key_bar import Entry, KeyBar, fit
 
 
 async def test_the_bar_follows_the_focus_and_a_click_runs_the_key(agent_home):
@@ -42,3 +43,21 @@ async def test_the_help_says_where_the_brackets_switch_hosts():
         shown = " ".join(shown.split())
         assert "show the next host in the other panes (in Jobs, GPUs, Downloads, Tensors and the Fleet pane;" in shown, shown
         assert "in Speculation and Training [ ] step servers and runs" in shown, shown
+
+
+def test_a_narrow_bar_writes_its_keys_closer_then_on_two_lines_and_keeps_help():
+    pane_keys = [("n", "new download", "new"), ("x", "cancel", "cancel"), ("r", "retry/repair", "retry/repair"),
+                 ("v", "verify again", "verify"), ("t", "open in Tensors", "Tensors")]
+    app_keys = [("q", "quit", "quit"), ("1-6", "panes", "panes"), ("?", "help", "help")]
+    entries = [Entry(key, label, short, True, label, "pane") for key, label, short in pane_keys]
+    entries += [Entry(key, label, short, True, label, "app") for key, label, short in app_keys]
+
+    def written(width):
+        lines, compact = fit(entries, width, lambda node: node == "app")
+        return [(" " if compact else "  ").join("%s %s" % (entry.key, entry.description) for entry in line) for line in lines]
+
+    assert written(120) == ["n new download  x cancel  r retry/repair  v verify again  t open in Tensors  q quit  1-6 panes  ? help"]
+    assert written(80) == ["n new x cancel r retry/repair v verify t Tensors q quit 1-6 panes ? help"]
+    assert written(40) == ["n new x cancel r retry/repair v verify", "t Tensors q quit 1-6 panes ? help"]
+    narrow = written(24)
+    assert len(narrow) == 2 and narrow[-1].endswith("1-6 panes ? help") and "q quit" in " ".join(narrow)

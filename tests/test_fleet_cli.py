@@ -66,10 +66,14 @@ def test_every_host_in_one_row_with_what_it_has(fleet_factory):
 
         # For a person: a line per host, the down ones with their reason.
         shown = run_cli("fleet", env=fleet.env, check=2).stdout.splitlines()
-        assert shown[0].split()[:3] == ["HOST", "STATE", "RTT"] and len(shown) == 1 + len(fleet.hosts)
-        line = {text.split()[0]: text for text in shown[1:]}
+        assert shown[0].split()[:3] == ["HOST", "STATE", "RTT"] and shown[1 + len(fleet.hosts)] == ""
+        line = {text.split()[0]: text for text in shown[1:1 + len(fleet.hosts)]}
         assert line["gpu-b"].split()[1] == "up" and " %d/8 " % b["gpus"]["busy"] in line["gpu-b"]
-        assert "none (" in line["gpu-c"]
+        # No GPU: a word in its column, the columns after it where they are on the other rows; why, below the rows.
+        header = shown[0]
+        assert " no NVML " in line["gpu-c"] and line["gpu-c"][header.index("JOBS"):].split()[0] == str(c["jobs_running"])
+        notes = shown[2 + len(fleet.hosts):]
+        assert "gpu-c: no GPUs shown: %s" % c["gpus_reason"] in notes and not [note for note in notes if note.startswith("gpu-b")]
         assert line["refused-1"].split()[1] == "refused" and "Connection refused" in line["refused-1"]
         assert "unknown host key for fleet-host-key-nobody-knows" in line["unknown-key"]
     finally:

@@ -1,19 +1,21 @@
-"""The console on several hosts (Pilot, real agents): the Fleet pane, the host the other panes
-show and how it changes, alerts of a host not shown, a host that drops and comes back, a host
-that is down from the start. Each host is a local agent with its own state directory (its own
+"""The console on several hosts (Pilot, real agents): the Fleet pane (wide, and at 80x24 where
+its columns scroll), the host the other panes show and how it changes, alerts of a host not
+shown, a host that drops and comes back, a host that is down from the start. Each host is a local agent with its own state directory (its own
 daemon, jobs and alerts), the 8-GPU one replaying an H200 recording; tests/test_fleet_ssh.py
 runs the console over real SSH hosts."""
 
 import pytest
+from rich.cells import cell_len
 from textual.widgets import DataTable, TabbedContent
 
 from tests.helpers.fleet import LocalFleet
-from tests.helpers.pilot import job_rows, text_of
+from tests.helpers.pilot import job_rows, screen_lines, text_of
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
 from tui.fleet import model
 from tui.fleet.pane import FleetPane
 from tui.jobs.pane import JobsPane
+from tui.widgets.key_bar import KeyBar
 
 SIZE = (180, 40)
 
@@ -30,6 +32,17 @@ def fleet_rows(app):
     return {str(row[1]): [str(cell) for cell in row] for row in (table.get_row_at(i) for i in range(table.row_count))}
 
 
+def jobs_seen(app, host):
+    """What the screen shows in the JOBS column of `host`'s row (None while the column is not in view)."""
+    lines = screen_lines(app)
+    header = next((line for line in lines if line.split()[:1] == ["HOST"]), "")
+    row = next((line for line in lines if line[4:].startswith(host + " ")), None)
+    if "JOBS" not in header or row is None:
+        return None
+    column = header.index("JOBS")
+    return row[column:column + 4].strip()
+
+
 def summarised(app, *names):
     return all(app.link_of(name).summary is not None for name in names)
 
@@ -42,13 +55,38 @@ async def test_the_fleet_pane_lists_every_host_and_a_host_that_is_down_fails_alo
         await wait_until(pilot, lambda: summarised(app, "alpha", "beta") and app.link_of("gamma").state == "reconnecting",
                          message="two hosts' summaries, and the third tried again")
         await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", message="the rows drawn")
-        rows = fleet_rows(app)
+        rows, table = fleet_rows(app), app.query_one(FleetPane).query_one(DataTable)
         beta = dict(zip(("shown",) + model.COLUMNS, rows["beta"]))
         assert beta["GPUS BUSY"].endswith("/8") and beta["MEM GiB"].endswith("/1123.2") and beta["HOTTEST"].endswith("°C")
-        assert rows["alpha"][4].startswith("none (")  # no GPU on this machine: said, not zeros
+        # No GPU on this machine: a word, not zeros and not its reason, which is under the table.
+        alpha = dict(zip(("shown",) + model.COLUMNS, rows["alpha"]))
+        assert (alpha["GPUS BUSY"], alpha["MEM GiB"], alpha["JOBS"], alpha["ALERTS"]) == ("no NVML", "-", "0", "0")
+        await wait_until(pilot, lambda: "alpha: up; no GPUs shown: NVML did not start: " in text_of(app.query_one("#fleet-detail")),
+                         message="why alpha shows no GPU, under the table")
         assert rows["gamma"][2] == "reconnecting" and rows["gamma"][4].startswith(("next try in", "trying again now"))
+        reason_cell, reason_column = rows["gamma"][4], table.columns["GPUS BUSY"]
+        assert "(cannot connect to gamma port 22: Connection refused)" in reason_cell or (
+            reason_cell.endswith("…") and cell_len(reason_cell) == reason_column.content_width)  # cut where its column ends
         assert rows["alpha"][0] == "▶"  # the host the other panes show
+        bar = app.query_one(KeyBar)
+        assert "⏎ show host" in text_of(bar) and "more columns" not in text_of(bar)  # 180 columns: every column in view
         await wait_until(pilot, lambda: app.header.fleet_text == "host 1 of 3 · 1 reconnecting", message="the header's count")
+
+        # 80x24: the columns past the edge are said on the bar, and → brings them in, a column a key.
+        await pilot.resize_terminal(80, 24)
+        await wait_until(pilot, lambda: "←/→ more columns" in text_of(bar), message="the hint that more columns are to the right")
+        assert "⏎ show host" in text_of(bar) and not any("ALERTS" in line for line in screen_lines(app))
+        assert fleet_rows(app)["gamma"][4].endswith("…") and cell_len(fleet_rows(app)["gamma"][4]) == table.columns["GPUS BUSY"].content_width
+        for _ in range(12):
+            await pilot.press("right")
+        await wait_until(pilot, lambda: any("ALERTS" in line for line in screen_lines(app)), message="the last columns scrolled in")
+        assert jobs_seen(app, "alpha") == "0"  # the host's name stays in view beside them
+        await pilot.press(*["left"] * 12)
+        await wait_until(pilot, lambda: table.scroll_x == 0, message="back to the first columns")
+        # 120x40: the GPU-less host's row goes on past its GPU column.
+        await pilot.resize_terminal(120, 40)
+        await wait_until(pilot, lambda: jobs_seen(app, "alpha") == "0", message="alpha's row with its other columns at 120")
+
         await pilot.press("down", "down")  # the host that is down selected: its whole reason under the table
         await wait_until(pilot, lambda: "(cannot connect to gamma port 22: Connection refused)" in text_of(
             app.query_one("#fleet-detail")), message="gamma's reason in full")
@@ -88,9 +126,13 @@ async def test_an_alert_of_a_host_not_shown_reaches_the_console_with_its_name(fl
     app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: all(link.alerts_followed is not None for link in app.links), message="alerts followed")
-        job = fleet.client("beta").call("jobs.submit", {"argv": ["sh", "-c", "exit 3"], "name": "gen states"})
+        # A name too long for an alert is cut with "…": its last words are not read as how it ended.
+        name = "gen states for the long run " + "x" * 60 + "; exit 0"
+        job = fleet.client("beta").call("jobs.submit", {"argv": ["sh", "-c", "exit 3"], "name": name})
         await wait_until(pilot, lambda: any(n.title.startswith("beta: ") and "exited 3" in n.message for n in app._notifications),
                          message="beta's alert, named, while alpha is shown")
+        message = next(n.message for n in app._notifications if "exited 3" in n.message)
+        assert "(gen states for the long run xxx" in message and "…) exited 3" in message and "exit 0" not in message
         assert app.link_of("beta").unseen_alerts == 1
         await wait_until(pilot, lambda: fleet_rows(app)["beta"][-1].endswith("1 new"), message="unseen in the Fleet row")
         app.show_host(app.link_of("beta"))

@@ -1,10 +1,13 @@
 """How the console writes things for people, in one place: sizes in both decimal and binary
 units, rates, durations, ages, times, tensor shapes, the colour of each state, and a host's text
-(names, paths, error lines, logs) with its control characters as visible escapes (safe_text)."""
+(names, paths, error lines, logs) with its control characters as visible escapes (safe_text),
+and text cut to a width with "…" where it was cut (cut)."""
 
 import functools
 import re
 import time
+
+from rich.cells import cell_len, set_cell_size
 
 
 def format_bytes(n, exact=False):
@@ -128,6 +131,17 @@ _VISIBLE = {code: "\\x%02x" % code for code in (*range(0x20), *range(0x7F, 0xA0)
 _VISIBLE.update({code: "\\u%04x" % code for code in _BIDI})
 _VISIBLE.update({0x09: "\\t", 0x0A: "\\n", 0x0D: "\\r"})
 CONTROLS = frozenset(_VISIBLE)  # their code points
+
+
+def cut(text, width):
+    """`text` in at most `width` cells (a wide letter counts two): whole when it fits, else cut
+    with "…" as its last cell, so a reader sees that more was there."""
+    text = text or ""
+    if cell_len(text) <= width:
+        return text
+    if width <= 0:
+        return ""
+    return set_cell_size(text, width - 1).rstrip(" ") + "…"
 
 
 def safe_text(text, keep=""):

@@ -23,11 +23,14 @@ queued once.
 import math
 import time
 
+from .formats import cut
+
 PLATEAU_S = 1800.0
 BELOW_S = 300.0
 DOWN_S = 60.0
 LOG_TAIL_LINES = 10
 LOG_TAIL_BYTES = 8192
+NAME_MAX = 80  # characters of a job's name in an alert
 CATCH_UP_S = 86400.0  # at start, job ends this recent that have no alert yet get one
 BREAK_EVEN_EVERY_S = 30.0
 GPU_KINDS = ("gpu_idle", "memory_full", "temperature", "throttle")
@@ -66,9 +69,10 @@ def how_it_ended(job):
 
 
 def label(job):
-    """`j9 (finetune aq-k2)`: the id and, when it has one, the job's name."""
+    """`j9 (finetune aq-k2)`: the id and, when it has one, the job's name (a long one cut with
+    "…", so what follows it is not read as its end)."""
     name = (job.get("name") or "").strip()
-    return "%s (%s)" % (job["id"], name[:80]) if name else job["id"]
+    return "%s (%s)" % (job["id"], cut(name, NAME_MAX)) if name else job["id"]
 
 
 def job_end_alert(job, host, watched, log_tail):

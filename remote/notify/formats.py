@@ -63,10 +63,11 @@ def plain_text(alerts, host, limit=TEXT_MAX):
     text = "\n".join(lines)
     if tail:
         text += "\n\nlast lines of the log:\n" + "\n".join(tail)
-    return _cut(text, limit)
+    return cut(text, limit)
 
 
-def _cut(text, limit):
+def cut(text, limit):
+    """`text` in at most `limit` characters, its last one "…" where it was cut."""
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
@@ -108,7 +109,7 @@ def request_for(channel, alerts, host):
         text = "*%s*\n%s" % (_escape_slack(title), _escape_slack("\n".join(lines)))
         if tail:
             text += "\n```%s```" % "\n".join(tail).replace("```", "'''")
-        return json.dumps({"text": _cut(text, 39000)}).encode(), headers
+        return json.dumps({"text": cut(text, 39000)}).encode(), headers
     if fmt == "discord":
         lines, tail = lines_of(alerts)
         text = "**%s**\n%s" % (title, "\n".join(lines))
@@ -117,7 +118,7 @@ def request_for(channel, alerts, host):
             shown = "\n".join(tail)[-room:] if room > 40 else ""
             if shown:
                 text += "\n```\n%s\n```" % shown.replace("```", "'''")
-        return json.dumps({"content": _cut(text, DISCORD_MAX), "allowed_mentions": {"parse": []}}).encode(), headers
+        return json.dumps({"content": cut(text, DISCORD_MAX), "allowed_mentions": {"parse": []}}).encode(), headers
     return json.dumps(json_body(alerts, host)).encode(), headers
 
 

@@ -67,6 +67,7 @@ class DownloadsPane(Pane):
         Binding("full_stop", "files_page(1)", "next files", show=False, key_display=".", tooltip="the next page of the download's files"),
         Binding("comma", "files_page(-1)", "previous files", show=False, key_display=",", tooltip="the previous page of the download's files"),
     ]
+    SHORT_LABELS = {"open_tensors": "Tensors"}  # the key bar's word when it is short of room (tui/widgets/key_bar.py)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -378,9 +379,10 @@ class DownloadsPane(Pane):
             self._set_status("%s has already ended (%s)" % (job["id"], job["state"]), error=True)
             return
         what = action(job)
-        kept = "; the bytes on disk are kept for r" if what == "download" else ""
-        question = "Cancel %s, the %s of %s?%s" % (job["id"], what, repo(job), kept)
-        self.app.push_screen(ConfirmScreen(question, yes_label="Cancel %s" % what), lambda yes: yes and self._stop(job))
+        kept = "\nThe bytes on disk are kept: r starts it again from them." if what == "download" else ""
+        question = "Cancel %s, the %s of %s?%s" % (job["id"], what, safe_text(repo(job)), kept)
+        self.app.push_screen(ConfirmScreen(question, yes_label="Cancel the %s" % what, no_label="Keep it"),
+                             lambda yes: yes and self._stop(job))
 
     def _stop(self, job):
         self._set_status("stopping %s ..." % job["id"])

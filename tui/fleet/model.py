@@ -1,6 +1,7 @@
 """A host's row in the fleet, the same in the console's Fleet pane and in `specdeck fleet`: the
 host's `fleet.summary` and the state of the link to it made into one JSON row (`row`), and that
-row into the cells a person reads (`cells`, under `COLUMNS`; `table` lays rows out as lines).
+row into the cells a person reads (`cells`, under `COLUMNS`; `table` lays rows out as lines). A
+host without GPUs has a word in their column (`no NVML`) and its reason below the rows.
 
 No figure is shown as current when it is not: each keeps the age the host gave it, grown by the
 time since the summary arrived, and one the host called stale, or that came longer ago than
@@ -146,7 +147,7 @@ def _cells(row):
         return [row["host"], row["state"], rtt, row.get("reason") or ("waiting for its first answer" if row["state"] == CONNECTING else "-")]
     gpus = row.get("gpus")
     if gpus is None:
-        gpu_cells = ["none (%s)" % (row.get("gpus_reason") or "no GPU telemetry"), "-", "-", "-"]
+        gpu_cells = [no_gpus_word(row), "-", "-", "-"]  # its reason is long: below the rows (table, the pane's detail)
     else:
         mark = stale_mark(gpus)
         gpu_cells = ["%s/%s%s" % (_count(gpus.get("busy")), _count(gpus.get("count")), mark),
@@ -158,13 +159,34 @@ def _cells(row):
                " ".join(training_text(t) for t in row.get("training") or ()) or "-", alerts_text(row.get("alerts") or ())])
 
 
+def no_gpus_word(row):
+    """The short word a GPU column shows for a host that answered without GPU figures
+    (`no NVML`, `no sample yet`, `no telemetry`, else `no GPUs`); its whole reason is `gpus_reason`."""
+    reason = (row.get("gpus_reason") or "").lower()
+    for words, word in ((("nvml",), "no NVML"), (("no gpu sample",), "no sample yet"), (("no telemetry",), "no telemetry")):
+        if any(part in reason for part in words):
+            return word
+    return "no GPUs"
+
+
 def _count(value):
     return "-" if value is None else str(value)
 
 
+def no_gpus_reason(row):
+    """`no GPUs shown: NVML did not start: ...` for a host that answered without GPU figures
+    (its cell has only `no_gpus_word`), else None. The host's text, as it sent it."""
+    if row["state"] != UP or row.get("gpus") is not None:
+        return None
+    return "no GPUs shown: %s" % (row.get("gpus_reason") or "no GPU telemetry")
+
+
 def table(rows):
     """The rows as lines for a terminal: a header of COLUMNS, one line per host, columns aligned;
-    a host that did not answer has its reason after its rtt, across the figures' columns."""
+    a host that did not answer has its reason after its rtt, across the figures' columns; after
+    a blank line, why each host that answered shows no GPU (`no_gpus_reason`)."""
     lines = [list(COLUMNS)] + [cells(r) for r in rows]
     widths = [max(len(line[i]) for line in lines if len(line) == len(COLUMNS) or i < 3) for i in range(len(COLUMNS))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
+    notes = [display.safe_text("%s: %s" % (r["host"], no_gpus_reason(r))) for r in rows if no_gpus_reason(r)]
+    return (["  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() for line in lines]
+            + ([""] + notes if notes else []))

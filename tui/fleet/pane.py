@@ -4,26 +4,79 @@ jobs, servers against break-even, training runs and alerts not yet seen.
 It reads the hosts (app.links, tui/fleet/hosts.py) on its own clock, once a second, and
 rewrites only the cells that changed: its cost is the number of hosts, never how often they
 speak. The figures and their words are tui/fleet/model.py's, the same as `specdeck fleet`.
-Enter on a host makes it the one the other panes show.
+Enter on a host makes it the one the other panes show. A host without figures has its reason
+where the GPUs go, cut to the room the other columns leave; a host without GPUs has a word
+there; the selected host's whole reasons are under the table. When columns are past the right
+edge, the key bar says so (`←/→ more columns`).
 """
 
 import time
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
 from textual.widgets import DataTable, Static
 
-from ..display import safe_text
+from ..display import cut, safe_text
 from ..pane import Pane
 from . import model
 
 REFRESH_S = 1.0
+REASON_COLUMN = "GPUS BUSY"  # where a host without figures has its reason
+REASON_MIN = 30  # cells a reason gets at least, even when that pushes columns past the edge
+
+
+class FleetTable(DataTable):
+    """The hosts' rows: enter shows the highlighted host; ←/→ scroll the columns one column at a
+    time, the host's name kept in view, a key the bar lists only while some are past the edge."""
+
+    BINDINGS = [
+        Binding("enter", "select_cursor", "show host", tooltip="show this host in the other panes"),
+        Binding("right", "scroll_columns(1)", "more columns", key_display="←/→", tooltip="scroll to the columns past the edge"),
+        Binding("left", "scroll_columns(-1)", "previous columns", show=False),
+    ]
+
+    def on_mount(self):
+        self._overflowing = False
+        self.watch(self, "virtual_size", lambda _size: self.call_after_refresh(self.check_overflow), init=False)
+
+    def on_resize(self, event):
+        self.call_after_refresh(self.check_overflow)
+
+    def overflowing(self):
+        """Some columns are past the edge (at either side)."""
+        return self.max_scroll_x > 0
+
+    def check_overflow(self):
+        if self.overflowing() != self._overflowing:
+            self._overflowing = not self._overflowing
+            self.refresh_bindings()
+
+    def check_action(self, action, parameters):
+        if action == "scroll_columns":
+            return self.overflowing()  # False: off the bar, and nothing to scroll to
+        return True
+
+    def action_scroll_columns(self, step):
+        """Bring the next column past the fixed ones (step 1), or the one before (step -1)."""
+        starts, offset = [], 0
+        for index, column in enumerate(self.columns.values()):
+            if index >= self.fixed_columns:
+                starts.append(offset)
+            offset += column.get_render_width(self)
+        fixed = starts[0] if starts else 0
+        starts = [start - fixed for start in starts]
+        if step > 0:
+            target = next((start for start in starts if start > self.scroll_x), self.max_scroll_x)
+        else:
+            target = max((start for start in starts if start < self.scroll_x), default=0)
+        self.scroll_to(x=min(target, self.max_scroll_x), animate=False)
 
 
 class FleetPane(Pane):
     PANE_TITLE = "Fleet"
+    HELP_BINDINGS = FleetTable.BINDINGS  # enter (the table's: it selects the row, on_data_table_row_selected acts)
     BINDINGS = [
-        Binding("enter", "show_host", "show host", tooltip="show this host in the other panes"),
         Binding("r", "reconnect_host", "reconnect", tooltip="connect again to this host after a failure"),
     ]
 
@@ -35,7 +88,7 @@ class FleetPane(Pane):
 
     def compose(self):
         yield self.status_line()
-        table = DataTable(id="fleet-table", cursor_type="row", zebra_stripes=True)
+        table = FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True, fixed_columns=2)  # ▶ and HOST stay
         table.add_column(" ", key="shown", width=1)
         for label in model.COLUMNS:
             table.add_column(label, key=label)
@@ -47,6 +100,10 @@ class FleetPane(Pane):
         self._cells = {}  # host -> {column: text}, what the table holds
         self.refresh_rows()
         self.set_interval(REFRESH_S, self.refresh_rows)
+
+    def on_resize(self, event):
+        # A reason takes the room the other columns leave: cut it again at the new width.
+        self.call_after_refresh(self.refresh_rows)
 
     def pane_shown(self):
         self.refresh_rows()
@@ -62,9 +119,14 @@ class FleetPane(Pane):
         table = self.query_one(DataTable)
         current = self.app.current
         rows = self.rows()
+        texts = {link.name: row_cells(link, row) for link, row in rows}
+        width = reason_width(table, list(texts.values()))
         for link, row in rows:
+            shown = dict(texts[link.name])
+            if row["state"] != model.UP:
+                shown[REASON_COLUMN] = cut(shown[REASON_COLUMN], width)
             # Text, not str: a str cell would be read as markup (a host's reason may hold [brackets]).
-            cells = {key: Text(text) for key, text in row_cells(link, row).items()}
+            cells = {key: Text(text) for key, text in shown.items()}
             cells["shown"] = "▶" if link is current else ""
             known = self._cells.get(link.name)
             if known is None:
@@ -77,7 +139,7 @@ class FleetPane(Pane):
         states = [link.state for link, _ in rows]
         counts = ", ".join("%d %s" % (states.count(state), state) for state in ("connected", "reconnecting", "connecting", "failed")
                            if states.count(state))
-        self.set_status("%d hosts: %s.  enter: show the host in the other panes   [ ]: previous/next host" % (len(rows), counts))
+        self.set_status("%d hosts: %s.  [ ]: previous/next host" % (len(rows), counts))
         self._show_detail(rows)
 
     def _show_detail(self, rows):
@@ -99,9 +161,9 @@ class FleetPane(Pane):
         return self.app.link_of(name)
 
     def on_data_table_row_selected(self, event):
-        self.action_show_host()
+        self.show_selected_host()
 
-    def action_show_host(self):
+    def show_selected_host(self):
         link = self.selected()
         if link is not None:
             self.app.show_host(link, tab=self.app.first_host_tab())
@@ -118,9 +180,6 @@ class FleetPane(Pane):
         else:
             link.reconnect()
         self.refresh_rows()
-
-
-REASON_CELL = 48  # characters of a reason in its cell; the whole line is under the table
 
 
 def host_row(link, now):
@@ -143,22 +202,37 @@ def host_row(link, now):
 
 
 def row_cells(link, row):
-    """{column: text} of a host's row: a host without figures has its reason (cut to
-    REASON_CELL) where the GPUs go; alerts that came while another host was shown are `new`."""
+    """{column: text} of a host's row: a host without figures has its whole reason where the
+    GPUs go (the pane cuts it to `reason_width`), one without GPUs a word (`no NVML`); alerts
+    that came while another host was shown are `new`."""
     texts = model.cells(row)
-    if len(texts) < len(model.COLUMNS):
-        reason = texts[3]
-        texts = texts[:3] + [reason if len(reason) <= REASON_CELL else reason[:REASON_CELL - 1] + "…"]
-        texts += [""] * (len(model.COLUMNS) - len(texts))
+    texts += [""] * (len(model.COLUMNS) - len(texts))
     cells = dict(zip(model.COLUMNS, texts))
     if link.unseen_alerts:
         cells["ALERTS"] = ("%s, %d new" % (cells["ALERTS"], link.unseen_alerts)).lstrip(", ")
     return cells
 
 
+def reason_width(table, rows):
+    """Cells a reason may take in REASON_COLUMN: the room the table's width leaves after the
+    other columns, at least what the column's own figures and label take, and REASON_MIN.
+    `rows`: each row's {column: text}, a reason whole."""
+    padding = 2 * table.cell_padding
+
+    def widest(column, texts):
+        return max([cell_len(column)] + [cell_len(text) for text in texts])
+
+    figures = [cells[REASON_COLUMN] for cells in rows if cells["STATE"] == model.UP]
+    others = sum(widest(column, [cells[column] for cells in rows]) + padding for column in model.COLUMNS if column != REASON_COLUMN)
+    room = table.size.width - table.styles.scrollbar_size_vertical - (1 + padding) - others - padding  # `1`: the ▶ column
+    return max(widest(REASON_COLUMN, figures), REASON_MIN, room)
+
+
 def detail_text(link, row):
-    """Under the table, the selected host in full: its reason, or its newest alerts."""
+    """Under the table, the selected host in full: its reason, why it shows no GPU, its newest alerts."""
     lines = ["%s: %s" % (link.name, row.get("reason") or row["state"])]
+    if model.no_gpus_reason(row):
+        lines[0] += "; " + model.no_gpus_reason(row)
     for alert in (row.get("alerts") or [])[:2]:
         lines.append("  %s%s" % ("! " if alert.get("urgent") else "", alert.get("title") or alert.get("message") or ""))
     return "\n".join(safe_text(line) for line in lines)

@@ -14,7 +14,7 @@ import os
 
 from textual.message import Message
 
-from ..display import safe_text
+from ..display import cut, safe_text
 
 TITLE_MAX = 80
 BODY_MAX = 240
@@ -52,7 +52,7 @@ def _clean(text, limit, separator=False):
     text = safe_text(" ".join((text or "").split()))
     if separator:
         text = text.replace(";", ",")
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return cut(text, limit)
 
 
 def sequence(title, body, kind):

@@ -16,17 +16,18 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "no"),
     ]
 
-    def __init__(self, question, yes_label="Yes", **kwargs):
+    def __init__(self, question, yes_label="Yes", no_label="Cancel", **kwargs):
         super().__init__(**kwargs)
         self.question = question
         self.yes_label = yes_label
+        self.no_label = no_label  # not "Cancel" where yes is a cancel: "Cancel the download (y)" / "Keep it (n)"
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog"):
             yield Label(self.question, classes="dialog-text", markup=False)
             with Horizontal(classes="dialog-buttons"):
                 yield Button("%s (y)" % self.yes_label, variant="error", id="yes")
-                yield Button("Cancel (n)", id="no")
+                yield Button("%s (n)" % self.no_label, id="no")
 
     def on_button_pressed(self, event: Button.Pressed):
         event.stop()

@@ -146,7 +146,7 @@ def format_sample(sample):
         rows = [tuple(header for header, _ in PROCESS_COLUMNS)]
         for process in processes:
             shown = model.process_figures(process, sample["time"])
-            shown["command"] = shown["command"][:60]
+            shown["command"] = display.cut(shown["command"], 60)
             rows.append(tuple(shown[key] for _, key in PROCESS_COLUMNS))
         lines += _table(rows)
     if sample.get("nodes"):

@@ -4,6 +4,7 @@ model.py writes it, so that `specdeck gpus` shows the same."""
 
 from rich.text import Text
 
+from ..display import cut
 from . import model
 
 BAR_CELLS = 10
@@ -38,7 +39,7 @@ def gpu_row(gpu, jobs):
     elif model.throttle_reasons(gpu):
         row += Text(" throttled", style="yellow")
     if jobs:
-        row += Text(" " + ",".join(jobs)[:14], style="cyan")
+        row += Text(" " + cut(",".join(jobs), 14), style="cyan")  # "j8,j9,j1…", never "j8,j9,j1" (another id)
     return row
 
 
@@ -70,7 +71,7 @@ def process_lines(processes, now, limit):
         if process.get("other_namespace"):
             lines.append("%7s gpu%s %6s  -     %s" % (shown["pid"], shown["gpu"], memory, shown["command"]))
             continue
-        lines.append("%7s gpu%s %6s  %-5s %s  %s" % (shown["pid"], shown["gpu"], memory, shown["job"], shown["runtime"], shown["command"][:40]))
+        lines.append("%7s gpu%s %6s  %-5s %s  %s" % (shown["pid"], shown["gpu"], memory, shown["job"], shown["runtime"], cut(shown["command"], 40)))
     if len(processes) > limit:
         lines.append("… %d more (specdeck gpus HOST lists all)" % (len(processes) - limit))
     return "\n".join(lines) if lines else "no GPU processes"
