@@ -7,6 +7,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -45,11 +46,14 @@ def private_runtime_dir(monkeypatch):
 @pytest.fixture
 def agent_home(tmp_path, monkeypatch):
     """SPECDECK_HOME for agents started on this machine (`local`); their daemon is stopped after."""
-    home = tmp_path / "specdeck-home"
-    home.mkdir(mode=0o700)  # private from the start: the agent never chmods a SPECDECK_HOME it did not create
+    # Short, whatever the depth of tmp_path (deeper under xdist): the daemon's socket stays inside
+    # it (a deep state directory puts it in TMPDIR), where the tests look for it. Private from the
+    # start: the agent never chmods a SPECDECK_HOME it did not create.
+    home = Path(tempfile.mkdtemp(prefix="sd-home-"))
     monkeypatch.setenv("SPECDECK_HOME", str(home))
     yield home
     stop_daemon(home)
+    shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ a real subprocess. Waits are bounds on a hang, not speed assertions.
 """
 
 import glob
+import hashlib
 import json
 import os
 import re
@@ -335,8 +336,7 @@ def test_reconnect_backs_off_and_says_when_it_tries_next(sshd, gate, tmp_path, m
 
 @pytest.mark.parametrize("mode", [0o1777, 0o755, 0o700])
 def test_an_existing_specdeck_home_keeps_its_mode(mode, tmp_path, monkeypatch):
-    home = tmp_path / "chosen"
-    home.mkdir()
+    home = Path(tempfile.mkdtemp(prefix="sd-chosen-"))  # short: its socket stays inside it, where the test looks
     os.chmod(home, mode)
     monkeypatch.setenv("SPECDECK_HOME", str(home))
     expected = home if mode == 0o700 else home / ("specdeck-%d" % os.getuid())
@@ -351,6 +351,7 @@ def test_an_existing_specdeck_home_keeps_its_mode(mode, tmp_path, monkeypatch):
     assert state == str(expected)
     assert stat.S_IMODE(expected.stat().st_mode) == 0o700
     assert (expected / "daemon.sock").exists() and (expected / "jobs" / job["id"]).is_dir()
+    shutil.rmtree(home, ignore_errors=True)
 
 
 def test_a_squatted_state_directory_is_one_line(tmp_path, monkeypatch):
@@ -371,14 +372,14 @@ def test_a_squatted_state_directory_is_one_line(tmp_path, monkeypatch):
 @pytest.mark.parametrize("squat", ["owned_by_someone_else", "not_private"])
 def test_a_squatted_socket_directory_is_one_line_and_avoided(squat, host_user, host_python):
     # The host user's state directory is too deep for a socket path, so the socket goes to
-    # /tmp/specdeck-UID, which someone has taken.
-    usual = Path("/tmp/specdeck-%d" % host_user.uid)
+    # /tmp/specdeck-UID.HASH (of that user and that state directory), which someone has taken.
+    state_home = host_user.home / ("deep-" + "d" * 100)
+    usual = Path("/tmp/specdeck-%d.%s" % (host_user.uid, hashlib.sha256(str(state_home).encode()).hexdigest()[:12]))
     aside = None
     if usual.exists() or usual.is_symlink():
         aside = usual.with_name(usual.name + ".aside-%d" % os.getpid())
         usual.rename(aside)
     before = set(glob.glob("/tmp/specdeck-%d-*" % host_user.uid))
-    state_home = host_user.home / ("deep-" + "d" * 100)
     host_user.run(["mkdir", "-p", "-m", "700", str(state_home)])
     usual.mkdir()
     if squat == "owned_by_someone_else":

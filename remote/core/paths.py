@@ -103,6 +103,16 @@ def _noted_socket_dir(note):
     return None
 
 
+def usual_socket_dir(state):
+    """Where a deep state directory's socket goes: a directory in TMPDIR of this user and this
+    state directory (two state directories of one user never share a socket)."""
+    import hashlib
+    import tempfile
+
+    digest = hashlib.sha256(os.path.abspath(state).encode("utf-8", "surrogateescape")).hexdigest()[:12]
+    return os.path.join(tempfile.gettempdir(), "specdeck-%d.%s" % (os.getuid(), digest))
+
+
 def socket_path():
     import tempfile  # only for a deep state directory; the console's commands import this module too
 
@@ -116,7 +126,7 @@ def socket_path():
         noted = _noted_socket_dir(note)
         if noted:
             return os.path.join(noted, SOCKET_NAME)
-        usual = os.path.join(tempfile.gettempdir(), "specdeck-%d" % os.getuid())
+        usual = usual_socket_dir(state)
         try:
             os.mkdir(usual, 0o700)
         except FileExistsError:
