@@ -12,18 +12,7 @@ from remote.checkpoints import coverage
 from remote.serving import advice, bench
 from tui.serving import advisor
 
-BASELINE_TPS = 82.0
-
-
-def sweep():
-    """A sweep whose cycle grows 6 ms a K from 18 ms, and whose accept length grows less and less."""
-    rows = []
-    for k, accept_length in ((1, 1.7), (2, 2.0), (3, 2.2), (4, 2.3)):
-        cycle_ms = 18.0 + 6.0 * k
-        tokens_per_s = 1000.0 * accept_length / cycle_ms
-        rows.append({"k": k, "tokens_per_s": tokens_per_s, "accept_length": accept_length, "cycle_ms": cycle_ms,
-                     "speedup": tokens_per_s / BASELINE_TPS, "break_even_accept_length": cycle_ms / 1000.0 * BASELINE_TPS})
-    return dict(advice.sweep_result(rows, BASELINE_TPS), baseline_tps=BASELINE_TPS)
+from tests.helpers.sweeps import known_sweep as sweep
 
 
 def test_the_notes_k2_case_is_said_to_be_slower_at_every_k():

@@ -30,7 +30,7 @@ def test_bench_random_drafter_is_below_break_even(laptop, models):
                      *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS, home=laptop, timeout=900)
     assert result.returncode == 0, result.stderr
     reply = json.loads(result.stdout)
-    assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length"}
+    assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length", "noise"}
     assert reply["accept_length"] == 1.0
     assert reply["baseline_tps"] > 0 and reply["spec_tps"] > 0
     assert reply["speedup"] == pytest.approx(reply["spec_tps"] / reply["baseline_tps"])

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_until
 from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
-from tests.test_serving_advisor_lines import sweep as known_sweep
+from tests.helpers.sweeps import known_sweep
 from tui.app import SpecdeckApp
 from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane

@@ -204,10 +204,13 @@ def test_a_site_that_refuses_the_step_says_so_for_each_node(cluster, site_srun):
 
     def refused():
         nodes = nodes_now(cluster)
-        return sorted(nodes) == list(NODES) and all("not allowed on this cluster" in (n["error"] or "") for n in nodes.values()) and nodes
+        # Each node says why in one line, with no figure and marked stale (a node's first
+        # refusal can come before its record is judged stale: wait for both).
+        return sorted(nodes) == list(NODES) and all(
+            "not allowed on this cluster" in (n["error"] or "") and n["gpus"] == [] and n["stale"] and "\n" not in n["error"]
+            for n in nodes.values()) and nodes
 
-    nodes = wait_for(refused, 90, message="the refusal on both nodes")
-    assert all(n["gpus"] == [] and n["stale"] and "\n" not in n["error"] for n in nodes.values())
+    nodes = wait_for(refused, 90, message="the refusal on both nodes, stale and without figures")
     assert nodes["n1"]["error"].startswith("the sampling step (srun in Slurm job %s) ended with exit 1: srun: error: Unable" % job["slurm_id"])
     # The job itself runs on: only its nodes' figures are missing.
     assert cluster.call("jobs.get", {"id": job["id"]})["process_state"] == "running"

@@ -7,8 +7,6 @@ import functools
 import re
 import time
 
-from rich.cells import cell_len, set_cell_size
-
 
 def format_bytes(n, exact=False):
     """`2.38 GB (2.22 GiB)`; with exact, `2,382,319,104 bytes (2.38 GB, 2.22 GiB)`.
@@ -136,6 +134,8 @@ CONTROLS = frozenset(_VISIBLE)  # their code points
 def cut(text, width):
     """`text` in at most `width` cells (a wide letter counts two): whole when it fits, else cut
     with "…" as its last cell, so a reader sees that more was there."""
+    from rich.cells import cell_len, set_cell_size  # here: headless commands that print no cut text never import rich
+
     text = text or ""
     if cell_len(text) <= width:
         return text
