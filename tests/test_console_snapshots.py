@@ -13,9 +13,12 @@ SIZES = {"80x24": (80, 24), "wide": (160, 48)}
 
 
 def pane_keys():
+    """Every pane but Speculation, which needs a server's figures that the fixed host state has
+    none of (it would show "not connected" under a connected header, a state that cannot
+    happen): test_console_snapshots_panes.py snapshots it with live figures from a real source."""
     from tui.app import PANES
 
-    return [(str(number), pane.PANE_TITLE.lower()) for number, pane in enumerate(PANES, 1)]
+    return [(str(number), pane.PANE_TITLE.lower()) for number, pane in enumerate(PANES, 1) if pane.PANE_TITLE != "Speculation"]
 
 
 @pytest.mark.parametrize("size", SIZES, ids=list(SIZES))
