@@ -10,7 +10,6 @@ older commit unpacked with `git archive`), to compare before and after.
 """
 
 import argparse
-import json
 import os
 import shutil
 import socket
@@ -21,39 +20,12 @@ import tempfile
 import threading
 import time
 
+from daemon_client import Client  # benchmarks/, beside this script
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 JOBS = 40
 FLOOD_REQUESTS = 3000
 FLOOD_WINDOW_S = 10.0
-
-
-class Client:
-    """A bare connection to the daemon's socket: one request at a time."""
-
-    def __init__(self, home):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(300)
-        self.sock.connect(os.path.join(home, "daemon.sock"))
-        self.buffer = b""
-        self.next_id = 0
-        self.hello = json.loads(self.line())
-
-    def line(self):
-        while b"\n" not in self.buffer:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the daemon closed the connection")
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
-
-    def call(self, method, params=None):
-        self.next_id += 1
-        self.sock.sendall(json.dumps({"id": self.next_id, "method": method, "params": params or {}}).encode() + b"\n")
-        while True:
-            frame = json.loads(self.line())
-            if frame.get("id") == self.next_id:
-                return frame
 
 
 def proc_status(pid, field):

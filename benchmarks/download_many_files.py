@@ -12,10 +12,8 @@ daemon of another checkout (e.g. `git worktree add /tmp/old HEAD~3`), and prints
 """
 
 import argparse
-import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -24,42 +22,12 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
+from daemon_client import Client  # noqa: E402 (benchmarks/, beside this script)
 from tests.hubserver import FakeHub  # noqa: E402
 
 SAMPLE_S = 5.0
 SETTLE_S = 10.0
 REPO = "org/many"
-
-
-class Client:
-    """A bare connection to the daemon's socket: one request at a time, stream frames skipped."""
-
-    def __init__(self, home):
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(600)
-        self.sock.connect(os.path.join(home, "daemon.sock"))
-        self.buffer = b""
-        self.next_id = 0
-        self.hello = json.loads(self.line())
-
-    def line(self):
-        while b"\n" not in self.buffer:
-            chunk = self.sock.recv(1 << 20)
-            if not chunk:
-                raise ConnectionError("the daemon closed the connection")
-            self.buffer += chunk
-        line, _, self.buffer = self.buffer.partition(b"\n")
-        return line
-
-    def call(self, method, params=None):
-        """(reply frame, its size in bytes)."""
-        self.next_id += 1
-        self.sock.sendall(json.dumps({"id": self.next_id, "method": method, "params": params or {}}).encode() + b"\n")
-        while True:
-            line = self.line()
-            frame = json.loads(line)
-            if frame.get("id") == self.next_id:
-                return frame, len(line)
 
 
 def rss_mb(pid):
@@ -109,7 +77,7 @@ def run(tree, hub, files, window_s):
         pid = client.hello["daemon_pid"]
         watch = Watch(pid)
         figures["start_rss_mb"] = rss_mb(pid)
-        reply, _ = client.call("download.start", {"repo": REPO, "local_dir": out_dir, "endpoint": hub.url, "python": sys.executable})
+        reply, _ = client.call_sized("download.start", {"repo": REPO, "local_dir": out_dir, "endpoint": hub.url, "python": sys.executable})
         if not reply.get("ok"):
             raise SystemExit("download.start failed: %s" % reply)
         job_id = reply["result"]["id"]
@@ -119,7 +87,7 @@ def run(tree, hub, files, window_s):
         print("  %-6s %-12s %10s %8s %14s %10s" % ("t s", "state", "RSS MB", "CPU", "jobs.list B", "files"))
         while True:
             time.sleep(SAMPLE_S)
-            listing, size = client.call("jobs.list")
+            listing, size = client.call_sized("jobs.list")
             rss, share = watch.look()
             job = job_of(listing, job_id) or {}
             state = job.get("state", "failed listing" if not listing.get("ok") else "?")
@@ -133,13 +101,13 @@ def run(tree, hub, files, window_s):
                 break
         client.call("jobs.stop", {"id": job_id, "grace_s": 2})
         while True:
-            reply, _ = client.call("jobs.get", {"id": job_id})
+            reply, _ = client.call_sized("jobs.get", {"id": job_id})
             if (reply.get("result") or {}).get("process_state") not in ("running", "starting"):
                 break
             time.sleep(0.5)
         watch.look()
         time.sleep(SETTLE_S)
-        listing, size = client.call("jobs.list")
+        listing, size = client.call_sized("jobs.list")
         figures["ended_rss_mb"], figures["ended_cpu"] = watch.look()
         figures["ended_list_bytes"] = size
         client.call("jobs.forget", {"ids": [job_id]})

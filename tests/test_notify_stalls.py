@@ -8,13 +8,12 @@ generated-tokens counter stands still."""
 import re
 import sys
 import textwrap
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.helpers.metrics import MetricsServer
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
 
@@ -121,50 +120,25 @@ def test_a_download_throttled_to_a_halt_is_told_and_its_moving_again(client, rec
     assert len(alerts_of(receiver, job["id"])) == 2
 
 
-class MetricsServer:
-    """A loopback server answering /metrics with a real vLLM text: `waiting` requests queued,
-    `generated` its generation-tokens counter."""
-
-    def __init__(self, waiting):
-        self.waiting, self.generated = waiting, 240.0
-        owner = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):
-                text = METRICS.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-target"} 0.0',
-                                       'vllm:num_requests_waiting{engine="0",model_name="tiny-target"} %.1f' % owner.waiting)
-                text = text.replace('vllm:generation_tokens_total{engine="0",model_name="tiny-target"} 240.0',
-                                    'vllm:generation_tokens_total{engine="0",model_name="tiny-target"} %.1f' % owner.generated)
-                body = text.encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.server.daemon_threads = True
-        self.url = "http://127.0.0.1:%d" % self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self):
-        self.server.shutdown()
-        self.server.server_close()
+def exposition(waiting, generated):
+    """A real vLLM's /metrics text with `waiting` requests queued and `generated` its generation-tokens counter."""
+    text = METRICS.replace('vllm:num_requests_waiting{engine="0",model_name="tiny-target"} 0.0',
+                           'vllm:num_requests_waiting{engine="0",model_name="tiny-target"} %.1f' % waiting)
+    return text.replace('vllm:generation_tokens_total{engine="0",model_name="tiny-target"} 240.0',
+                        'vllm:generation_tokens_total{engine="0",model_name="tiny-target"} %.1f' % generated)
 
 
 def test_a_server_with_requests_waiting_and_no_token_generated_is_told(client, receiver):
     stall_channel(client, receiver)
-    metrics = MetricsServer(waiting=3)
+    metrics = MetricsServer()
+    metrics.text = exposition(waiting=3, generated=240.0)
     try:
         server_id = client.call("serving.attach", {"url": metrics.url, "stall_after_s": 3})["id"]
         found = wait_for(lambda: [a for body in receiver.json_bodies() for a in body["alerts"] if a["kind"] == "server_stalled"],
                          message="the server's stall")
         assert len(found) == 1 and found[0]["categories"] == ["stalled", "speculation"]
         assert re.match(r"attached server %s: 3 request\(s\) waiting and no token generated for \d+ s" % server_id, found[0]["message"])
-        metrics.generated, metrics.waiting = metrics.generated + 500.0, 0
+        metrics.text = exposition(waiting=0, generated=740.0)
         resumed = wait_for(lambda: [a for body in receiver.json_bodies() for a in body["alerts"] if a["kind"] == "resumed"],
                            message="the follow-up")
         assert resumed[0]["message"].startswith("%s resumed after" % server_id)
