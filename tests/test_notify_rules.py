@@ -112,7 +112,8 @@ def test_accept_length_under_break_even_for_five_minutes_is_told_once(host):
         evaluator.poll()
     [told] = raised
     assert told["kind"] == "below_break_even" and told["categories"] == ["speculation"] and told["job_id"] == server["id"]
-    assert "accept length 2.00 under break-even 2.46 for 5 min" in told["message"]
+    assert "accept length 2.00 under break-even 2.46 for 5 min (line: server meta)" in told["message"]
+    assert told["server"] == server["id"] and told["break_even"] == {"accept_length": 2.46, "source": "server meta", "how": None}
     host.topics["serving"].publish({"server": server["id"], "time": start + 500, "accept_length": None})  # idle: says nothing
     evaluator.poll()
     assert len(raised) == 1
