@@ -378,12 +378,6 @@ def serving_advise(call):
         sweep_id, sweep = advice.find_sweep(jobs, meta.get("target"), meta.get("drafter"))
     reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
     line = sampler(call).break_even(job_id)
-    for row in reply["per_k"]:  # which line each row is judged against
-        if row.get("break_even_accept_length") is not None:
-            row["break_even_source"] = "sweep %s" % sweep_id
-        elif row["k"] == reply.get("k_current") and line is not None:
-            row.update(break_even_accept_length=line["accept_length"], break_even_source=line["source"])
-        else:
-            row["break_even_source"] = None
+    advice.judge_against(reply, line, sweep_id)
     reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line)
     return reply
