@@ -112,8 +112,9 @@ async def test_pane_shows_accept_length_against_break_even_and_the_hosts_alert(q
 
 async def test_a_line_set_in_the_pane_alerts_from_the_host_with_the_console_closed(quick_client, tmp_path):
     """`b` 2.8 in the pane, the console closed: the host's rule raises below_break_even against
-    2.8 and delivers it to a real webhook; laptops with empty configs read the same line from the
-    host (`spec --json`), and one set with `specdeck breakeven local SERVER --set 30@82`."""
+    2.8 and delivers it to a real webhook; a console opened later shows the line and that alert;
+    laptops with empty configs read the same line from the host (`spec --json`), and one set
+    with `specdeck breakeven local SERVER --set 30@82`."""
     client = quick_client
     server, receiver = SlowServer(), Receiver()
     try:
@@ -135,6 +136,12 @@ async def test_a_line_set_in_the_pane_alerts_from_the_host_with_the_console_clos
         told = wait_for(lambda: [a for r in receiver.requests for a in json.loads(r["body"])["alerts"]
                                  if a["kind"] == "below_break_even" and a.get("server") == server_id], 60)
         assert "accept length 2.45 under break-even 2.80" in told[0]["message"] and "(line: set)" in told[0]["message"]
+        # Another console, opened later: the host's line, and the alert it raised meanwhile.
+        again = OnePane(SpeculationPane(), client=client)
+        async with again.run_test(size=(120, 40)) as pilot:
+            summary = again.query_one(SpeculationPane).query_one("#spec-summary", Static)
+            await wait_until(pilot, lambda: "break-even 2.80 (set)" in text_of(summary) and "UNDER BREAK-EVEN since" in text_of(summary),
+                             message="the host's line and its alert in another console")
 
         def spec(config):
             env = {"XDG_CONFIG_HOME": str(tmp_path / config)}  # another laptop: an empty config

@@ -124,6 +124,20 @@ class SpeculationPane(Pane):
         self.follow("notify.follow", {}, self._on_alerts)
         self.set_interval(1.0, self._age_tick)
         self.set_interval(WINDOW_REFRESH_S, self._ask_window)
+        if self.client is not None:
+            self._ask_recent_alerts()
+
+    def client_ready(self):
+        self._ask_recent_alerts()
+
+    def _ask_recent_alerts(self):
+        """The host's newest alerts (notify.list), so one raised while no console was open is
+        shown too; notify.follow brings those raised from now on."""
+        def came(reply):
+            recent = [a for a in reply.get("recent") or () if isinstance(a, dict) and isinstance(a.get("time"), (int, float))]
+            self._on_alerts([({"records": sorted(recent, key=lambda a: a["time"])}, None)])
+
+        self.request("notify.list", {}, done=came, failed=lambda message: None, notify=False, title="alerts")
 
     def pane_shown(self):
         self._ask_window()
@@ -338,7 +352,7 @@ class SpeculationPane(Pane):
         summary.append("   %s %s" % ("window" if compact else "over the window", figure(window, "accept_length")))
         if line:
             summary.append(safe_text("   break-even %s" % line_text(line)))
-            alert = self.alerted.get(server_id)
+            alert = self.alerted.get(server_id) if live else None
             if alert is not None:
                 summary.append(safe_text("   UNDER BREAK-EVEN since %s (the host's alert)" % (alert.get("time_text") or "?")), style="bold red")
             elif window_accept is not None:
