@@ -284,8 +284,8 @@ def serving_set_break_even(call):
         how = "%g ms x %g tok/s" % (cycle_ms, baseline_tps)
     elif "accept_length" not in call.params:
         raise BadRequest("give accept_length (null removes the line), or cycle_ms and baseline_tps")
-    if server_id:
-        _server_url(call, server_id)  # NotFound / BadRequest for what is not a server
+    if server_id and not server_id.startswith("u") and call.daemon.jobs.describe(server_id)["kind"] != "server":
+        raise BadRequest("job %s is not a server" % server_id)  # (describe: NotFound for no such job)
     service = sampler(call)
     try:
         held_for, entry = service.set_break_even(server_id, target, accept_length, how)
