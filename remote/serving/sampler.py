@@ -44,7 +44,7 @@ RECENT_S = 10.0
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
-LINE_CACHE_S = 5.0  # a server's break-even is looked up again this often (a benchmark that ended), or when one is set
+LINE_CACHE_S = 30.0  # a server's break-even is looked up again this often (a benchmark that ended; the job list is read), at once when one is set
 
 
 def how_it_ended(job, first_error=None):
