@@ -93,7 +93,8 @@ class Host:
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDECK_HOME", str(tmp_path / "home"))  # where the feed keeps break-even lines and attached servers
     found = Host(tmp_path / "jobs")
     (tmp_path / "jobs").mkdir()
     yield found
