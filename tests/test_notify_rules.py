@@ -93,7 +93,8 @@ class Host:
 
 
 @pytest.fixture
-def host(tmp_path):
+def host(tmp_path, monkeypatch):
+    monkeypatch.setenv("SPECDECK_HOME", str(tmp_path / "home"))  # where the feed keeps break-even lines and attached servers
     found = Host(tmp_path / "jobs")
     (tmp_path / "jobs").mkdir()
     yield found
@@ -112,10 +113,32 @@ def test_accept_length_under_break_even_for_five_minutes_is_told_once(host):
         evaluator.poll()
     [told] = raised
     assert told["kind"] == "below_break_even" and told["categories"] == ["speculation"] and told["job_id"] == server["id"]
-    assert "accept length 2.00 under break-even 2.46 for 5 min" in told["message"]
+    assert "accept length 2.00 under break-even 2.46 for 5 min (line: server meta)" in told["message"]
+    assert told["server"] == server["id"] and told["break_even"] == {"accept_length": 2.46, "source": "server meta", "how": None}
     host.topics["serving"].publish({"server": server["id"], "time": start + 500, "accept_length": None})  # idle: says nothing
     evaluator.poll()
     assert len(raised) == 1
+
+
+def test_a_line_set_for_the_target_is_the_rule_and_kept_on_the_host(host):
+    """A line set by hand for the server's target beats its meta's, the time under it counts
+    from when it was set, and a restarted daemon's feed (a new one) still has it."""
+    server = host.jobs.submit(["sleep", "60"], kind="server", name="vllm k2.5 + ours",
+                              meta={"break_even": 2.46, "target": "/data/k2.5/", "url": "http://127.0.0.1:9"})
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    feed = host.services["serving"]
+    start = time.time()
+    host.topics["serving"].publish({"server": server["id"], "time": start, "accept_length": 2.6})  # over the meta's 2.46
+    evaluator.poll()
+    feed.set_break_even(server["id"], accept_length=2.8)
+    for second in range(10, 400, 10):
+        host.topics["serving"].publish({"server": server["id"], "time": start + second, "accept_length": 2.6})
+        evaluator.poll()
+    [told] = raised
+    assert "accept length 2.60 under break-even 2.80 for 5 min (line: set)" in told["message"]
+    assert told["time"] == start + 10  # under the new line from its first figure after it was set
+    assert ServingFeed(host).break_even(server["id"]) == {"accept_length": 2.8, "source": "set", "how": None}
 
 
 def test_an_attached_server_that_stops_answering_is_told_and_a_flat_loss_too(host):

@@ -216,21 +216,21 @@ async def test_pane_shows_the_hosts_figures_opens_on_the_running_server_and_keep
         await pilot.press("right_square_bracket")
         assert pane.selected == host.live
 
-        # Break-even for the target: every server of it, kept in the laptop's config.
+        # Break-even for the target: every server of it, kept on the host.
         await pilot.press("b")
         await pilot.pause()
         app.screen.query_one("Input").value = "40@87.5"  # 0.040 s x 87.5 tok/s = 3.50
         await pilot.press("enter")
-        await wait_until(pilot, lambda: "break-even 3.50 (40 ms x 87.5 tok/s)" in summary_of(pane), message="the break-even")
+        await wait_until(pilot, lambda: "break-even 3.50 (set: 40 ms x 87.5 tok/s)" in summary_of(pane), message="the break-even")
         await pilot.press("left_square_bracket")
         await wait_until(pilot, lambda: pane.selected == host.dead and "break-even 3.50" in summary_of(pane), message="the same target's line")
-    saved = (host.root / "config" / "specdeck" / "config.toml").read_text()
-    assert "accept_length = 3.5" in saved and host.models["target"] in saved
+    line = host.client.call("serving.status", {"id": host.dead})["break_even"]  # the host's, for the target's every server
+    assert line == {"accept_length": 3.5, "source": "set", "how": "40 ms x 87.5 tok/s"}
     # Another console, later: the target's break-even is still there for its running server.
     app = OnePane(SpeculationPane(), client=host.client)
     async with app.run_test(size=(130, 40)) as pilot:
         pane = app.query_one(SpeculationPane)
-        await wait_until(pilot, lambda: pane.selected == host.live and "break-even 3.50 (40 ms x 87.5 tok/s)" in summary_of(pane),
+        await wait_until(pilot, lambda: pane.selected == host.live and "break-even 3.50 (set: 40 ms x 87.5 tok/s)" in summary_of(pane),
                          message="break-even remembered for the target")
 
 

@@ -1,8 +1,11 @@
 """The Speculation pane against the real local agent and a real HTTP server that serves vLLM's
 metric text (as a real vLLM wrote it) with counters growing every scrape: accept length shown
-live with the break-even line, the per-position bars, and the alert once accept length has
-stayed under break-even for the set time; in the console at 80x24 and 120x40 both charts keep
-plotted rows; a K sweep that ends is in the rows of K at once."""
+live with the break-even line, the per-position bars, and the host's alert once accept length
+has stayed under break-even for the host's time (shortened for the test's daemon); a line set
+in the pane is the host's: it alerts a real webhook with the console closed, and a laptop with
+an empty config sees it in `spec --json`, as it sees one set with `specdeck breakeven HOST
+SERVER --set`; in the console at 80x24 and 120x40 both charts keep plotted rows; a K sweep that
+ends is in the rows of K at once."""
 
 import json
 import re
@@ -12,10 +15,13 @@ import threading
 import pytest
 from textual.widgets import Static
 
+from tests.conftest import run_cli
 from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
-from tests.helpers.waits import wait_until
+from tests.helpers.waits import wait_for, wait_until
 from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
 from tests.helpers.sweeps import known_sweep
+from tests.notify_receiver import Receiver
+from tui.connection import open_client
 from tui.app import SpecdeckApp
 from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane
@@ -42,14 +48,48 @@ class GrowingServer(MetricsServer):
         pass
 
 
-async def test_pane_shows_accept_length_against_break_even_and_alerts(client):
+class SlowServer(GrowingServer):
+    """As GrowingServer, with twice the drafts for the same accepted tokens: accept length
+    1 + 180/124 = 2.45 each second."""
+
+    @property
+    def text(self):
+        lines = []
+        for line in GrowingServer.text.fget(self).splitlines():
+            if line.startswith("vllm:spec_decode_num_drafts_total"):
+                name, value = line.rsplit(" ", 1)
+                line = "%s %r" % (name, 2.0 * float(value))
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    @text.setter
+    def text(self, value):
+        pass
+
+
+@pytest.fixture
+def quick_client(agent_home, monkeypatch):
+    """A client of a local daemon that tells accept length under break-even after 3 s (the
+    product waits 5 min): the environment it starts with says so."""
+    monkeypatch.setenv("SPECDECK_BELOW_BREAK_EVEN_S", "3")
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+def below_alerts(client, server_id):
+    """The host's below_break_even alerts for a server (notify.list: the newest it raised)."""
+    return [a for a in client.call("notify.list")["recent"] if a["kind"] == "below_break_even" and a.get("server") == server_id]
+
+
+async def test_pane_shows_accept_length_against_break_even_and_the_hosts_alert(quick_client):
+    client = quick_client
     server = GrowingServer()
     try:
         server_id = client.call("serving.attach", {"url": server.url})["id"]
         app = OnePane(SpeculationPane(), client=client)
         async with app.run_test(size=(120, 40)) as pilot:
             pane = app.query_one(SpeculationPane)
-            pane.alert_after_s = 2.0
             pane.focus()
             summary = pane.query_one("#spec-summary", Static)
             await wait_until(pilot, lambda: "accept length now 3.90" in str(summary.render()))
@@ -60,12 +100,59 @@ async def test_pane_shows_accept_length_against_break_even_and_alerts(client):
             await pilot.pause()
             app.screen.query_one("Input").value = "40@112.5"  # 0.040 s x 112.5 tok/s = 4.50
             await pilot.press("enter")
-            await wait_until(pilot, lambda: "break-even 4.50" in str(summary.render()))
+            await wait_until(pilot, lambda: "break-even 4.50 (set: 40 ms x 112.5 tok/s)" in str(summary.render()))
             chart = pane.query_one("#spec-accept-chart", TimeChart)
             assert "threshold break-even 4.5" in chart.series_text() and "accept length:" in chart.series_text()
-            await wait_until(pilot, lambda: "UNDER BREAK-EVEN" in str(summary.render()))
-            assert any("under break-even" in n.message for n in app._notifications)
+            await wait_until(pilot, lambda: "UNDER BREAK-EVEN since" in str(summary.render()), message="the host's alert")
+            [told] = below_alerts(client, server_id)  # raised by the host, once
+            assert "accept length 3.90 under break-even 4.50" in told["message"] and told["break_even"]["source"] == "set"
     finally:
+        server.close()
+
+
+async def test_a_line_set_in_the_pane_alerts_from_the_host_with_the_console_closed(quick_client, tmp_path):
+    """`b` 2.8 in the pane, the console closed: the host's rule raises below_break_even against
+    2.8 and delivers it to a real webhook; a console opened later shows the line and that alert;
+    laptops with empty configs read the same line from the host (`spec --json`), and one set
+    with `specdeck breakeven local SERVER --set 30@82`."""
+    client = quick_client
+    server, receiver = SlowServer(), Receiver()
+    try:
+        client.call("notify.add", {"url": receiver.url + "/hook", "format": "json", "on": "speculation"})
+        server_id = client.call("serving.attach", {"url": server.url})["id"]
+        app = OnePane(SpeculationPane(), client=client)
+        async with app.run_test(size=(120, 40)) as pilot:
+            pane = app.query_one(SpeculationPane)
+            pane.focus()
+            summary = pane.query_one("#spec-summary", Static)
+            await wait_until(pilot, lambda: "accept length now 2.45" in text_of(summary), message="the slow drafter's figures")
+            assert "break-even: not known" in text_of(summary)
+            await pilot.press("b")
+            await wait_until(pilot, lambda: isinstance(app.screen, PromptScreen), message="the break-even prompt")
+            app.screen.query_one("Input").value = "2.8"
+            await pilot.press("enter")
+            await wait_until(pilot, lambda: "break-even 2.80 (set)" in text_of(summary), message="the line the host keeps")
+        # The console is closed: the host alone compares the server with the line and tells the webhook.
+        told = wait_for(lambda: [a for r in receiver.requests for a in json.loads(r["body"])["alerts"]
+                                 if a["kind"] == "below_break_even" and a.get("server") == server_id], 60)
+        assert "accept length 2.45 under break-even 2.80" in told[0]["message"] and "(line: set)" in told[0]["message"]
+        # Another console, opened later: the host's line, and the alert it raised meanwhile.
+        again = OnePane(SpeculationPane(), client=client)
+        async with again.run_test(size=(120, 40)) as pilot:
+            summary = again.query_one(SpeculationPane).query_one("#spec-summary", Static)
+            await wait_until(pilot, lambda: "break-even 2.80 (set)" in text_of(summary) and "UNDER BREAK-EVEN since" in text_of(summary),
+                             message="the host's line and its alert in another console")
+
+        def spec(config):
+            env = {"XDG_CONFIG_HOME": str(tmp_path / config)}  # another laptop: an empty config
+            return json.loads(run_cli("spec", "local", server_id, "--window", "10s", "--json", env=env, check=0).stdout)["break_even"]
+
+        assert spec("second-laptop") == {"accept_length": 2.8, "source": "set", "how": None}
+        run_cli("breakeven", "local", server_id, "--set", "30@82", "--json", env={"XDG_CONFIG_HOME": str(tmp_path / "third")}, check=0)
+        line = spec("fourth-laptop")
+        assert line["accept_length"] == pytest.approx(2.46) and (line["source"], line["how"]) == ("set", "30 ms x 82 tok/s")
+    finally:
+        receiver.close()
         server.close()
 
 

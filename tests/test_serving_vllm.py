@@ -124,7 +124,7 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 20), "--json", home=home, check=0)
     reply = json.loads(result.stdout)
     assert set(reply) == {"accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps",
-                          "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error"}
+                          "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even"}
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
     assert reply["stale"] is False and reply["age_s"] < 3
 

@@ -53,7 +53,7 @@ def gpu_figures(telemetry, daemon_age_s):
 
 
 def server_figures(serving, watch, now):
-    """[{id, accept_length, break_even_accept_length, age_s, stale}] of every server the serving
+    """[{id, accept_length, break_even_accept_length, break_even_source, age_s, stale}] of every server the serving
     feed reads (server jobs and attached servers), by id."""
     if serving is None:
         return []
@@ -62,8 +62,10 @@ def server_figures(serving, watch, now):
         recent = record.get("recent") or {}
         # The last ten seconds, as the Speculation pane shows "now"; a log-read server has only its line.
         accept_length = recent.get("accept_length") if "recent" in record else record.get("accept_length")
+        line = watch.break_even(server_id) if watch is not None else None
         servers.append({"id": server_id, "accept_length": accept_length,
-                        "break_even_accept_length": watch.break_even(server_id, now) if watch is not None else None,
+                        "break_even_accept_length": line["accept_length"] if line else None,
+                        "break_even_source": line["source"] if line else None,
                         "age_s": record.get("age_s"), "stale": bool(record.get("stale"))})
     return servers
 
@@ -113,14 +115,15 @@ def fleet_summary(call):
     stale shown as current. Params: none. Reply: `{at (the host's time), hostname, user, gpus:
     {count, busy, memory_used_bytes, memory_total_bytes, max_temperature_c, throttling, time
     (the sample's, as telemetry.latest's), age_s, stale} or null, gpus_reason (why null: no NVML, no sample yet), jobs_running, servers: [{id,
-    accept_length, break_even_accept_length, age_s, stale}], training: [{id, step, eta_s,
+    accept_length, break_even_accept_length, break_even_source, age_s, stale}], training: [{id, step, eta_s,
     predicted_accept_length, age_s, stale}], alerts: [{id, at, kind, title, message, urgent,
     categories, job_id}]}`. `busy`: GPUs at or above 10% utilisation or held by a compute
     process; `throttling`: GPUs slowed for heat or power (hw_slowdown, hw_thermal, sw_thermal,
     hw_power_brake; not idle or the power cap); memory and temperature over the GPUs NVML
     still answers for. `jobs_running`: jobs running or starting. A server's accept length is
-    over its last 10 s (null while it drafts nothing), its break-even its job's `break_even`,
-    else the newest benchmark's of the same target and drafter (null when none says); a run's
+    over its last 10 s (null while it drafts nothing), its break-even the serving feed's line
+    (`break_even_source`: set, by hand for its target; server meta; benchmark jN; null when
+    none says, as `serving.stats` gives it); a run's
     predicted accept length is its newest validation's, else its newest step's. `alerts`: those
     the notify area raised in the last hour that are not resolved (a GPU alert whose condition
     ended is), newest first, at most 20. `age_s`/`stale` as the feeds give them (stale: older

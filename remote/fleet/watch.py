@@ -2,9 +2,8 @@
 otherwise read from disk at every request: which jobs run (from the job watcher's `jobs` topic,
 after one listing at start) and the alerts of the last hour that are not resolved (from the
 `notify` topic, after the notify queue's newest at start; a GPU alert is resolved when the
-`alerts` topic says its condition ended). It also keeps each server's break-even accept length,
-looked up at most every BREAK_EVEN_EVERY_S (a server job's meta, else the newest benchmark of
-the same target and drafter, as the notify area's rule does).
+`alerts` topic says its condition ended). A server's break-even line is the serving feed's
+(its one rule, which caches it), asked through the daemon's services.
 
 Other areas are read only through the daemon: its topics and its services by name, never by
 importing them (the core imports no area; areas do not lean on each other's internals).
@@ -19,7 +18,6 @@ from ..core.services import Service
 
 ALERT_WINDOW_S = 3600.0
 ALERTS_KEPT = 200
-BREAK_EVEN_EVERY_S = 30.0
 GPU_ALERT_PREFIX = "gpu:"  # the notify area's key of an alert raised from a GPU alert: gpu:<its id>
 
 
@@ -34,7 +32,6 @@ class FleetWatch(Service):
         self._alerts = collections.deque(maxlen=ALERTS_KEPT)  # notify alerts, oldest first
         self._resolved = {}  # GPU alert id -> when its condition ended
         self._cursors = {}
-        self._break_evens = {}  # server id -> (looked up at, value)
 
     # -- the service
 
@@ -138,18 +135,9 @@ class FleetWatch(Service):
                 break
         return found
 
-    def break_even(self, server_id, now):
-        """A server's break-even accept length: its job's meta `break_even`, else the newest
-        benchmark's of the same target and drafter; None when neither says (an attached server)."""
-        with self._lock:
-            cached = self._break_evens.get(server_id)
-        if cached is not None and now - cached[0] < BREAK_EVEN_EVERY_S:
-            return cached[1]
-        value = self._look_up_break_even(server_id)
-        with self._lock:
-            self._break_evens[server_id] = (now, value)
-        return value
-
-    def _look_up_break_even(self, server_id):
-        serving = self.daemon.services.get("serving")  # its rule, the one the notify rules use
-        return serving.break_even(server_id) if serving is not None else None
+    def break_even(self, server_id):
+        """A server's break-even line `{accept_length, source, how}`, or None: the serving feed's
+        rule, the one the notify rules and the records use."""
+        serving = self.daemon.services.get("serving")
+        line = serving.break_even(server_id) if serving is not None else None
+        return line if isinstance(line, dict) else None

@@ -9,9 +9,11 @@ no console is connected:
   memory full, heat, throttling, each when it fires;
 - training (the `training` topic): a loss gone NaN or infinite, a loss that has not reached a new
   low for PLATEAU_S (the rule of training.curves' alerts);
-- serving (the `serving` topic): accept length under the break-even for BELOW_S (the server's
-  `break_even` meta, else the newest benchmark of the same target and drafter), and an attached
-  server that answered and then has not for DOWN_S;
+- serving (the `serving` topic): accept length under the server's break-even line for BELOW_S
+  (the line by the serving feed's one rule, `ServingFeed.break_even`: set by hand for its target
+  from any console or `specdeck breakeven HOST SERVER --set`, else its job's meta, else the
+  newest benchmark of the same target and drafter), and an attached server that answered and
+  then has not for DOWN_S;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
   noticed by a check of absence on a clock of its own at each poll.
 
@@ -21,18 +23,20 @@ queued once.
 """
 
 import math
+import os
 import time
 
 from .formats import cut
 
 PLATEAU_S = 1800.0
-BELOW_S = 300.0
+# How long accept length stays under break-even before it is told; the environment can shorten it
+# for the daemon it starts (the tests' and benchmarks' daemons: minutes are not waited there).
+BELOW_S = float(os.environ.get("SPECDECK_BELOW_BREAK_EVEN_S") or 300.0)
 DOWN_S = 60.0
 LOG_TAIL_LINES = 10
 LOG_TAIL_BYTES = 8192
 NAME_MAX = 80  # characters of a job's name in an alert
 CATCH_UP_S = 86400.0  # at start, job ends this recent that have no alert yet get one
-BREAK_EVEN_EVERY_S = 30.0
 GPU_KINDS = ("gpu_idle", "memory_full", "temperature", "throttle")
 KIND_CATEGORY = {"training": "training", "datagen": "training", "download": "downloads", "server": "speculation",
                  "benchmark": "speculation"}
@@ -119,7 +123,7 @@ class Evaluator:
             if topic is not None:
                 self.cursors[name] = topic.last_seq
         self.runs = {}  # training job -> {best, best_at, fired}
-        self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, break_even, looked_at}
+        self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, down_fired, break_even}
         self._names = {}
         from .stalls import Stalls  # (it words its alerts with this module's helpers)
 
@@ -209,7 +213,7 @@ class Evaluator:
         if not server_id:
             return
         state = self.servers.setdefault(server_id, {"below_since": None, "fired": False, "fresh_seen": False, "stale_since": None,
-                                                    "down_fired": False, "break_even": None, "looked_at": 0.0})
+                                                    "down_fired": False, "break_even": None})
         now = record.get("time") or time.time()
         if record.get("stale"):
             if state["fresh_seen"] and server_id.startswith("u"):
@@ -227,32 +231,33 @@ class Evaluator:
         accept_length = record.get("accept_length")
         if accept_length is None:
             return  # an idle second says nothing about the drafter
-        line = self._break_even(server_id, state)
-        if line is None or accept_length >= line:
-            state.update(below_since=None, fired=False)
-            return
+        line = self._break_even(server_id)
+        if line is None or accept_length >= line["accept_length"] or line != state["break_even"]:
+            # Over the line, or a line changed (set again): the time under it counts from now.
+            state.update(below_since=None, fired=False, break_even=line)
+            if line is None or accept_length >= line["accept_length"]:
+                return
         state["below_since"] = state["below_since"] or now
         if not state["fired"] and now - state["below_since"] >= BELOW_S:
             state["fired"] = True
             job = self._job(server_id) if not server_id.startswith("u") else None
-            self.raise_alert(make_alert("speculation:%s:%d" % (server_id, int(state["below_since"])), "below_break_even", ["speculation"],
-                                        self.host, "speculation slower than plain decoding on %s" % self.host,
-                                        "%s: accept length %.2f under break-even %.2f for %s: speculation is slower" % (
-                                            label(job) if job else server_id, accept_length, line, minutes(now - state["below_since"])),
-                                        state["below_since"], job=job))
+            alert = make_alert("speculation:%s:%d" % (server_id, int(state["below_since"])), "below_break_even", ["speculation"],
+                               self.host, "speculation slower than plain decoding on %s" % self.host,
+                               "%s: accept length %.2f under break-even %.2f for %s (line: %s): speculation is slower" % (
+                                   label(job) if job else server_id, accept_length, line["accept_length"],
+                                   minutes(now - state["below_since"]), line["source"]),
+                               state["below_since"], job=job)
+            alert.update(server=server_id, break_even=line)
+            self.raise_alert(alert)
 
     # -- helpers
 
-    def _break_even(self, server_id, state):
-        """The server's break-even accept length: its meta's, else the newest benchmark's of the
-        same target and drafter (looked up every BREAK_EVEN_EVERY_S)."""
-        if time.time() - state["looked_at"] < BREAK_EVEN_EVERY_S:
-            return state["break_even"]
-        state["looked_at"] = time.time()
+    def _break_even(self, server_id):
+        """The server's break-even line `{accept_length, source, how}`, or None: the serving
+        feed's rule (which caches it, and asks again at once after a line is set)."""
         serving = self.daemon.services.get("serving")  # its rule, the one the fleet summary uses
         line = serving.break_even(server_id) if serving is not None else None
-        state["break_even"] = line if isinstance(line, (int, float)) else None
-        return state["break_even"]
+        return line if isinstance(line, dict) else None
 
     def _job(self, job_id, fresh=False):
         if fresh or job_id not in self._names:

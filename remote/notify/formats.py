@@ -6,7 +6,8 @@ time_text, log_tail: [line]}`. `id` is the alert's key: the same alert always ha
 so a receiver drops a repeat (a try that reached it but whose answer was lost is sent again).
 `kind`: job_failed, job_lost, job_finished, server_died, verify_failed, gpu_idle, memory_full,
 temperature, throttle, below_break_even, training_nan, training_flat, test. `time` is when it
-happened (s since the epoch), `time_text` the host's local clock.
+happened (s since the epoch), `time_text` the host's local clock. A below_break_even alert
+adds `server` and `break_even` (`{accept_length, source, how}`: the line it fell under).
 
 Per format:
 - ntfy: POST the text to the topic URL; headers `Title`, `Priority` (urgent: high, else default),

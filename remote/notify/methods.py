@@ -171,5 +171,7 @@ def notify_follow(call):
     """Stream every alert as the host raises it (whether or not a channel takes it). Params:
     `stream`, `after` (a seq; absent: from now). Frames: `{records: [alert]}`, each alert `{id,
     kind, categories, urgent, watched, host, job_id, job_name, title, message, time, time_text,
-    log_tail}` (remote/notify/formats.py). Reply: `{stream, seq, snapshot}`."""
+    log_tail}` (remote/notify/formats.py); a `below_break_even` alert adds `server` (its id, a
+    job's or an attached server's) and `break_even` (the line it fell under, `{accept_length,
+    source, how}`). Reply: `{stream, seq, snapshot}`."""
     return streams.follow(call, TopicSource(call.service(NotifyService.name).topic))

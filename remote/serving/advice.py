@@ -229,3 +229,18 @@ def _noise_said(best, candidates, sweep):
     if noise is not None and over > noise:
         return None  # the advice stands as said
     return margin_words(best["k"], runner_up["k"], over, noise, (sweep or {}).get("requests"))
+
+
+def judge_against(reply, line, sweep_id):
+    """Say in each row of `advise`'s reply which break-even it is judged against
+    (`break_even_source`): a sweep row's own (that K's cycle time x the baseline: `sweep jN`),
+    else for the running K the server's line (`{accept_length, source}`, filled in), else none."""
+    for row in reply["per_k"]:
+        if row.get("break_even_accept_length") is not None and sweep_id:
+            row["break_even_source"] = "sweep %s" % sweep_id
+        elif row["k"] == reply.get("k_current") and line is not None:
+            row.update(break_even_accept_length=line["accept_length"], break_even_source=line["source"])
+        else:
+            row["break_even_source"] = None
+    reply["break_even"] = line
+    return reply

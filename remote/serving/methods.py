@@ -1,6 +1,6 @@
 """Wire methods of serving: start a server job (refusing a drafter the target cannot load),
 attach one started elsewhere, ask whether it is up, its speculation figures over a window, follow
-them live, the break-even arithmetic, and the A/B benchmark job."""
+them live, the break-even line set by hand (kept on the host), and the A/B benchmark job."""
 
 import os
 import time
@@ -116,7 +116,8 @@ def serving_status(call):
     pending, `reason` then says why: `waiting in Slurm's queue: Resources`); for a dead server `reason` is the
     engine's first error line (the root cause vLLM says is "above"; else the log line that says
     why: out of memory, a shape mismatch, ...), `ended` how the job ended with that line
-    (`exited 1: ValueError: ...`) and `last_lines` its log's end."""
+    (`exited 1: ValueError: ...`) and `last_lines` its log's end; `break_even` its line (as
+    `serving.stats` gives it)."""
     server_id = call.param("id", str, required=True)
     url, job, log_path, why = _server_url(call, server_id)
     node = location.node_of(job) if job is not None and location.is_remote(job) else None
@@ -126,14 +127,15 @@ def serving_status(call):
         reason = root_cause.first_error_in(log_path) or reason
         return {"id": server_id, "url": url, "node": node, "ready": False, "state": "died", "last_lines": last_lines,
                 "reason": reason or "the server %s without a word in its log" % how_it_ended(job),
-                "ended": how_it_ended(job, reason)}
+                "ended": how_it_ended(job, reason), "break_even": sampler(call).break_even(server_id)}
     if url is None:  # a Slurm server still in the queue: nothing to ask yet
-        return {"id": server_id, "url": None, "node": node, "ready": False, "state": "starting", "reason": why, "last_lines": []}
+        return {"id": server_id, "url": None, "node": node, "ready": False, "state": "starting", "reason": why, "last_lines": [],
+                "break_even": sampler(call).break_even(server_id)}
     ready = engines.is_ready(url)
     if ready:
         sampler(call).wake(server_id)  # its source may be waiting out a backoff from the starting minutes
     reply = {"id": server_id, "url": url, "node": node, "ready": ready, "state": "ready" if ready else "starting", "reason": None,
-             "last_lines": []}
+             "last_lines": [], "break_even": sampler(call).break_even(server_id)}
     if job is None and not ready:
         reply["state"] = "unreachable"
     return reply
@@ -180,7 +182,9 @@ def serving_stats(call):
     figures), so the figures are not current; `error`: why the last read failed (a scrape past
     its 0.8 s deadline or 4 MiB cap, a redirect to another host, a NaN or negative counter);
     `notes`: series the server exports beyond the caps (positions from 32, over 64 label
-    sets), left out. `per_k`: `[{k, accept_length}]` for every K' up to the server's K, from the
+    sets), left out; `break_even`: the server's line, `{accept_length, source, how}` (source
+    `set`: by hand, `serving.set_break_even`; `server meta`: its job's meta; `benchmark jN`: the
+    newest A/B benchmark of its target and drafter), null when none is known. `per_k`: `[{k, accept_length}]` for every K' up to the server's K, from the
     per-position counts (the share of drafts reaching position i is its accepted count over
     the drafts, so K' drafts yield 1 + the sum of the first K' shares); a K' beyond the running
     K was not measured and is not given. A server job that is not running is NotFound, saying how it ended and
@@ -255,16 +259,45 @@ def serving_follow(call):
     return feed_wire.follow(call, sampler(call))
 
 
-@method("serving.breakeven")
-def serving_breakeven(call):
-    """Break-even arithmetic. Params: `cycle_ms`, `baseline_tps` (required), `k`, `target_tps`.
-    Reply: `{break_even_accept_length, target_accept_length, max_accept_length, reachable,
-    required_acceptance_rate}`."""
+@method("serving.set_break_even")
+def serving_set_break_even(call):
+    """Set a break-even line by hand, kept on the host (break_evens.json in its state directory)
+    where the `below_break_even` alert is raised, so it holds with no console open and for
+    every laptop. Params: `id` (a server: the line is set for its target, every server of it;
+    an attached server `uN` keeps its own) or `target` (a model path or id); `accept_length`
+    (a number; null removes the line set by hand), or `cycle_ms` and `baseline_tps` (the line
+    is their product: 30 ms x 82 tok/s = 2.46). Reply: `{id, target, break_even}`:
+    `break_even` is the server's line after the change (`{accept_length, source, how}` as
+    `serving.stats` gives it; null when none), or with `target` alone the one set for it."""
+    server_id, target = call.param("id", str), call.param("target", str)
+    if bool(server_id) == bool(target):
+        raise BadRequest("give a server (id) or a target, one of them")
+    cycle_ms, baseline_tps = call.param("cycle_ms", float), call.param("baseline_tps", float)
+    accept_length, how = call.param("accept_length", float), None
+    if cycle_ms is not None or baseline_tps is not None:
+        if accept_length is not None:
+            raise BadRequest("give accept_length or cycle_ms and baseline_tps, not both")
+        try:
+            accept_length = breakeven.break_even(cycle_ms, baseline_tps)["break_even_accept_length"]
+        except ValueError as exc:
+            raise BadRequest(str(exc))
+        how = "%g ms x %g tok/s" % (cycle_ms, baseline_tps)
+    elif "accept_length" not in call.params:
+        raise BadRequest("give accept_length (null removes the line), or cycle_ms and baseline_tps")
+    if server_id and not server_id.startswith("u") and call.daemon.jobs.describe(server_id)["kind"] != "server":
+        raise BadRequest("job %s is not a server" % server_id)  # (describe: NotFound for no such job)
+    service = sampler(call)
     try:
-        return breakeven.break_even(call.param("cycle_ms", float, required=True), call.param("baseline_tps", float, required=True),
-                                    call.param("k", int), call.param("target_tps", float))
+        held_for, entry = service.set_break_even(server_id, target, accept_length, how)
     except ValueError as exc:
         raise BadRequest(str(exc))
+    except KeyError:
+        raise NotFound("no attached server %s" % server_id)
+    if server_id:
+        line = service.break_even(server_id)
+    else:
+        line = {"accept_length": entry["accept_length"], "source": "set", "how": entry["how"]} if entry else None
+    return {"id": server_id, "target": None if server_id and server_id.startswith("u") else held_for, "break_even": line}
 
 
 @method("serving.bench")
@@ -312,8 +345,11 @@ def serving_advise(call):
     or a finished K sweep benchmark job), `sweep` (a sweep job whose cost model to use; absent:
     the newest finished sweep of the server's target and drafter), `window_s` (the live figures'
     window; absent: all the sampler has). Reply: `{k_current, per_k: [{k, accept_length,
-    cycle_ms, tokens_per_s, speedup, break_even_accept_length, measured, source,
-    estimate_from?, cycle_measured?}], best_k, reason, sweep, cost_model, baseline_tps}`
+    cycle_ms, tokens_per_s, speedup, break_even_accept_length, break_even_source, measured, source,
+    estimate_from?, cycle_measured?}], best_k, reason, sweep, cost_model, baseline_tps, break_even}`
+    (`break_even`: the server's line, as `serving.stats` gives it; a row's `break_even_source`
+    says which line it is judged against: `sweep jN` (that K's cycle time x the baseline), or
+    for the running K without a sweep row the server's line's source)
     (`cycle_measured`: the sweep's own cycle time and tokens/s, when advising from a sweep
     alone; else they come from its cost model): accept lengths up to
     the running K are this server's (source live), beyond it the sweep's (source sweep) or,
@@ -341,5 +377,7 @@ def serving_advise(call):
     else:
         sweep_id, sweep = advice.find_sweep(jobs, meta.get("target"), meta.get("drafter"))
     reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
-    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"))
+    line = sampler(call).break_even(job_id)
+    advice.judge_against(reply, line, sweep_id)
+    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line)
     return reply

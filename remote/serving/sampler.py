@@ -13,6 +13,9 @@ at its first read, so a slow controller delays that server's figures and no othe
 
 Attached servers (started some other way, known by URL and optionally a log file) are kept in
 attached.json in the agent's state directory, so a restarted daemon samples them again.
+
+Each record carries the server's break-even line, `break_even: {accept_length, source, how}`,
+by the one rule (`ServingFeed.break_even`) the notify rules and the fleet summary use too.
 """
 
 import collections
@@ -26,6 +29,7 @@ from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.protocol import RemoteError
 from ..core.records import read_json, write_json
 from . import location, metrics, root_cause, scrape
+from .break_even_store import BreakEvenStore, clean_entry, target_key, valid_length
 
 log = logging.getLogger("specdeck.serving")
 
@@ -40,6 +44,7 @@ RECENT_S = 10.0
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
+LINE_CACHE_S = 30.0  # a server's break-even is looked up again this often (a benchmark that ended; the job list is read), at once when one is set
 
 
 def how_it_ended(job, first_error=None):
@@ -72,8 +77,9 @@ class ServerSource(FeedSource):
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
-    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None):
+    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None, line=None):
         super().__init__(key)
+        self.line = line  # () -> the server's break-even line (the feed's rule), carried in each record
         self.url = url.rstrip("/") if url else None
         # When the server's process started (its job's start; None for an attached server):
         # vLLM's counters count from there, so a window reaching back past it takes them whole.
@@ -92,6 +98,11 @@ class ServerSource(FeedSource):
         return LOG_STALE_S if self.from_log else self.interval_s + self.deadline_s
 
     def read(self, budget):
+        record = self._read(budget)
+        record["break_even"] = self.line() if self.line is not None else None
+        return record
+
+    def _read(self, budget):
         now = time.time()
         if self.url is None:
             try:
@@ -159,6 +170,9 @@ class ServingFeed(Feed):
         super().__init__(daemon)
         self._attach_lock = threading.Lock()
         self._ended_noted = set()  # server jobs whose end is written in their progress.json
+        self.lines = BreakEvenStore()
+        self._lines_lock = threading.Lock()
+        self._line_cache = {}  # server id -> (looked up at: monotonic, store version, line)
 
     # -- which servers
 
@@ -221,7 +235,7 @@ class ServingFeed(Feed):
     def make_source(self, key, spec):
         url, log_path, node, port, started_at = spec
         locate = None if url else (lambda: location.node_url(self.daemon, node, port))
-        return ServerSource(key, url, log_path, locate=locate, started_at=started_at)
+        return ServerSource(key, url, log_path, locate=locate, started_at=started_at, line=lambda: self.break_even(key))
 
     def detail_extra(self):
         workers = self.workers()
@@ -233,26 +247,78 @@ class ServingFeed(Feed):
     # -- questions from wire methods and other services
 
     def break_even(self, server_id):
-        """A server's break-even accept length: its job's meta `break_even` (serve --break-even),
-        else the newest benchmark's of the same target and drafter; None when neither says (an
-        attached server has no job). The one rule for everything that compares a server with
-        its break-even (the notify rules, the fleet summary)."""
+        """A server's break-even line, `{accept_length, source, how}` (source: `set`, by hand for
+        its target, or for an attached server for itself; `server meta`, its job's meta
+        `break_even`; `benchmark jN`, the newest A/B benchmark of the same target and drafter, a
+        K sweep's row of the server's K), or None when none says. The one rule for everything
+        that compares a server with its break-even (the records, the notify rules, the fleet
+        summary, advice); looked up again every LINE_CACHE_S, at once after a line is set."""
+        now = time.monotonic()
+        with self._lines_lock:
+            cached = self._line_cache.get(server_id)
+            if cached is not None and now - cached[0] < LINE_CACHE_S and cached[1] == self.lines.version:
+                return cached[2]
+            version = self.lines.version
+        try:
+            line = self._look_up_break_even(server_id)
+        except Exception as exc:  # a job store being rewritten: no line this time, the figures still go out
+            log.warning("could not look up the break-even of %s: %s", server_id, exc)
+            line = None
+        with self._lines_lock:
+            self._line_cache[server_id] = (now, version, line)
+        return line
+
+    def _look_up_break_even(self, server_id):
         if server_id.startswith("u"):
-            return None
+            entry = clean_entry((attached_entries().get(server_id) or {}).get("break_even"))
+            return _line(entry["accept_length"], "set", entry["how"]) if entry else None
         try:
             meta = self.daemon.jobs.describe(server_id).get("meta") or {}
         except Exception:  # forgotten meanwhile
             return None
-        line = meta.get("break_even")
-        if line is None and meta.get("drafter"):
-            for bench in reversed(self.daemon.jobs.list(kind="benchmark")):
-                result = (bench.get("progress") or {}).get("result") or {}
-                bench_meta = bench.get("meta") or {}
-                if result.get("break_even_accept_length") and (bench_meta.get("target"), bench_meta.get("drafter")) == (
-                        meta.get("target"), meta.get("drafter")):
-                    line = result["break_even_accept_length"]
-                    break
-        return float(line) if isinstance(line, (int, float)) and not isinstance(line, bool) else None
+        entry = self.lines.of(meta.get("target"))
+        if entry is not None:
+            return _line(entry["accept_length"], "set", entry["how"])
+        if valid_length(meta.get("break_even")):
+            return _line(meta["break_even"], "server meta")
+        if not meta.get("drafter"):
+            return None
+        for bench in reversed(self.daemon.jobs.list(kind="benchmark")):
+            result = (bench.get("progress") or {}).get("result") or {}
+            bench_meta = bench.get("meta") or {}
+            if (target_key(bench_meta.get("target")), bench_meta.get("drafter")) != (target_key(meta.get("target")), meta.get("drafter")):
+                continue
+            if result.get("sweep"):  # a sweep's break-evens are per K: the row of the server's K
+                rows = [row for row in result["sweep"] if isinstance(row, dict) and row.get("k") == meta.get("k")]
+                value = rows[0].get("break_even_accept_length") if rows else None
+            else:
+                value = result.get("break_even_accept_length")
+            if valid_length(value):
+                return _line(value, "benchmark %s" % bench["id"])
+        return None
+
+    def set_break_even(self, server_id=None, target=None, accept_length=None, how=None):
+        """Set (accept_length None: remove) the line set by hand for a server's target (an
+        attached server's for itself), or for `target`; returns (what it holds for: the target
+        or the attached server's id, the entry or None). ValueError for a server job without a
+        target or a value out of bounds; KeyError for an attached server not known."""
+        if server_id is not None and server_id.startswith("u"):
+            if accept_length is not None and not valid_length(accept_length):
+                raise ValueError("break-even is an accept length above 0, not %r" % (accept_length,))
+            with self._attach_lock:
+                attached = attached_entries()
+                if server_id not in attached:
+                    raise KeyError(server_id)
+                entry = {"accept_length": float(accept_length), "how": how, "set_at": time.time()} if accept_length is not None else None
+                attached[server_id]["break_even"] = entry
+                write_json(attached_path(), attached)
+                self.lines.version += 1
+            return server_id, clean_entry(entry)
+        if server_id is not None:
+            target = (self.daemon.jobs.describe(server_id).get("meta") or {}).get("target")
+            if target_key(target) is None:
+                raise ValueError("server %s has no target model: its break-even cannot be kept for one" % server_id)
+        return target_key(target), self.lines.set(target, accept_length, how)
 
     def server(self, server_id):
         return self.source(server_id)
@@ -268,17 +334,24 @@ class ServingFeed(Feed):
         snapshots = list(server.snapshots)
         if server.from_log or not snapshots:
             if worker.latest is not None:
-                return self.aged(worker, dict((k, v) for k, v in worker.latest.items() if k != "recent"))
-            return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True}
+                figures = dict((k, v) for k, v in worker.latest.items() if k != "recent")
+                figures["break_even"] = self.break_even(server_id)
+                return self.aged(worker, figures)
+            return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True,
+                    "break_even": self.break_even(server_id)}
         figures = figures_over(snapshots, window_s, origin=_origin(server, snapshots, window_s))
         figures["server"] = server_id
         newest = snapshots[-1]
         now = time.time()
         age = max(0.0, now - newest["time"])
-        figures.update(age_s=round(age, 3), stale=age > server.stale_after_s)
+        figures.update(age_s=round(age, 3), stale=age > server.stale_after_s, break_even=self.break_even(server_id))
         if worker.error:
             figures["error"] = worker.error
         return figures
+
+
+def _line(accept_length, source, how=None):
+    return {"accept_length": float(accept_length), "source": source, "how": how}
 
 
 def _origin(server, snapshots, window_s):

@@ -20,7 +20,7 @@ COLUMNS = ("HOST", "STATE", "RTT", "GPUS BUSY", "MEM GiB", "HOTTEST", "THROTTLIN
 
 # The JSON row's GPU figures (`specdeck fleet --json`): these keys always, in this order.
 GPU_KEYS = ("count", "busy", "memory_used_bytes", "memory_total_bytes", "max_temperature_c", "throttling", "age_s", "stale")
-SERVER_KEYS = ("id", "accept_length", "break_even_accept_length", "age_s", "stale")
+SERVER_KEYS = ("id", "accept_length", "break_even_accept_length", "break_even_source", "age_s", "stale")
 TRAINING_KEYS = ("id", "step", "eta_s", "predicted_accept_length", "age_s", "stale")
 
 # A connect failure's class (tui/ssh_transport.py) -> the state word of its row.
@@ -62,7 +62,7 @@ def row(host, state, reason=None, rtt_s=None, summary=None, since_s=0.0):
     """The JSON row of one host (`specdeck fleet --json`'s `hosts` entries):
     `{host, state, reason, rtt_ms, hostname, user, at, gpus: {count, busy, memory_used_bytes,
     memory_total_bytes, max_temperature_c, throttling, age_s, stale} or null, gpus_reason,
-    jobs_running, servers: [{id, accept_length, break_even_accept_length, age_s, stale}],
+    jobs_running, servers: [{id, accept_length, break_even_accept_length, break_even_source, age_s, stale}],
     training: [{id, step, eta_s, predicted_accept_length, age_s, stale}], alerts: [...]}`.
 
     `host`: as the user named it; `state`: UP when `summary` is the host's answer, CONNECTING,
@@ -116,9 +116,12 @@ def eta_text(seconds):
 
 def server_text(server):
     """`j8 2.61/2.46`: a server's accept length against the break-even it must beat (`-` when
-    unknown), marked when stale."""
-    return "%s %s/%s%s" % (server["id"], _number(server.get("accept_length")), _number(server.get("break_even_accept_length")),
-                           stale_mark(server))
+    unknown), with where that line came from when it is not the one set by hand (`(benchmark
+    j5)`), marked when stale."""
+    source = server.get("break_even_source")
+    said = " (%s)" % display.safe_text(source) if source and source != "set" and server.get("break_even_accept_length") is not None else ""
+    return "%s %s/%s%s%s" % (server["id"], _number(server.get("accept_length")), _number(server.get("break_even_accept_length")),
+                             said, stale_mark(server))
 
 
 def training_text(run):

@@ -13,7 +13,9 @@ from remote.serving.advice import margin_words
 
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
+from ..display import safe_text
 from ..jobs import model as jobs
+from .model import line_of
 
 POLL_S = 0.5
 
@@ -31,7 +33,7 @@ def wait_for_result(client, job, quiet, status):
             sys.stderr.write(line + "\n")
             last = line
     return job
-ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason")
+ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason", "break_even")
 ADVICE_ROW_KEYS = ("k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured")
 
 
@@ -107,6 +109,30 @@ def pays_off(row):
     return "yes" if row["accept_length"] >= row["break_even_accept_length"] else "no"
 
 
+def line_text(line):
+    """`2.46 (set: 30 ms x 82 tok/s)`, `2.31 (benchmark j5)`: a break-even line and where it came from."""
+    if not line:
+        return "-"
+    source = line.get("source") or "?"
+    return "%.2f (%s)" % (line["accept_length"], safe_text("%s: %s" % (source, line["how"]) if line.get("how") else source))
+
+
+def break_even_words(advice):
+    """Which line the rows' break-even column uses, when it is not the server's own line: a
+    sweep's rows are each K's (its cycle time x the baseline), the server's line holds for the
+    running K's cycle only."""
+    line = line_of(advice.get("break_even"))
+    sources = sorted({row.get("break_even_source") for row in advice.get("per_k") or () if isinstance(row.get("break_even_source"), str)})
+    swept = [s for s in sources if s.startswith("sweep ")]
+    if swept and line:
+        return "break-even: each K's from %s's cycle times; this server's line is %s" % (swept[0][len("sweep "):], line_text(line))
+    if swept:
+        return "break-even: each K's from %s's cycle times" % swept[0][len("sweep "):]
+    if line:
+        return "break-even: this server's line %s, for its running K" % line_text(line)
+    return None
+
+
 def advice_lines(advice):
     """The advice as lines (the same in `specdeck advise` and the Speculation pane): a row per K
     with its accept length, the cycle time and break-even it needs, whether it pays off and where
@@ -123,6 +149,9 @@ def advice_lines(advice):
         lines.append("  %2d  %6s  %8s  %7s  %7s  %10s  %4s  %s" % (
             row["k"], _number(row.get("accept_length")), _number(row.get("cycle_ms"), "%.1f"), _number(row.get("tokens_per_s"), "%.1f"),
             _number(row.get("speedup"), "%.2fx"), _number(row.get("break_even_accept_length")), pays_off(row), source))
+    said = break_even_words(advice)
+    if said:
+        lines.append(said)
     if advice.get("k_current"):
         lines.append("K' > %d: beyond what this server measured (it drafts %d); those rows come from a sweep or are estimates, as said"
                      % (advice["k_current"], advice["k_current"]))

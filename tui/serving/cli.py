@@ -1,6 +1,7 @@
 """Serving from the command line: serve (a server job, optionally waiting until it answers), spec
 (its speculation figures over a window, with the accept length at every K' up to its K),
-breakeven (the arithmetic, no host needed) and bench (the A/B benchmark job, or with `--k
+breakeven (the arithmetic, no host needed; with HOST SERVER the server's break-even line, kept
+on the host, shown or set) and bench (the A/B benchmark job, or with `--k
 1,2,3` a K sweep, followed to its result); advise and coverage are in advisor.py.
 
 The engine runs under the host's ML interpreter: `--python` (the agent runs under it too, which
@@ -22,9 +23,11 @@ from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
+from ..display import safe_text
 from ..freshness import stale_text
 from . import advisor
-from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, per_k, per_position
+from .advisor import line_text
+from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k, per_position
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -63,6 +66,7 @@ def add_commands(commands):
     _server_options(p)
     p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
     p.add_argument("--wait", action="store_true", help="exit 0 once the server answers, 1 if it died (its last lines on stderr)")
+    p.add_argument("--break-even", metavar="LINE", help="set the target's break-even on the host: an accept length (2.46) or CYCLE_MS@BASELINE_TPS (30@82)")
     add_stall_option(p)
     add_slurm_options(p)
 
@@ -74,10 +78,16 @@ def add_commands(commands):
     p.add_argument("--log", metavar="PATH", help="with --url: its log file on the host, read when /metrics cannot be")
     p.add_argument("--window", default=None, metavar="DURATION", help="over the last 30s, 5m, 8h, 1d (default: all the sampler has, an hour at most)")
 
-    p = commands.add_parser("breakeven", help="the accept length speculation needs to pay off")
-    p.set_defaults(func=cmd_breakeven, host_options=False)  # arithmetic on this machine: no --python, --accept-new
-    p.add_argument("--cycle-ms", type=float, required=True, metavar="MS", help="one draft+verify cycle of the speculative server")
-    p.add_argument("--baseline-tps", type=float, required=True, metavar="TPS", help="the baseline's tokens/s per sequence")
+    p = commands.add_parser("breakeven", help="the accept length speculation needs to pay off; a server's line on its host",
+                            usage="specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]\n"
+                                  "       specdeck breakeven HOST SERVER [--set 2.46|CYCLE_MS@BASELINE_TPS | --clear]")
+    p.set_defaults(func=cmd_breakeven)
+    p.add_argument("host", nargs="?", help="with SERVER: the host whose server's line to show or set (the arithmetic needs none)")
+    p.add_argument("server", nargs="?", help="a server job (or an attached server uN): its target's line, kept on the host")
+    p.add_argument("--set", metavar="LINE", help="set the line for the server's target: an accept length (2.46) or CYCLE_MS@BASELINE_TPS (30@82)")
+    p.add_argument("--clear", action="store_true", help="remove the line set by hand (the server's meta or a benchmark's holds again)")
+    p.add_argument("--cycle-ms", type=float, metavar="MS", help="one draft+verify cycle of the speculative server")
+    p.add_argument("--baseline-tps", type=float, metavar="TPS", help="the baseline's tokens/s per sequence")
     p.add_argument("--k", type=int, metavar="N", help="tokens drafted per cycle (the most a cycle yields is K+1)")
     p.add_argument("--target-tps", type=float, metavar="TPS", help="the tokens/s you want")
 
@@ -109,9 +119,12 @@ def _start_params(args):
 
 def cmd_serve(args):
     params = dict(_start_params(args), **stall_params(args))
+    line = _line_params(args.break_even, "--break-even") if args.break_even else None
     client = connect(args, args.host)
     try:
         job = client.call("serving.start", params, timeout=120)
+        if line is not None:
+            client.call("serving.set_break_even", dict(line, id=job["id"]))
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     # Through Slurm the URL is the node's, known once Slurm runs the job: until then, its Slurm id.
@@ -189,6 +202,8 @@ def format_figures(figures):
         "accepted tok/s    %s   drafted tok/s %s   generated tok/s %s" % (
             figure(figures, "accepted_tps"), figure(figures, "drafted_tps"), figure(figures, "generation_tps")),
         "window            %s" % figure(figures, "window_s"),
+        "break-even        %s" % (line_text(line_of(figures.get("break_even"))) if line_of(figures.get("break_even"))
+                                  else "not known (set one: specdeck breakeven HOST SERVER --set 2.46)"),
     ]
     if figures.get("stale"):
         lines.append("stale             these figures are not current: the server's last good read was %s ago" % (
@@ -219,11 +234,27 @@ def cmd_spec(args):
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     result = dict((key, figures.get(key)) for key in SPEC_KEYS)
+    result["break_even"] = line_of(figures.get("break_even"))
     emit(args, result, lambda: format_figures(figures))
     return 0
 
 
+def _line_params(text, option):
+    try:
+        return parse_break_even(text)
+    except ValueError:
+        raise CommandError("%s takes an accept length (2.46) or CYCLE_MS@BASELINE_TPS (30@82), not %r" % (option, text))
+
+
 def cmd_breakeven(args):
+    if args.host is not None:
+        return _host_break_even(args)
+    if args.set is not None or args.clear:
+        raise CommandError("--set and --clear need the server: specdeck breakeven HOST SERVER --set 2.46")
+    if args.python or args.accept_new:
+        raise CommandError("--python and --accept-new mean nothing without HOST: the arithmetic runs on this machine")
+    if args.cycle_ms is None or args.baseline_tps is None:
+        raise CommandError("give --cycle-ms and --baseline-tps (the arithmetic), or HOST SERVER (a server's line on its host)")
     try:
         result = breakeven_math.break_even(args.cycle_ms, args.baseline_tps, args.k, args.target_tps)
     except ValueError as exc:
@@ -242,6 +273,33 @@ def cmd_breakeven(args):
         return "\n".join(lines)
 
     emit(args, result, human)
+    return 0
+
+
+def _host_break_even(args):
+    """A server's break-even line on its host: shown, set (--set) or removed (--clear)."""
+    if args.server is None:
+        raise CommandError("give the server too: specdeck breakeven %s SERVER [--set 2.46]" % args.host)
+    if any(value is not None for value in (args.cycle_ms, args.baseline_tps, args.k, args.target_tps)):
+        raise CommandError("--cycle-ms, --baseline-tps, --k and --target-tps are the arithmetic, without HOST; on a host: --set 30@82")
+    if args.set is not None and args.clear:
+        raise CommandError("--set or --clear, not both")
+    params = _line_params(args.set, "--set") if args.set is not None else ({"accept_length": None} if args.clear else None)
+    client = connect(args, args.host)
+    try:
+        if params is None:
+            status = client.call("serving.status", {"id": args.server}, timeout=30)
+            reply = {"id": args.server, "break_even": line_of(status.get("break_even"))}
+        else:
+            reply = client.call("serving.set_break_even", dict(params, id=args.server), timeout=30)
+            reply = {"id": args.server, "target": reply.get("target"), "break_even": line_of(reply.get("break_even"))}
+    except RemoteError as exc:
+        raise CommandError(exc.message, EXIT_FAILED)
+    line = reply["break_even"]
+    said = "break-even of %s: %s" % (args.server, line_text(line) if line else "not known (set one: --set 2.46, or run `specdeck bench`)")
+    if reply.get("target") and params is not None:
+        said += "\nkept on the host for every server of %s" % safe_text(reply["target"])
+    emit(args, reply, said)
     return 0
 
 

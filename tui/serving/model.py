@@ -11,9 +11,10 @@ from ..jobs import model as jobs
 SERVER_STARTING, SERVER_READY, SERVER_DIED = "starting", "ready", "died"
 RECENT_S = 10  # the host's `recent` window: its figures of "now" (remote/serving/sampler.py RECENT_S)
 
-# What `specdeck spec --json` answers with: the host's figures over the window, and their age.
+# What `specdeck spec --json` answers with: the host's figures over the window, their age, and the
+# server's break-even line as the host keeps it ({accept_length, source, how}).
 SPEC_KEYS = ("accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
-             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error")
+             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even")
 
 # How each figure is written, wherever it is shown.
 FORMATS = {
@@ -67,3 +68,35 @@ def how_it_ended(info):
     first = info.get("first_error")
     # The engine's line and the host's are a server's text: one line, its controls as escapes.
     return display.safe_text(ended if not first or first in ended else "%s: %s" % (ended, first))
+
+
+def target_key(target):
+    """A target's key as the host keeps its break-even (remote/serving/break_even_store.py)."""
+    key = target.rstrip("/") if isinstance(target, str) else None
+    return key or None
+
+
+def parse_break_even(text):
+    """The parameters of `serving.set_break_even` for what a user typed: an accept length
+    (`2.46`) or CYCLE_MS@BASELINE_TPS (`30@82`, the host multiplies them); ValueError else."""
+    text = text.strip()
+    if "@" in text:
+        cycle_ms, baseline_tps = (float(part) for part in text.split("@", 1))
+        if not (cycle_ms > 0 and baseline_tps > 0):
+            raise ValueError(text)
+        return {"cycle_ms": cycle_ms, "baseline_tps": baseline_tps}
+    value = float(text)
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError(text)
+    return {"accept_length": value}
+
+
+def line_of(value):
+    """A break-even line from the host, `{accept_length, source, how}`, or None when it is not one."""
+    if not isinstance(value, dict):
+        return None
+    length = value.get("accept_length")
+    if isinstance(length, bool) or not isinstance(length, (int, float)) or length != length or length in (float("inf"), float("-inf")):
+        return None
+    return {"accept_length": float(length), "source": value.get("source") if isinstance(value.get("source"), str) else None,
+            "how": value.get("how") if isinstance(value.get("how"), str) else None}

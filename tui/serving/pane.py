@@ -1,6 +1,6 @@
 """The Speculation pane: one inference server at a time, its accept length over time against the
 break-even line (and the K+1 ceiling), acceptance per draft position as bars, throughput and
-requests; the window selectable; an alert when accept length stays under break-even.
+requests; the window selectable; the host's alert when accept length stays under break-even.
 
 Every figure is the host's, computed from the engine's counters as `specdeck spec --json
 --window W` computes it: "now" is the last 10 s (each `serving.follow` record carries them as
@@ -9,9 +9,12 @@ Every figure is the host's, computed from the engine's counters as `specdeck spe
 division would swing between 0 and several times the rate; nothing here divides one.
 
 The pane opens on a running server (the newest), lists dead ones too, marked dead with how
-they ended and the engine's first error line. Break-even comes from the last A/B benchmark of
-the same target and drafter, or is set by hand (`b`) for the target: it then holds for every
-server of that target, remembered in the laptop's config per host. Under them, a row per K' up
+they ended and the engine's first error line. Break-even is the host's line, carried in every
+record (`break_even: {accept_length, source, how}`): set by hand (`b`, `serving.set_break_even`)
+for the target, it is kept on the host and holds for every server of that target, for every
+console and while none is open; else the server's meta or the last A/B benchmark of the same
+target and drafter. The host raises the alert when accept length stays under it
+(remote/notify/evaluate.py); the pane follows the host's alerts and shows that one. Under them, a row per K' up
 to the server's K and the newest K sweep's beyond it (k_rows.py), as `specdeck advise` says;
 asked again as soon as a benchmark of the server's target and drafter ends.
 
@@ -33,14 +36,13 @@ from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
-from . import break_evens
+from .advisor import line_text
 from .k_rows import k_text
-from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, per_k
+from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, line_of, parse_break_even, per_k, target_key
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
 WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
-ALERT_AFTER_S = 60.0  # accept length under break-even this long (while drafting) raises the alert
 BAR_WIDTH = 20
 COMPACT_BELOW_ROWS = 30  # a pane shorter than this shows its bars and K rows one line each
 
@@ -100,10 +102,8 @@ class SpeculationPane(Pane):
         self.backfill = {}  # id -> {metric: points} from the history store
         self.window_figures = {}  # id -> serving.stats over the chosen window
         self.advice = {}  # id -> serving.advise over the chosen window (per-K rows, a sweep's)
-        self._break_evens = None
-        self.below_since = {}  # id -> when accept length went under break-even
-        self.alerted = set()
-        self.alert_after_s = ALERT_AFTER_S
+        self.lines = {}  # id -> the host's break-even line {accept_length, source, how}, or None
+        self.alerted = {}  # id -> the host's below_break_even alert, until accept length is back over the line
         self.fresh = {}  # id -> (the last record, stale or not, when it came: monotonic)
         self.shown = {}  # what the summary shows now: {server, time, accept_length, generation_tps}
         self._asking = set()  # servers whose window figures or status are being asked
@@ -119,17 +119,25 @@ class SpeculationPane(Pane):
         yield Static(Text(""), id="spec-k")
         yield self.status_line()
 
-    @property
-    def break_even_lines(self):
-        """The break-even lines (read from the config of the app's host when first needed)."""
-        if self._break_evens is None:
-            self._break_evens = break_evens.BreakEvens(getattr(self.app, "host", None))
-        return self._break_evens
-
     def on_mount(self):
         self.follow("serving.follow", {}, self._on_records)
+        self.follow("notify.follow", {}, self._on_alerts)
         self.set_interval(1.0, self._age_tick)
         self.set_interval(WINDOW_REFRESH_S, self._ask_window)
+        if self.client is not None:
+            self._ask_recent_alerts()
+
+    def client_ready(self):
+        self._ask_recent_alerts()
+
+    def _ask_recent_alerts(self):
+        """The host's newest alerts (notify.list), so one raised while no console was open is
+        shown too; notify.follow brings those raised from now on."""
+        def came(reply):
+            recent = [a for a in reply.get("recent") or () if isinstance(a, dict) and isinstance(a.get("time"), (int, float))]
+            self._on_alerts([({"records": sorted(recent, key=lambda a: a["time"])}, None)])
+
+        self.request("notify.list", {}, done=came, failed=lambda message: None, notify=False, title="alerts")
 
     def pane_shown(self):
         self._ask_window()
@@ -165,14 +173,7 @@ class SpeculationPane(Pane):
                         exit_code=job.get("exit_code"), signal=job.get("signal"))
             if job["id"] not in self.servers:
                 self.servers.append(job["id"])
-        ended = []
-        for job in book.of_kind("benchmark"):
-            result = (job.get("progress") or {}).get("result") or {}
-            meta = job.get("meta") or {}
-            if result.get("break_even_accept_length") and not result.get("sweep"):  # a sweep's break-evens are per K: in the K rows
-                self.break_even_lines.bench_result(meta.get("target"), meta.get("drafter"), result["break_even_accept_length"], "bench %s" % job["id"])
-            if job["id"] in changed and not is_live(job):
-                ended.append(meta)
+        ended = [job.get("meta") or {} for job in book.of_kind("benchmark") if job["id"] in changed and not is_live(job)]
         self._choose()
         for meta in ended:
             self._benchmark_ended(meta.get("target"), meta.get("drafter"))
@@ -180,7 +181,7 @@ class SpeculationPane(Pane):
     def _benchmark_ended(self, target, drafter):
         """A benchmark (a K sweep, say) of a server's target and drafter ended: the advice the
         pane holds for that server may name no sweep; ask again now, not when the pane is reopened."""
-        same = break_evens.target_key
+        same = target_key
         for server_id in self.servers:
             info = self.server_info.get(server_id) or {}
             if same(info.get("target")) and same(info.get("target")) == same(target) and same(info.get("drafter")) == same(drafter):
@@ -244,6 +245,8 @@ class SpeculationPane(Pane):
     def _window_came(self, server_id, reply):
         self._asking.discard(server_id)
         self.window_figures[server_id] = reply
+        if "break_even" in reply:
+            self.lines[server_id] = line_of(reply["break_even"])
         if server_id == self.selected:
             self.refresh_view()
         if reply.get("per_k"):  # the rows of K, from the same window (and the newest sweep's cycle times)
@@ -264,6 +267,8 @@ class SpeculationPane(Pane):
         self._asking.discard(server_id)
         info = self.server_info.setdefault(server_id, {})
         info["first_error"] = reply.get("reason") or ""
+        if "break_even" in reply:
+            self.lines[server_id] = line_of(reply["break_even"])
         if reply.get("ended"):
             info["ended"] = reply["ended"]
         if server_id == self.selected:
@@ -286,6 +291,8 @@ class SpeculationPane(Pane):
     def _take(self, record):
         server_id = record["server"]
         self.fresh[server_id] = (record, time.monotonic())
+        if "break_even" in record:
+            self.lines[server_id] = line_of(record["break_even"])
         if server_id not in self.servers:
             self.servers.append(server_id)
         # The host's figures over its last RECENT_S seconds; a log-read server's own line is already
@@ -297,26 +304,22 @@ class SpeculationPane(Pane):
         kept.append(figures)
         while kept and kept[0]["time"] < figures["time"] - KEPT_S:
             kept.popleft()
-        self._check_alert(server_id, figures)
+        line = self.lines.get(server_id)
+        if line and figures.get("accept_length") is not None and figures["accept_length"] >= line["accept_length"]:
+            self.alerted.pop(server_id, None)  # back over the line: the host's alert is over
 
     def break_even_for(self, server_id):
-        """(accept length, where it came from) of the server's target, or (None, None)."""
-        return self.break_even_lines.of(server_id, self.server_info.get(server_id, {}))
+        """The server's break-even line as the host gives it ({accept_length, source, how}), or None."""
+        return self.lines.get(server_id)
 
-    def _check_alert(self, server_id, figures):
-        line = self.break_even_for(server_id)[0]
-        accept_length = figures.get("accept_length")
-        if line is None or accept_length is None:
-            return  # no line, or no drafts in the last seconds (idle): neither under nor over
-        if accept_length >= line:
-            self.below_since.pop(server_id, None)
-            self.alerted.discard(server_id)
-            return
-        since = self.below_since.setdefault(server_id, figures["time"])
-        if figures["time"] - since >= self.alert_after_s and server_id not in self.alerted:
-            self.alerted.add(server_id)
-            self.notify("%s: accept length %.2f has been under break-even %.2f for %d s: speculation is slowing this server down"
-                        % (server_id, accept_length, line, figures["time"] - since), title="below break-even", severity="warning", timeout=30)
+    def _on_alerts(self, items):
+        """The host's alerts: its below_break_even for a server is shown on that server."""
+        for data, _seq in items:
+            for alert in data.get("records") or ():
+                if isinstance(alert, dict) and alert.get("kind") == "below_break_even" and isinstance(alert.get("server"), str):
+                    self.alerted[alert["server"]] = alert
+                    if alert["server"] == self.selected:
+                        self.refresh_view()
 
     # -- drawing
 
@@ -330,7 +333,7 @@ class SpeculationPane(Pane):
         live = self._live(server_id)
         latest = (records[-1] if records else {}) if live else {}
         window = self.window_figures.get(server_id) or {}
-        line, line_source = self.break_even_for(server_id)
+        line = self.break_even_for(server_id)
         k = info.get("k")
         summary = Text()
         summary.append(safe_text("%s  %s" % (server_id, info.get("name") or "")), style="bold")
@@ -347,12 +350,14 @@ class SpeculationPane(Pane):
             summary.append(" %s" % stale_text(age, why), style="bold red")
         window_accept = window.get("accept_length")
         summary.append("   %s %s" % ("window" if compact else "over the window", figure(window, "accept_length")))
-        if line is not None:
-            summary.append("   break-even %.2f (%s)" % (line, line_source))
-            if server_id in self.alerted:
-                summary.append("   UNDER BREAK-EVEN", style="bold red")
+        if line:
+            summary.append(safe_text("   break-even %s" % line_text(line)))
+            alert = self.alerted.get(server_id) if live else None
+            if alert is not None:
+                summary.append(safe_text("   UNDER BREAK-EVEN since %s (the host's alert)" % (alert.get("time_text") or "?")), style="bold red")
             elif window_accept is not None:
-                summary.append("   %s" % ("above" if window_accept >= line else "below"), style="green" if window_accept >= line else "yellow")
+                above = window_accept >= line["accept_length"]
+                summary.append("   %s" % ("above" if above else "below"), style="green" if above else "yellow")
         else:
             summary.append("   break-even: not known (%s)" % ("b" if compact else "b to set, or run `specdeck bench`"))
         if k:
@@ -364,7 +369,7 @@ class SpeculationPane(Pane):
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
         chart = self.query_one("#spec-accept-chart", TimeChart)
-        chart.thresholds = [(line, "break-even")] + ([(float(k + 1), "K+1")] if k else [])
+        chart.thresholds = [(line["accept_length"] if line else None, "break-even")] + ([(float(k + 1), "K+1")] if k else [])
         chart.show({"accept length": self._points(server_id, "accept_length", records)}, self.window_s)
         self.query_one("#spec-throughput-chart", TimeChart).show({"generated tok/s": self._points(server_id, "generation_tps", records)}, self.window_s)
         self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
@@ -375,7 +380,7 @@ class SpeculationPane(Pane):
             k_rows.update(Text("accept length at each K: %s (taller: advice)" % rows if rows != "-"
                                else "accept length at each K: no drafts in the window yet"))
         else:
-            k_rows.update(Text(k_text(self.advice.get(server_id), window, k, line, line_source)))
+            k_rows.update(Text(k_text(self.advice.get(server_id), window, k, line)))
         # Lines short enough for the half of an 80-column pane the bars leave (all of it when compact).
         self.query_one("#spec-throughput-text", Static).update(Text(
             ("%s\n" % stale_text(age, why) if stale and live else "") + "last %d s: generated %s tok/s%saccepted %s tok/s   drafted %s tok/s\nrunning %s   waiting %s   KV cache %s" % (
@@ -436,21 +441,25 @@ class SpeculationPane(Pane):
         if not answer:
             return
         try:
-            value, how = break_evens.parse(answer)
+            params = parse_break_even(answer)
         except ValueError:
             self.notify("break-even is a number (2.46) or CYCLE_MS@BASELINE_TPS (30@82), not %r" % answer, severity="error")
             return
-        info = self.server_info.get(self.selected, {})
-        problem = self.break_even_lines.set_by_hand(self.selected, info, value, how)
-        if problem:
-            self.notify("break-even kept for this session only: %s" % problem, severity="warning")
-        target = break_evens.target_key(info.get("target"))
-        for server_id in self.servers:  # judge the kept seconds of every server of it against the new line
-            if server_id == self.selected or (target and break_evens.target_key(self.server_info.get(server_id, {}).get("target")) == target):
-                self.below_since.pop(server_id, None)
-                self.alerted.discard(server_id)
-                for figures in self.records.get(server_id, ()):
-                    self._check_alert(server_id, figures)
+        server_id = self.selected
+        self.request("serving.set_break_even", dict(params, id=server_id), title="break-even",
+                     done=lambda reply: self._break_even_set(server_id, reply))
+
+    def _break_even_set(self, server_id, reply):
+        """The host keeps the line: every server of the same target has it (their records say
+        so from the next second); the time under it counts again from now, there as here."""
+        target = reply.get("target")
+        for other in self.servers:
+            if other == server_id or (target and target_key(self.server_info.get(other, {}).get("target")) == target):
+                self.lines[other] = line_of(reply.get("break_even"))
+                self.alerted.pop(other, None)
+        line = line_of(reply.get("break_even"))
+        self.say("break-even %s kept on the host for %s" % (line_text(line), target or server_id) if line
+                 else "break-even removed on the host for %s" % (target or server_id))
         self.refresh_view()
 
 
