@@ -15,7 +15,9 @@ no console is connected:
   newest benchmark of the same target and drafter), and an attached server that answered and
   then has not for DOWN_S;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
-  noticed by a check of absence on a clock of its own at each poll.
+  noticed by a check of absence on a clock of its own at each poll;
+- disks (disks.py): a disk a running job writes to that will be full within its horizon, or is
+  under 2% free, from the telemetry feed's latest sample, looked at on the same poll.
 
 Each alert gets a key that names what happened (the job and its submission time, the GPU
 alert's id, the run and its best loss), so the same event raised twice (after a restart) is
@@ -125,9 +127,11 @@ class Evaluator:
         self.runs = {}  # training job -> {best, best_at, fired}
         self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, down_fired, break_even}
         self._names = {}
-        from .stalls import Stalls  # (it words its alerts with this module's helpers)
+        from .disks import Disks  # (they word their alerts with this module's helpers)
+        from .stalls import Stalls
 
         self.stalls = Stalls(self)
+        self.disks = Disks(self)
 
     # -- the sources
 
@@ -156,6 +160,7 @@ class Evaluator:
                 for record in records:
                     handle(record)
         self.stalls.check()
+        self.disks.check()
 
     def job_ended(self, job):
         watched = bool((job.get("meta") or {}).get("notify")) or self.is_watched(job["id"])

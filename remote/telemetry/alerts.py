@@ -30,6 +30,10 @@ DEFAULTS = {
     "temperature": {"enabled": True, "threshold": 85, "duration_s": 60},
     "throttle": {"enabled": True, "reasons": ["hw_slowdown", "hw_thermal", "sw_thermal", "hw_power_brake"], "duration_s": 60},
     "job_failed": {"enabled": True},
+    # A disk a running job writes to (remote/notify/disks.py): told when its fill rate says it is
+    # full within the later of horizon_s and the jobs' remaining ETA, and again under low_percent
+    # free; the rate is the slope over the last window_s (remote/telemetry/host.py).
+    "disk_filling": {"enabled": True, "horizon_s": 3600, "low_percent": 2, "window_s": 600},
 }
 UNITS = {"gpu_idle": "% utilisation, below", "memory_full": "% of GPU memory, above", "temperature": "°C, at or above"}
 LOG_MAX_BYTES = 1 << 20  # then the log is rewritten with its newest half

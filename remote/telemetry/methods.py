@@ -41,7 +41,10 @@ def _query(call, name, host, gpu, start, end, resolution_s, node=None):
 def telemetry_latest(call):
     """The newest sample. Params: none. Reply: `{time, host: {cpu_count, cpu_percent,
     memory_used_bytes, memory_total_bytes, load_1m, load_5m, load_15m, network_rx_bytes_per_s,
-    network_tx_bytes_per_s, disks: [{path, role, free_bytes, total_bytes}]}, nvml: {available,
+    network_tx_bytes_per_s, disks: [{path, role, free_bytes, total_bytes, fill_rate_bytes_per_s
+    (the slope of its free bytes over the last 10 min, negative while it empties; null before 3
+    readings), full_in_s (at that rate; null when it does not fill), jobs: [running job ids
+    writing there], read_at}]}, nvml: {available,
     reason, driver_version}, gpus: [{index, name, uuid, pci_bus_id, utilization_percent,
     memory_utilization_percent, memory_used_bytes, memory_total_bytes, temperature_c,
     memory_temperature_c, power_w, power_limit_w, sm_clock_mhz, sm_clock_max_mhz,
@@ -140,7 +143,9 @@ def telemetry_configure(call):
     {setting: value}}, merged over what is set; rules: gpu_idle, memory_full, temperature
     {enabled, threshold, duration_s}: utilisation % below which a GPU held by a running job is
     idle, % of GPU memory used, °C; throttle {enabled, reasons: [word], duration_s}; job_failed
-    {enabled}), `checkpoint_dirs` (list of paths). Reply: `{alerts, checkpoint_dirs}` in force."""
+    {enabled}; disk_filling {enabled, horizon_s (told when a disk a running job writes to is
+    full within this or the jobs' remaining ETA, whichever is later; 3600), low_percent (told
+    again under this much free; 2), window_s (the fill rate's window; 600)}), `checkpoint_dirs` (list of paths). Reply: `{alerts, checkpoint_dirs}` in force."""
     service = sampler(call)
     try:
         return service.configure(alerts=call.param("alerts", dict), checkpoint_dirs=call.param("checkpoint_dirs", list))

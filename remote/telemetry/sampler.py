@@ -36,6 +36,8 @@ DOWNLOAD_DIRS_REFRESH_S = 60.0
 SETTINGS_FILE = "settings.json"
 SOURCE_KEY = "host"  # the one source: this host and its GPUs
 HOST_LABELS = {"device": "host"}  # host series beside the GPUs' {"gpu": index} under one source name
+RUNNING_MAX = 100  # running jobs whose directories' disks are followed
+LIVE = ("running", "starting")
 NODES_SERVICE = "nodes"  # the service that samples a cluster job's nodes, when the daemon runs one
 
 
@@ -104,6 +106,7 @@ class TelemetrySampler(Feed):
         self._download_dirs = []
         self._download_dirs_at = None
         self._job_seq = None
+        self._running = {}  # running job id -> [(role, path)] of the directories it writes to
 
     # -- the service
 
@@ -113,6 +116,8 @@ class TelemetrySampler(Feed):
         self._open_nvml()
         job_topic = self.daemon.topics.get("jobs")
         self._job_seq = job_topic.last_seq if job_topic is not None else None
+        for job in self.jobs.list():
+            self._follow_job(job)
         for alert in self.rules.missed_job_failures(self.jobs.list(), time.time()):
             self._raise(alert)
 
@@ -163,7 +168,8 @@ class TelemetrySampler(Feed):
     # -- one sample
 
     def take_sample(self, now, now_monotonic):
-        host = rounded(self.host.read(now_monotonic, self._disk_paths(now_monotonic)))
+        self.host.fill_window_s = float(self.settings["alerts"]["disk_filling"]["window_s"]) or 1.0
+        host = rounded(self.host.read(now_monotonic, self._disk_paths(now_monotonic), now))
         gpus, held = [], []
         nvml = self._nvml
         if nvml is not None:
@@ -200,8 +206,9 @@ class TelemetrySampler(Feed):
         logging.getLogger("specdeck.telemetry").info("NVML %s: %d GPUs", session.driver_version, len(session.gpus))
 
     def _disk_paths(self, now_monotonic):
-        """(role, path) of the directories whose free space matters: the state directory, where
-        downloads go, and the checkpoint directories named in the settings."""
+        """(role, path[, job id]) of the directories whose free space matters: the state
+        directory, where downloads go, the checkpoint directories named in the settings, and
+        each running job's save directory, download directory and working directory."""
         if self._download_dirs_at is None or now_monotonic - self._download_dirs_at >= DOWNLOAD_DIRS_REFRESH_S:
             dirs = []
             for job in self.jobs.list(kind="download"):
@@ -210,7 +217,20 @@ class TelemetrySampler(Feed):
                     dirs.append(local_dir)
             self._download_dirs, self._download_dirs_at = dirs, now_monotonic
         return ([("state", paths.state_dir())] + [("downloads", d) for d in self._download_dirs]
-                + [("checkpoints", d) for d in self.settings["checkpoint_dirs"]])
+                + [("checkpoints", d) for d in self.settings["checkpoint_dirs"]]
+                + [(role, path, job_id) for job_id, written in self._running.items() for role, path in written])
+
+    def _follow_job(self, job):
+        """Keep (or drop) a job's directories as written to while it runs, from its record."""
+        if job.get("process_state") not in LIVE:
+            self._running.pop(job.get("id"), None)
+            return
+        if job["id"] not in self._running and len(self._running) >= RUNNING_MAX:
+            return
+        meta = job.get("meta") or {}
+        written = [(role, path) for role, path in (("checkpoints", meta.get("save_dir")), ("downloads", meta.get("local_dir")),
+                                                   ("jobs", job.get("cwd"))) if isinstance(path, str) and path]
+        self._running[job["id"]] = written
 
     # -- alerts
 
@@ -221,6 +241,10 @@ class TelemetrySampler(Feed):
         records, self._job_seq, _ = topic.after(self._job_seq)
         alerts = []
         for record in records:
+            if record.get("event") == "removed":
+                self._running.pop(record.get("id"), None)
+            elif record.get("job"):
+                self._follow_job(record["job"])
             if record.get("event") == "ended":
                 alert = self.rules.check_job(record["job"], now)
                 if alert is not None:

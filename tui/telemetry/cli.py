@@ -110,7 +110,8 @@ def format_host(host, nvml):
         shown["network_tx"])]
     for disk in host.get("disks") or ():
         figures = model.disk_figures(disk)
-        lines.append("disk  %-12s %s free of %s  %s" % (figures["role"], figures["free"], figures["total"], figures["path"]))
+        fills = "  filling %s, %s" % (figures["fill"], figures["full"]) if figures["full"] else ""
+        lines.append("disk  %-12s %s free of %s  %s%s" % (figures["role"], figures["free"], figures["total"], figures["path"], fills))
     missing = model.missing_gpus(nvml)
     if missing:
         lines.append("GPUs: none shown (%s)" % missing)

@@ -53,9 +53,10 @@ def host_line(host, nvml, node=None):
     parts = ["cpu %s" % shown["cpu"], "mem %s/%s GiB" % (shown["memory_used"], shown["memory_total"]), "load %s" % shown["load"]]
     if node is not None:
         parts.insert(0, "%s:" % node)
-    for disk in (host.get("disks") or ())[:2]:
+    for disk in model.disks_shown(host.get("disks"), 2):
         figures = model.disk_figures(disk)
-        parts.append("%s %s free" % (figures["role"].split(",")[0], figures["free"].split(" (")[0]))
+        parts.append("%s %s free%s" % (figures["role"].split(",")[0], figures["free"].split(" (")[0],
+                                       ", %s" % figures["full"] if figures["full"] else ""))
     line = Text("  ".join(parts))
     missing = model.missing_gpus(nvml)
     if missing:
