@@ -7,7 +7,7 @@ import json
 
 from remote.serving import advice
 from tests.conftest import run_cli
-from tests.test_serving_advisor_lines import sweep
+from tests.helpers.sweeps import known_sweep as sweep
 from tui.fleet import model as fleet_model
 from tui.serving import advisor
 
