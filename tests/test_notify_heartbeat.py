@@ -5,7 +5,11 @@ path makes it one, as a self-hosted Healthchecks is), none once the daemon is SI
 again once a new connection starts the daemon, and none after `--remove`.
 
 The product's floor is 5 s; these tests lower it through SPECDECK_HEARTBEAT_MIN_S (read by the
-daemon they start) so that a few periods take a few seconds."""
+daemon they start) so that a few periods take a few seconds.
+
+The console's side: with several hosts open, one that stays unreachable (a connect that is
+refused) for the app's threshold (120 s; shortened here through its constructor) is a desktop
+alert of the console's own, once, and its return another."""
 
 import base64
 import json
@@ -15,10 +19,13 @@ import stat
 import time
 
 import pytest
+from textual.drivers.headless_driver import HeadlessDriver
 
 from remote.notify import heartbeat
 from tests.conftest import daemon_pid, run_cli
-from tests.helpers.waits import wait_for
+from tests.helpers.fleet import LocalFleet
+from tests.helpers.waits import wait_for, wait_until
+from tui.app import UNREACHABLE_AFTER_S, SpecdeckApp
 from tests.notify_receiver import Receiver
 
 PERIOD_S = 1.0
@@ -131,3 +138,29 @@ def test_pings_at_the_period_fail_while_a_failure_is_open_stop_with_the_daemon_a
     wait_for(silent_for(receiver, 2 * PERIOD_S), message="no ping for two periods after --remove")
     assert "heartbeat" not in run_cli("notify", "local", home=laptop, check=0).stdout
     assert "h1" not in store.read_text()
+
+
+async def test_a_host_of_the_fleet_unreachable_for_the_threshold_is_a_desktop_alert_and_its_return_another(tmp_path, monkeypatch):
+    monkeypatch.setenv("TERM_PROGRAM", "WezTerm")
+    monkeypatch.delenv("SPECDECK_DESKTOP_NOTIFY", raising=False)
+    assert UNREACHABLE_AFTER_S == 120.0 and SpecdeckApp(hosts=["a", "b"]).unreachable_after_s == 120.0
+    fleet = LocalFleet(tmp_path, ["alpha", "gamma"])
+    fleet.down.add("gamma")
+    written = []  # what the app writes to the terminal, from its start
+    monkeypatch.setattr(HeadlessDriver, "write", lambda driver, data: written.append(data))
+    app = SpecdeckApp(hosts=["alpha", "gamma"], connect=fleet.connect, unreachable_after_s=1.0)
+    try:
+        async with app.run_test(size=(120, 30)) as pilot:
+            away = "\x1b]777;notify;gamma unreachable;gamma has not been reachable for "
+            await wait_until(pilot, lambda: any(w.startswith(away) for w in written), message="gamma's desktop alert")
+            sent = next(w for w in written if w.startswith(away))
+            assert sent.endswith(": cannot connect to gamma port 22: Connection refused\x07")
+            await wait_until(pilot, lambda: app.link_of("alpha").state == "connected", message="alpha connected")
+            assert not any("\x1b]777;notify;alpha" in w for w in written)  # a host that answers is never said away
+            assert any(n.title == "gamma unreachable" and n.severity == "error" for n in app._notifications)
+            fleet.down.discard("gamma")
+            await wait_until(pilot, lambda: "\x1b]777;notify;gamma is back;gamma is reachable again\x07" in written,
+                             timeout_s=30, message="gamma back, said")
+            assert sum(w.startswith(away) for w in written) == 1  # told once while it was away
+    finally:
+        fleet.stop()
