@@ -12,7 +12,6 @@ refused) for the app's threshold (120 s; shortened here through its constructor)
 alert of the console's own, once, and its return another."""
 
 import base64
-import json
 import os
 import signal
 import stat
@@ -25,8 +24,8 @@ from remote.notify import heartbeat
 from tests.conftest import daemon_pid, run_cli
 from tests.helpers.fleet import LocalFleet
 from tests.helpers.waits import wait_for, wait_until
-from tui.app import UNREACHABLE_AFTER_S, SpecdeckApp
 from tests.notify_receiver import Receiver
+from tui.app import UNREACHABLE_AFTER_S, SpecdeckApp
 
 PERIOD_S = 1.0
 CHECK = "/ping/5f2c0b9e-7d3a-4c1e-9b8f-2a6d4e1c0f37"
