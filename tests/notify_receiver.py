@@ -1,5 +1,5 @@
 """A real HTTP receiver on loopback for the notification tests and benchmark: it keeps every
-request (path, headers, body), answers 200, 500 (with any reason phrase), never or a byte every
+request (path, headers, body; a GET's body is empty, its `method` GET), answers 200, 500 (with any reason phrase), never or a byte every
 0.5 s (`mode`), and can go down and come back up on the same port."""
 
 import json
@@ -30,7 +30,7 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with receiver.changed:
-                    receiver.requests.append({"path": self.path, "headers": dict(self.headers), "body": body, "at": time.time()})
+                    receiver.requests.append({"method": self.command, "path": self.path, "headers": dict(self.headers), "body": body, "at": time.time()})
                     receiver.changed.notify_all()
                 if receiver.mode == "hang":
                     receiver.release.wait(120)
@@ -48,6 +48,9 @@ class Receiver:
                 self.send_header("Content-Length", "2")
                 self.end_headers()
                 self.wfile.write(b"ok")
+
+            def do_GET(self):  # a heartbeat's ping: kept like a POST (no Content-Length: an empty body)
+                self.do_POST()
 
             def log_message(self, *args):
                 pass

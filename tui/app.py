@@ -11,7 +11,8 @@ the number keys, the tabs and the help screen. The app holds the one subscriptio
 pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
 each other. Panes read `app.client` (the shown host's, None until connected) and do their
 own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
-host's name.
+host's name, and with several hosts one that stays unreachable for UNREACHABLE_AFTER_S is a
+desktop alert of the console's own (its daemon cannot say it is gone), and its return another.
 """
 
 import os
@@ -51,9 +52,20 @@ from .widgets.key_bar import KeyBar
 
 PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane, TrainingPane)  # in key order: 1, 2, 3, ...
 PANES_GROUP = Binding.Group("panes", compact=True)
+UNREACHABLE_AFTER_S = 120.0  # a host of a fleet away this long is a desktop alert
 # Where `[`/`]` switch hosts: the panes that step their own list with them keep them.
 HOST_KEYS_WHERE = ("show the %s host in the other panes (in Jobs, GPUs, Downloads, Tensors and the Fleet pane; "
                    "in Speculation and Training [ ] step servers and runs, in a log's search its matches)")
+
+
+def _span(seconds):
+    """`40 s`, `2 min`, `1 h 05 min`: how long a host has been away."""
+    seconds = int(seconds)
+    if seconds < 60:
+        return "%d s" % seconds
+    if seconds < 3600:
+        return "%d min" % (seconds // 60)
+    return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
 
 
 def pane_id(pane_class):
@@ -86,11 +98,14 @@ class SpecdeckApp(PaneHost):
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
     ]
 
-    def __init__(self, host="local", python="python3", accept_new=False, hosts=None, connect=None, **kwargs):
+    def __init__(self, host="local", python="python3", accept_new=False, hosts=None, connect=None,
+                 unreachable_after_s=UNREACHABLE_AFTER_S, **kwargs):
         """`hosts`: the hosts as typed (default: `host` alone); `python`: the agent's interpreter,
         or a function of the host giving it; `connect(host, on_state, ask_host_key)`: how a
-        host's started client is made (default: over SSH, or the local agent)."""
+        host's started client is made (default: over SSH, or the local agent);
+        `unreachable_after_s`: how long a host of several stays unreachable before the desktop is told."""
         super().__init__(**kwargs)
+        self.unreachable_after_s = unreachable_after_s
         if "TEXTUAL_ANIMATIONS" not in os.environ:
             # A tab's sliding underline redrew the screen ~35 times per pane switch, which the
             # next key waited behind; a console watched over SSH has no use for it.
@@ -385,17 +400,35 @@ class SpecdeckApp(PaneHost):
             title = "%s: %s" % (link.name, title)
         if not shown:
             link.unseen_alerts += len(alerts)
+        # GPU alerts of the shown host: the GPU pane says them; every other alert is a toast.
+        self._desktop(title, body, any(a.get("urgent") for a in alerts),
+                      toast=not shown or any("gpu" not in (a.get("categories") or ()) for a in alerts))
+
+    def _desktop(self, title, body, urgent, toast=True):
         text = sequence(title, body, kind_for())
         if text and self._driver is not None:
             self._driver.write(text)  # between frames, through the driver's own writer
-        # GPU alerts of the shown host: the GPU pane says them; every other alert is a toast.
-        if not shown or any("gpu" not in (a.get("categories") or ()) for a in alerts):
-            self.notify(body, title=title, severity="error" if any(a.get("urgent") for a in alerts) else "information",
-                        timeout=20, markup=False)
+        if toast:
+            self.notify(body, title=title, severity="error" if urgent else "information", timeout=20, markup=False)
+
+    def _tell_unreachable(self):
+        """A host of several away for unreachable_after_s: told once, on the desktop and in a toast
+        (the host's daemon cannot tell it); and once more when it is back."""
+        for link in self.links:
+            away_s = link.away_for_s()
+            if not link.away_alerted and away_s >= self.unreachable_after_s:
+                link.away_alerted = True
+                error = (link.detail or {}).get("error")
+                self._desktop("%s unreachable" % link.name, "%s has not been reachable for %s%s" % (
+                    link.name, _span(away_s), ": %s" % error if error else ""), urgent=True)
+            elif link.away_alerted and link.state == "connected":
+                link.away_alerted = False
+                self._desktop("%s is back" % link.name, "%s is reachable again" % link.name, urgent=False)
 
     def _show_rtt(self):
         self.header.rtt_s = self.current.rtt_s
         if self.fleet:
+            self._tell_unreachable()
             states = [link.state for link in self.links]
             parts = ["host %d of %d" % (self.links.index(self.current) + 1, len(self.links))]
             parts += ["%d %s" % (states.count(state), state) for state in ("failed", "reconnecting", "connecting") if state in states]

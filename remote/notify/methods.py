@@ -10,11 +10,12 @@ from ..core.streams import TopicSource
 from ..core.wire import method
 from .channels import CATEGORIES, public, quiet_until
 from .evaluate import make_alert
-from . import send
+from . import heartbeat, send
+from .heartbeat import HeartbeatService
 from .service import NotifyService
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
-SERVICES = (NotifyService,)
+SERVICES = (NotifyService, HeartbeatService)
 RETRY_WAIT_S = send.TRY_DEADLINE_S + 2.0  # notify.retry answers once its tries are done, or after this
 
 
@@ -57,13 +58,57 @@ def notify_add(call):
 
 @method("notify.list")
 def notify_list(call):
-    """The channels and how each is doing. Params: none. Reply: `{channels: [{id, format, url
-    (masked) or argv, on, quiet, created_at, status: {state: new|ok|retrying|failing, failures,
-    last_error, last_error_at, last_ok_at, next_try_at, pending, sent, expired, requests}}],
+    """The channels and how each is doing, and the heartbeats. Params: none. Reply: `{channels:
+    [{id, format, url (masked) or argv, on, quiet, created_at, status: {state:
+    new|ok|retrying|failing, failures, last_error, last_error_at, last_ok_at, next_try_at,
+    pending, sent, expired, requests}}], heartbeats: [heartbeat] (as notify.heartbeat's),
     recent: [alert] (the newest 20 raised, as notify.follow sends them), categories}`."""
     found = service(call)
-    return {"channels": [_shown(found, c) for c in found.store.list()], "recent": found.queue.recent(20),
-            "categories": list(CATEGORIES)}
+    return {"channels": [_shown(found, c) for c in found.store.list()], "heartbeats": _heartbeats(call),
+            "recent": found.queue.recent(20), "categories": list(CATEGORIES)}
+
+
+def _pinger(call):
+    return call.service(HeartbeatService.name)
+
+
+def _heartbeats(call):
+    pinger = _pinger(call)
+    return [heartbeat.public(h, pinger.state(h["id"])) for h in pinger.store.list()]
+
+
+@method("notify.heartbeat")
+def notify_heartbeat(call):
+    """Ping a URL (a GET) every period, so the service that receives the pings (healthchecks.io,
+    Uptime Kuma push, Better Stack heartbeats) raises its own alarm when they stop; while an alert
+    of category failed or stalled is open a Healthchecks URL (hc-ping.com, healthchecks.io, or a
+    `/ping/<uuid>` path) gets `URL/fail` instead. Kept across daemon restarts. Params: `url`
+    (http(s); `user:pass@` as basic auth; kept in a file only this user can read, never shown
+    whole), `every` (seconds, or a duration such as `5m`; at least 5 s; default 5 min). Reply:
+    `{heartbeat: {id, url (masked), every_s, created_at, healthchecks, last_at, last_error (null:
+    answered 2xx), last_fail (the last ping was URL/fail), next_at, pings, failures}}`; the first
+    ping goes at once."""
+    pinger = _pinger(call)
+    every = call.params.get("every")
+    if every is not None and (isinstance(every, bool) or not isinstance(every, (int, float, str))):
+        raise BadRequest("every is seconds or a duration such as 5m")
+    try:
+        added = pinger.store.add(call.param("url", str, required=True), every)
+    except ValueError as exc:
+        raise BadRequest(str(exc))
+    call.daemon.services.wake(HeartbeatService.name)
+    return {"heartbeat": heartbeat.public(added, pinger.state(added["id"]))}
+
+
+@method("notify.heartbeat_remove")
+def notify_heartbeat_remove(call):
+    """End a heartbeat: no more pings. Params: `id`. Reply: `{removed: id}`."""
+    pinger = _pinger(call)
+    heartbeat_id = call.param("id", str, required=True)
+    if not pinger.store.remove(heartbeat_id):
+        raise NotFound("no heartbeat %s (notify.list lists them)" % heartbeat_id)
+    pinger.forget(heartbeat_id)
+    return {"removed": heartbeat_id}
 
 
 @method("notify.update")

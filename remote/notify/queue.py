@@ -196,3 +196,12 @@ class AlertQueue:
     def is_watched(self, job_id):
         with self._lock:
             return self._conn.execute("SELECT 1 FROM watched WHERE job = ?", (job_id,)).fetchone() is not None
+
+    # -- what a heartbeat tells
+
+    def raised_since(self, since):
+        """The alerts raised at or after `since`, oldest first, and the keys of those since (a
+        follow-up names what it follows: `KEY:resumed`)."""
+        with self._lock:
+            rows = self._conn.execute("SELECT key, body FROM alerts WHERE raised_at >= ? ORDER BY raised_at", (since,)).fetchall()
+        return [json.loads(body) for _, body in rows], {key for key, _ in rows}

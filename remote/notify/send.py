@@ -1,5 +1,5 @@
 """One try at delivering to a channel, bounded in time: an HTTP POST (urllib) or a command
-(subprocess, the alert as JSON on stdin). The error it returns never holds the channel's URL:
+(subprocess, the alert as JSON on stdin); and a heartbeat's GET, bounded the same way. The error it returns never holds the channel's URL:
 it is shown in the console and may be logged, and the URL is a secret."""
 
 import base64
@@ -74,15 +74,21 @@ def split_userinfo(url):
 def _post(channel, alerts, host):
     """One POST, its whole try (connect, headers, answer) bounded by TRY_DEADLINE_S: a receiver
     that trickles its answer a byte at a time is a failed try, never a delivery."""
+    return within_deadline(lambda: _post_once(channel, alerts, host), channel)
+
+
+def within_deadline(attempt, channel):
+    """`attempt()` (None or the reason it failed) on a thread of its own, its whole try bounded by
+    TRY_DEADLINE_S; an exception is its reason, scrubbed of the channel's URL."""
     outcome = []
 
-    def attempt():
+    def run():
         try:
-            outcome.append(_post_once(channel, alerts, host))
+            outcome.append(attempt())
         except Exception as exc:
             outcome.append(scrub("%s: %s" % (type(exc).__name__, exc), channel))
 
-    worker = threading.Thread(target=attempt, daemon=True)
+    worker = threading.Thread(target=run, daemon=True)
     worker.start()
     worker.join(TRY_DEADLINE_S)
     if not outcome:
@@ -90,12 +96,26 @@ def _post(channel, alerts, host):
     return outcome[0]
 
 
+def get(url):
+    """One GET of `url` (a heartbeat's ping; `user:pass@` as basic auth), bounded like a POST:
+    None when answered 2xx, else the one-line reason, never naming the URL."""
+    channel = {"url": url}
+    return within_deadline(lambda: _request(channel, urllib.request.Request(split_userinfo(url)[0], method="GET",
+                                                                            headers=_auth({}, url))), channel)
+
+
+def _auth(headers, url):
+    authorization = split_userinfo(url)[1]
+    return dict(headers, Authorization=authorization) if authorization else headers
+
+
 def _post_once(channel, alerts, host):
     body, headers = request_for(channel, alerts, host)
-    url, authorization = split_userinfo(channel["url"])
-    if authorization:
-        headers = dict(headers, Authorization=authorization)
-    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    url = split_userinfo(channel["url"])[0]
+    return _request(channel, urllib.request.Request(url, data=body, headers=_auth(headers, channel["url"]), method="POST"))
+
+
+def _request(channel, request):
     began = time.monotonic()
     try:
         with _opener.open(request, timeout=TRY_TIMEOUT_S) as reply:

@@ -27,7 +27,10 @@ SUMMARY_TIMEOUT_S = 10.0
 class HostLink:
     """One host: `name` as the user typed it, `state` (connecting, connected, reconnecting,
     failed), `detail` (the client's: error, next try), `client` once connected, `summary` (the
-    host's last `fleet.summary`, with `summary_at`, a monotonic time), `unseen_alerts`."""
+    host's last `fleet.summary`, with `summary_at`, a monotonic time), `unseen_alerts`,
+    `away_since` (a monotonic time: since its first failed try, or its link dropped; None while
+    it is connected or before its first try ended) and `away_alerted` (the console said it was
+    away this time)."""
 
     def __init__(self, name, connect, post, retry=False, poll=True):
         """`connect(on_state)` returns a started AgentClient or raises ConnectError (see
@@ -51,6 +54,8 @@ class HostLink:
         self.summary_error = None
         self.unseen_alerts = 0
         self.alerts_followed = None  # the client whose alerts are followed
+        self.away_since = None
+        self.away_alerted = False
         self._closed = threading.Event()
         self._generation = 0
 
@@ -88,6 +93,7 @@ class HostLink:
         self.client = client
         self.hello = client.hello or {}
         self.state, self.detail = "connected", {}
+        self.away_since = None
         self._post(ClientReady(self.hello.get("hostname", ""), self.hello.get("user", ""), host=self.name))
         if self.poll:
             self._poll(client)
@@ -99,6 +105,10 @@ class HostLink:
         if state == "connected" and self.client is None:
             return  # the first link, before connect() returned: ClientReady says it, with the client in place
         self.state, self.detail = state, dict(detail)
+        if state == "connected":
+            self.away_since = None
+        elif state in ("reconnecting", "failed") and self.away_since is None:
+            self.away_since = time.monotonic()
         self._post(ConnectionChanged(state, dict(detail), host=self.name))
 
     def reconnect(self):
@@ -114,6 +124,11 @@ class HostLink:
         client, self.client = self.client, None
         if client is not None:
             client.close()
+
+    def away_for_s(self, now=None):
+        """How long it has been unreachable (0 while connected, or while its first try goes on)."""
+        since = self.away_since
+        return 0.0 if since is None or self.state == "connected" else (time.monotonic() if now is None else now) - since
 
     @property
     def rtt_s(self):

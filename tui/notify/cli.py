@@ -6,14 +6,17 @@ a command such as mail).
   specdeck notify HOST --add URL [--format F] [--on KINDS] [--quiet 22:00-07:00]
   specdeck notify HOST --command [--on KINDS] -- ARGV   the alert as JSON on ARGV's stdin
   specdeck notify HOST --change ID [--on KINDS] [--quiet HH:MM-HH:MM|off]
-  specdeck notify HOST --remove ID
+  specdeck notify HOST --heartbeat URL [--every 5m]   ping URL (a GET) every period: healthchecks.io,
+                                                      Uptime Kuma push or Better Stack see a host gone silent
+  specdeck notify HOST --remove ID                      a channel (c1) or a heartbeat (h1)
   specdeck notify HOST --test [ID]                      send a test alert now: delivered or why not
   specdeck notify HOST --retry [ID]                     try what waits now, not at the next backoff
   specdeck notify HOST --send MESSAGE [--urgent]        an alert of your own, through the channels
 """
 
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
-from .model import channel_line, format_channels
+from ..telemetry.cli import parse_duration
+from .model import channel_line, format_channels, format_heartbeats, heartbeat_line
 
 FORMATS = ("ntfy", "slack", "discord", "json")
 
@@ -28,7 +31,9 @@ def add_commands(commands):
     action.add_argument("--add", metavar="URL", help="add a channel: an ntfy topic URL or a Slack, Mattermost, Discord or JSON webhook")
     action.add_argument("--command", action="store_true", help="add a channel that runs ARGV (after --) with the alert as JSON on stdin")
     action.add_argument("--list", action="store_true", help="list the channels (the default)")
-    action.add_argument("--remove", metavar="ID", help="remove a channel")
+    action.add_argument("--remove", metavar="ID", help="remove a channel (c1) or end a heartbeat (h1)")
+    action.add_argument("--heartbeat", metavar="URL", help="the host's daemon pings URL every --every (a GET; URL/fail on a "
+                        "Healthchecks URL while a failure or stall is open), so that service tells when the host goes silent")
     action.add_argument("--change", metavar="ID", help="change a channel's --on or --quiet")
     action.add_argument("--test", metavar="ID", nargs="?", const="", help="send a test alert now (to ID, default every channel)")
     action.add_argument("--retry", metavar="ID", nargs="?", const="", help="try the alerts waiting for ID (default all) now")
@@ -36,6 +41,7 @@ def add_commands(commands):
     p.add_argument("--format", choices=FORMATS, help="what the URL speaks (default: guessed from it; json when unsure)")
     p.add_argument("--on", metavar="KINDS", help="which alerts: failed,gpu,speculation,training,downloads,stalled,disks or all (default all)")
     p.add_argument("--quiet", metavar="HH:MM-HH:MM", help="quiet hours, the host's local time: only failures are sent then (off: none)")
+    p.add_argument("--every", metavar="DURATION", help="with --heartbeat: the period, 5s or more, e.g. 30s, 5m (default 5m)")
     p.add_argument("--urgent", action="store_true", help="with --send: send it in quiet hours too")
 
 
@@ -43,7 +49,17 @@ def cmd_notify(args):
     args.argv = list(args.argv) + list(getattr(args, "after_dashes", None) or [])  # main() splits at --
     if args.argv and not args.command:
         raise CommandError("a command after -- goes with --command")
+    if args.every is not None and not args.heartbeat:
+        raise CommandError("--every goes with --heartbeat URL")
+    every = parse_duration(args.every) if args.every is not None else None
     client = connect(args, args.host)
+    if args.heartbeat:
+        params = {"url": args.heartbeat}
+        if every is not None:
+            params["every"] = every
+        added = client.call("notify.heartbeat", params)["heartbeat"]
+        emit(args, added, lambda: "added %s" % heartbeat_line(added))
+        return 0
     if args.add or args.command:
         if args.command and not args.argv:
             raise CommandError("--command needs the command after --, e.g. specdeck notify HOST --command -- mail -s specdeck me@example.org")
@@ -60,7 +76,8 @@ def cmd_notify(args):
         emit(args, channel["channel"], lambda: channel_line(channel["channel"]))
         return 0
     if args.remove:
-        reply = client.call("notify.remove", {"id": args.remove})
+        method = "notify.heartbeat_remove" if args.remove.startswith("h") else "notify.remove"
+        reply = client.call(method, {"id": args.remove})
         emit(args, reply, "removed %s" % reply["removed"])
         return 0
     if args.test is not None:
@@ -80,6 +97,12 @@ def cmd_notify(args):
         emit(args, reply, "queued %s" % reply["alert"]["id"] if reply["queued"] else "already sent: %s" % reply["alert"]["id"])
         return 0
     reply = client.call("notify.list")
-    emit(args, reply, lambda: format_channels(reply["channels"]) if reply["channels"] else
-         "no channels on %s: alerts reach a console only (add one: specdeck notify %s --add URL)" % (args.host, args.host))
+    emit(args, reply, lambda: _listing(args.host, reply))
     return 0
+
+
+def _listing(host, reply):
+    text = format_channels(reply["channels"]) if reply["channels"] else (
+        "no channels on %s: alerts reach a console only (add one: specdeck notify %s --add URL)" % (host, host))
+    heartbeats = reply.get("heartbeats") or []
+    return text + ("\n" + format_heartbeats(heartbeats) if heartbeats else "")

@@ -54,3 +54,41 @@ def status_text(status):
 def format_channels(channels):
     """Each channel's line, and under it how it is doing."""
     return "\n".join("%s\n    %s" % (channel_line(c), status_text(c.get("status") or {})) for c in channels)
+
+
+def every_text(seconds):
+    """`5 s`, `30 s`, `5 min`, `1 h 30 min`: a heartbeat's period."""
+    seconds = int(round(seconds or 0))
+    if seconds < 60 or seconds % 60:
+        return "%d s" % seconds
+    if seconds < 3600:
+        return "%d min" % (seconds // 60)
+    return "%d h" % (seconds // 3600) + (" %d min" % (seconds % 3600 // 60) if seconds % 3600 else "")
+
+
+def heartbeat_line(heartbeat):
+    """`h1  heartbeat  https://hc-ping.com/…  every 5 min`."""
+    line = "%s  heartbeat  %s  every %s" % (display.safe_text(heartbeat["id"]), display.safe_text(heartbeat.get("url") or "?"),
+                                            every_text(heartbeat.get("every_s")))
+    return line + ("  (healthchecks: /fail while a failure or stall is open)" if heartbeat.get("healthchecks") else "")
+
+
+def heartbeat_status(heartbeat):
+    """`last ping 02:10 ok, next 02:15` or `last ping 02:10 failed: HTTP 404 (3 of 40), next 02:15`."""
+    if not heartbeat.get("last_at"):
+        text = "no ping yet"
+    else:
+        text = "last ping %s " % display.format_time(heartbeat["last_at"])
+        result = "ok, sent to /fail (a failure or stall is open)" if heartbeat.get("last_fail") else "ok"
+        if heartbeat.get("last_error"):
+            result = "failed: %s" % heartbeat["last_error"]
+        text += result
+        if heartbeat.get("failures"):
+            text += " (%d of %d failed)" % (heartbeat["failures"], heartbeat.get("pings") or 0)
+    if heartbeat.get("next_at"):
+        text += ", next %s" % display.format_time(heartbeat["next_at"])
+    return display.safe_text(text)
+
+
+def format_heartbeats(heartbeats):
+    return "\n".join("%s\n    %s" % (heartbeat_line(h), heartbeat_status(h)) for h in heartbeats)
