@@ -169,16 +169,18 @@ def test_a_hub_name_that_leaves_the_local_dir_is_refused_and_nothing_is_written(
     assert not (target / "config.json").exists()
 
 
-def test_a_symlink_in_the_local_dir_pointing_out_is_not_written_through(agent_home, hub, tmp_path, config_env):
+@pytest.mark.parametrize("planted, named", [("sub", "'sub/x'"), (".cache", "'config.json'")])
+def test_a_symlink_in_the_local_dir_pointing_out_is_not_written_through(agent_home, hub, tmp_path, config_env, planted, named):
+    # A link where a file goes, or where its partial file and record go first (.cache/huggingface).
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     target = tmp_path / "weights"
     target.mkdir()
-    (target / "sub").symlink_to(elsewhere)
+    (target / planted).symlink_to(elsewhere)
     hub.add_repo("team/evil", {"config.json": b"{}", "sub/x": b"the hub's bytes"})
     result = run_cli("download", "local", "team/evil", "--local-dir", target, "--endpoint", hub.url, "--wait",
                      env=config_env)
     assert result.returncode != 0, result.stdout
-    assert "'sub/x'" in result.stderr, result.stderr
+    assert named in result.stderr, result.stderr
     assert list(elsewhere.iterdir()) == []
     assert not (target / "config.json").exists()

@@ -35,8 +35,12 @@ class LocalPaths:
         if why is None:
             top = os.path.realpath(local_dir)
             inside = os.path.realpath(os.path.join(local_dir, *path.split("/")))
+            record = os.path.realpath(os.path.join(local_dir, ".cache", "huggingface", "download", *path.split("/")))
             if os.path.commonpath([top, inside]) != top or inside == top:
                 why = "it resolves outside the local directory (through a symlink)"
+            elif os.path.commonpath([top, record]) != top:
+                # Its partial file, lock and record go there first: a planted .cache link would take them out.
+                why = "its download record under .cache/huggingface resolves outside the local directory (through a symlink)"
         if why:
             raise PlanError("BadRequest", "refusing the file name %s: %s; nothing was written" % (ascii(path), why))
         parts = path.split("/")
