@@ -5,6 +5,8 @@ job that owns it. The pane lays them out in 80 columns, the command in a table; 
 
 import time
 
+from remote.notify.evaluate import minutes  # the host alerts' words for a span, in the pane too
+
 from .. import display
 
 # Reasons NVML reports on a healthy GPU: idle, clocks the application set, the power cap it
@@ -63,18 +65,6 @@ def host_figures(host):
     }
 
 
-def span(seconds):
-    """`40 s`, `12 min`, `7 h 12 min`, `2 d 3 h`."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return "%d s" % seconds
-    if seconds < 3600:
-        return "%d min" % (seconds // 60)
-    if seconds < 86400:
-        return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
-    return "%d d %d h" % (seconds // 86400, seconds % 86400 // 3600)
-
-
 def disk_figures(disk):
     """{key: text} of one of the host's file systems (`state, downloads` when one holds both):
     with `fill` (`+1.2 MB/s`, empty when it does not fill) and `full` (`full in 40 min (03:40)`,
@@ -83,7 +73,7 @@ def disk_figures(disk):
     full = ""
     if isinstance(full_in, (int, float)) and not isinstance(full_in, bool):
         at = (disk.get("read_at") or 0) + full_in
-        full = "full in %s" % span(full_in) + (" (%s)" % time.strftime("%H:%M", time.localtime(at)) if disk.get("read_at") else "")
+        full = "full in %s" % minutes(full_in) + (" (%s)" % time.strftime("%H:%M", time.localtime(at)) if disk.get("read_at") else "")
     return {"role": disk["role"], "free": display.format_bytes(disk["free_bytes"]), "total": display.format_bytes(disk["total_bytes"]),
             "path": disk.get("path") or "", "fill": "+" + display.format_rate(rate) if isinstance(rate, (int, float)) and rate > 0 else "",
             "full": full}
