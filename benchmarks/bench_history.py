@@ -25,7 +25,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from remote.core.history import HistoryStore
+from remote.history.store import HistoryStore
 from tests.history_fixtures import SimulatedGpus
 
 DAY_S = 86400

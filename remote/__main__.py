@@ -35,7 +35,7 @@ def main(argv):
 
         return run_daemon(foreground="--foreground" in rest)
     if command == "supervise":
-        from .core.supervisor import supervise
+        from .jobs.supervisor import supervise
 
         supervise(rest[0])
         return 0

@@ -1,28 +1,34 @@
-"""The composition root of the host agent: the areas whose wire methods and services the
-daemon runs, in the order the wire reference lists them. The core (remote/core/) imports no
-area; the agent's entry point imports this module, which hands the list to the wire registry."""
+"""The composition root of the host agent: the areas the daemon runs, in the order the wire
+reference lists them, each with the modules whose import registers its wire methods and
+services. The core (remote/core/) imports no area; the agent's entry point imports this
+module, which hands the modules to the wire registry."""
 
 from .core import wire
 
+# area (a package of remote/) -> its modules that register methods and services, in order.
 AREAS = (
-    "remote.core.methods",
-    "remote.core.job_methods",
-    "remote.core.history_methods",
-    "remote.checkpoints.methods",
-    "remote.downloads.methods",
-    "remote.serving.methods",
-    "remote.telemetry.methods",
-    "remote.slurm.nodes",  # a Slurm job's nodes, sampled on the nodes (into telemetry)
-    "remote.training.methods",
-    "remote.notify.methods",
-    "remote.fleet.methods",
-    "remote.slurm.methods",
+    ("core", ("methods",)),  # the daemon's own: ping, services, files
+    ("jobs", ("methods",)),
+    ("history", ("methods",)),
+    ("checkpoints", ("methods",)),
+    ("downloads", ("methods",)),
+    ("serving", ("methods",)),
+    ("telemetry", ("methods",)),
+    ("slurm", ("nodes", "methods")),  # nodes: a Slurm job's nodes sampled on the nodes (into telemetry)
+    ("training", ("methods",)),
+    ("notify", ("methods",)),
+    ("fleet", ("methods",)),
 )
+
+
+def modules():
+    """The module names the wire registry loads, in area order."""
+    return ["remote.%s.%s" % (area, module) for area, names in AREAS for module in names]
 
 
 def install():
     """Give the wire registry this agent's areas (idempotent)."""
-    wire.install_areas(AREAS)
+    wire.install_areas(modules())
     return AREAS
 
 

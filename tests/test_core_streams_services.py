@@ -224,7 +224,7 @@ def test_an_opening_reply_says_where_a_stream_cut_before_its_first_frame_resumes
 def test_a_job_that_fails_at_once_is_announced_as_ended_and_raises_its_alert(agent_home):
     """A job that ends before the job watcher first sees it (a bad argument, exit 2 at once) is
     both submitted and ended on the events stream, so the failure alert fires for it too."""
-    from remote.core.job_streams import _events
+    from remote.jobs.watcher import _events
 
     assert _events(None, {"process_state": "failed"}) == ["submitted", "ended"]
     assert _events(None, {"process_state": "running"}) == ["submitted"]

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.core import containment
+from remote.jobs import containment
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
 from tui.connection import open_client

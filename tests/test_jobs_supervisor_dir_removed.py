@@ -5,7 +5,7 @@ retrying its record for as long as it lives. The real daemon, a real supervisor.
 import json
 import shutil
 
-from remote.core.processes import process_start_ticks
+from remote.jobs.processes import process_start_ticks
 from tests.helpers.waits import wait_for
 
 

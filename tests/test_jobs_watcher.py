@@ -1,4 +1,4 @@
-"""The host's job watcher (remote/core/job_streams.py) under failure, on a real job store and
+"""The host's job watcher (remote/jobs/watcher.py) under failure, on a real job store and
 a real service runner: every job that appears after the baseline is announced on the `jobs`
 topic, even when a scan failed in between and the runner restarted the watcher."""
 
@@ -6,8 +6,8 @@ import os
 import time
 
 from remote.core import services
-from remote.core.job_streams import JobWatcher
-from remote.core.jobs import JobStore
+from remote.jobs.watcher import JobWatcher
+from remote.jobs.store import JobStore
 from remote.core.services import ServiceRunner
 from remote.core.streams import Topic
 from tests.helpers.waits import wait_for

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from remote.core.jobs import JobStore
+from remote.jobs.store import JobStore
 from remote.core.streams import Topic
 from remote.notify.channels import ChannelStore, quiet_until, wants
 from remote.notify.evaluate import Evaluator

@@ -16,7 +16,7 @@ import zipfile
 import pytest
 
 from remote.core.daemon import Daemon
-from remote.core.history import HistoryStore
+from remote.history.store import HistoryStore
 from remote.telemetry import host as host_metrics
 from remote.telemetry.nvml import Nvml
 from remote.telemetry.recording import ReplayNvml, load

@@ -16,7 +16,7 @@ import time
 import pytest
 
 from remote.core import paths
-from remote.core.history import HistoryStore, StoreUnavailable, default_tiers
+from remote.history.store import HistoryStore, StoreUnavailable, default_tiers
 from remote.core.protocol import FrameReader, encode
 from tests.conftest import REPO_ROOT, daemon_pid
 from tests.helpers.waits import wait_for
@@ -145,7 +145,7 @@ def test_a_week_of_a_gpu_stays_within_its_documented_size(tmp_path):
     gpus.run(store, 3 * DAY_S - 6 * 3600, every_s=5, flush_every_s=600, spike=(spike_at, 5, 9999.0))
     gpus.run(store, 6 * 3600, every_s=1, flush_every_s=60)
     week_bytes = os.path.getsize(store.path)
-    assert week_bytes <= 24_900_000  # remote/core/history.py's docstring: 24.9 MB a GPU-week at 1 Hz
+    assert week_bytes <= 24_900_000  # remote/history/store.py's docstring: 24.9 MB a GPU-week at 1 Hz
     status = store.status()
     # The newest 10 s bucket and minute are rolled up once they are over.
     assert [t["points"] for t in status["tiers"]] == [15 * 6 * 3600, 15 * (3 * 8640 - 1), 15 * (7 * 1440 - 1)]

@@ -134,7 +134,7 @@ def checkpoint_coverage(call):
     import uuid
 
     from ..core import paths
-    from ..core.jobs import login_path, resolve_executable
+    from ..jobs.store import login_path, resolve_executable
     from ..serving import bench, location
     from . import coverage
 

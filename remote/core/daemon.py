@@ -3,11 +3,12 @@
 It answers requests from any number of relays (one per console connection), each with a
 few threads of its own so that a slow request (hashing a checkpoint) never holds up a ping
 and a client that floods it or stops reading costs it a bounded amount (connection.py),
-pumps streams (streams.py) and runs its services (services.py: the job watcher, the
-history store, the feeds of remote/core/feeds.py). Its methods are registered by each area's
-module (wire.py), the areas named by the composition root (remote/areas.py). It
-keeps no state of its own that matters: jobs live on disk (see jobs.py) and samples in the
-history store, so killing and restarting the daemon loses nothing committed.
+pumps streams (streams.py) and runs the areas' services (services.py: the jobs area's
+watcher, the history store, the feeds of remote/core/feeds.py). Its methods, services and
+shared stores come from each area's module (wire.py), the areas named by the composition root
+(remote/areas.py); the daemon names none. It keeps no state of its own that matters: jobs live
+on disk (remote/jobs/) and samples in the history store (remote/history/), so killing and
+restarting the daemon loses nothing committed.
 """
 
 import errno
@@ -22,13 +23,9 @@ import time
 
 from .. import AGENT_VERSION, PROTOCOL_VERSION
 from . import buildinfo, capabilities, paths, wire
-from .history import HistoryService
-from .job_streams import JobWatcher
-from .jobs import JobStore
 from .connection import Connection
 from .daemon_log import setup_logging
 from .services import Services
-from .streams import Topic
 
 log = logging.getLogger("specdeck.daemon")
 
@@ -39,9 +36,9 @@ class Daemon:
         self.started_at = time.time()
         self.stopping = threading.Event()
         wire.load_areas()
-        self.jobs = JobStore()
-        self.topics = {"jobs": Topic("jobs")}
+        self.topics = {}
         self.services = Services()
+        wire.attach_areas(self)  # daemon.jobs (the jobs area's store), daemon.history ...
         self.hello = {
             "type": "hello",
             "protocol": PROTOCOL_VERSION,
@@ -55,9 +52,9 @@ class Daemon:
         }
 
     def start_services(self):
-        self.history = self.services.add(HistoryService())  # first: samplers record into it
-        self.services.add(JobWatcher(self.jobs, self.topics["jobs"]))
-        for service_class in wire.area_services():  # feeds: serving, telemetry, training
+        # In area order: the jobs area's watcher, the history store (before the samplers that
+        # record into it), then the feeds of serving, telemetry, training ...
+        for service_class in wire.area_services():
             self.services.add(service_class(self))
 
     def serve_forever(self, listener, socket_path):

@@ -6,12 +6,12 @@ A method is `function(call)`: `call.params` (a dict), `call.connection` (the cli
 connection, for streams) and `call.daemon` (services, the job store, the stream hub).
 """
 
+import contextlib
 import importlib
 import inspect
 import math
 import os
 
-from . import job_engines
 from .protocol import BadRequest, NotFound, RemoteError
 from .regular_files import path_problem
 
@@ -20,6 +20,9 @@ from .regular_files import path_problem
 AREAS = []
 
 METHODS = {}
+
+# Contexts every call is served in, each made from the call's params (an area's `around_calls`).
+CALL_CONTEXTS = []
 
 
 class Call:
@@ -55,7 +58,7 @@ class Call:
         return found
 
     def history(self):
-        """The daemon's history store (remote/core/history.py); NoHistory when it has none."""
+        """The daemon's history store (the history area's, remote/history/); NoHistory when it has none."""
         history = getattr(self.daemon, "history", None)
         if history is None:
             raise NoHistory("this agent's daemon keeps no history store (see the history service's status)")
@@ -82,6 +85,14 @@ def method(name):
     return register
 
 
+def around_calls(context):
+    """Serve every call inside `context(params)` (a context manager): how a parameter that every
+    method takes (the jobs area's `job_engine`) works with no method knowing of it."""
+    if context not in CALL_CONTEXTS:
+        CALL_CONTEXTS.append(context)
+    return context
+
+
 def install_areas(modules):
     """Use `modules` (names) as the areas: their import registers methods, their `SERVICES` run."""
     AREAS[:] = list(modules)
@@ -93,9 +104,18 @@ def load_areas():
     return METHODS
 
 
+def attach_areas(daemon):
+    """Let each area give the daemon what its methods and services share (a module's
+    `attach(daemon)`: the job store, the history store's slot), in area order."""
+    for module in AREAS:
+        attach = getattr(importlib.import_module(module), "attach", None)
+        if attach is not None:
+            attach(daemon)
+
+
 def area_services():
     """The service classes each area asks the daemon to run (a module's `SERVICES`), in area order.
-    Each is made with the daemon as its only argument."""
+    Each is made with the daemon as its only argument (a class, or a function that returns the service)."""
     return [service for module in AREAS for service in getattr(importlib.import_module(module), "SERVICES", ())]
 
 
@@ -119,8 +139,9 @@ def dispatch(daemon, connection, method_name, params):
     function = METHODS.get(method_name)
     if function is None:
         raise RemoteError("UnknownMethod", "the host agent has no method %r" % method_name)
-    # `job_engine` (with `job_engine_options`) is a parameter of every method that starts a job.
-    with job_engines.requested(params.get("job_engine"), params.get("job_engine_options")):
+    with contextlib.ExitStack() as contexts:
+        for context in CALL_CONTEXTS:
+            contexts.enter_context(context(params))
         return function(Call(daemon, connection, params))
 
 

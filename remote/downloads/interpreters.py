@@ -9,7 +9,7 @@ import shutil
 import subprocess
 import threading
 
-from ..core.login_env import login_environment
+from ..jobs.login_env import login_environment
 
 PROBE_TIMEOUT_S = 15.0
 MAX_CANDIDATES = 48

@@ -5,8 +5,8 @@ import os
 import subprocess
 
 from ..core import paths
-from ..core.job_input import stall_after, with_stall_after
-from ..core.login_env import login_environment, login_path, resolve_executable
+from ..jobs.input import stall_after, with_stall_after
+from ..jobs.login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.wire import method, param
 from .interpreters import missing_hub_message, with_huggingface_hub

@@ -31,7 +31,7 @@ import urllib.request
 import uuid
 
 from ..core import paths
-from ..core.jobs import write_json
+from ..jobs.store import write_json
 from . import advice, breakeven, engines, metrics
 
 READY_TIMEOUT_S = 900.0

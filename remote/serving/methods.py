@@ -5,9 +5,10 @@ them live, the break-even line set by hand (kept on the host), and the A/B bench
 import os
 import time
 
-from ..core import feed_wire, job_engines
-from ..core.job_input import stall_after, with_stall_after
-from ..core.jobs import login_path, resolve_executable
+from ..core import feed_wire
+from ..jobs import engines as job_engines
+from ..jobs.input import stall_after, with_stall_after
+from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
 from . import advice, bench, breakeven, engines, location, root_cause

@@ -18,7 +18,7 @@ import shutil
 import subprocess
 import time
 
-from ..core.login_env import login_environment
+from ..jobs.login_env import login_environment
 from ..core.protocol import RemoteError
 
 COMMAND_TIMEOUT_S = 30

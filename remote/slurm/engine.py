@@ -1,4 +1,4 @@
-"""Slurm as a job engine (remote/core/job_engines.py): a job submitted with `engine: slurm`
+"""Slurm as a job engine (remote/jobs/engines.py): a job submitted with `engine: slurm`
 is written as a batch script and handed to `sbatch --parsable`; from then on Slurm is the
 truth about it, and the job stays ours (`j12`, its directory, its log, its events).
 
@@ -24,7 +24,7 @@ import shlex
 import threading
 import time
 
-from ..core import job_engines
+from ..jobs import engines as job_engines
 from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json, write_json
 from . import commands
@@ -172,7 +172,7 @@ class SlurmEngine(job_engines.JobEngine):
         return options
 
     def submit(self, job_dir, spec, environment, options):
-        # What a local job is told (remote/core/supervisor.py), so a job reads the same under Slurm
+        # What a local job is told (remote/jobs/supervisor.py), so a job reads the same under Slurm
         # (sbatch exports the submitting environment to the job).
         env = dict(environment, SPECDECK_JOB_DIR=job_dir, SPECDECK_JOB_ID=spec["id"])
         script = os.path.join(job_dir, "slurm.sh")

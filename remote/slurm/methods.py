@@ -2,7 +2,7 @@
 jobs core so that `jobs.submit` with `engine: slurm` goes through Slurm and the user's other
 Slurm jobs are listed beside ours, and the service that watches them (watcher.py)."""
 
-from ..core import job_engines
+from ..jobs import engines as job_engines
 from ..core.wire import method
 from . import commands
 from .engine import SlurmEngine

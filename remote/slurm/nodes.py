@@ -36,7 +36,7 @@ import time
 
 from ..core import paths
 from ..core.feeds import Feed, FeedSource, SourceError
-from ..core.login_env import login_environment, resolve_executable
+from ..jobs.login_env import login_environment, resolve_executable
 from ..core.protocol import BadRequest
 from ..core.records import read_json
 from ..telemetry.alerts import AlertRules

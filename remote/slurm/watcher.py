@@ -22,7 +22,7 @@ import os
 import shutil
 import time
 
-from ..core import job_engines
+from ..jobs import engines as job_engines
 from ..core.records import read_json
 from ..core.services import Service
 from . import commands

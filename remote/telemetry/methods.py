@@ -8,16 +8,10 @@ from ..core.protocol import BadRequest, RemoteError
 from ..core.streams import TopicSource
 from ..core.wire import method
 from .sampler import HOST_LABELS, TelemetrySampler
-from .sample import GPU_SERIES, GPU_SOURCE, HOST_SERIES, HOST_SOURCE, samples_from_series
+from .sample import GPU_SERIES, HOST_SERIES, samples_from_series
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
 SERVICES = (TelemetrySampler,)
-
-# Before the one name, GPU series were recorded under the source "gpu" and host series under
-# "host" (labels {}): a query reads those too, so the history kept before the rename stays.
-feed_wire.register_former_source(TelemetrySampler.name, GPU_SOURCE, to_former=lambda labels: None if "device" in labels else labels)
-feed_wire.register_former_source(TelemetrySampler.name, HOST_SOURCE, to_former=lambda labels: {} if labels == HOST_LABELS else None,
-                                 from_former=lambda labels: dict(HOST_LABELS))
 
 LATEST_WAIT_S = 5.0
 SAMPLES_MAX = 2000  # per `telemetry.samples` reply: a week at 1 Hz would not fit in a frame

@@ -16,7 +16,7 @@ import os
 import time
 
 from ..core import wire
-from ..core.jobs import login_path, resolve_executable
+from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, RemoteError
 from ..serving import bench, engines
 

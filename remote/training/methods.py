@@ -6,7 +6,7 @@ import re
 import time
 
 from ..core import feed_wire
-from ..core.job_input import check_command, stall_after, with_stall_after
+from ..jobs.input import check_command, stall_after, with_stall_after
 from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
 from ..core.wire import method

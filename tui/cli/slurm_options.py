@@ -1,7 +1,7 @@
 """The `--slurm` options, the same on every command that starts a job (run, train, serve,
 bench): the flags, the host's defaults from `[hosts."x".slurm]` in the config file (a flag wins;
 sbatch arguments add up, the config's first), and the wire parameters that ask the host to run
-the job through Slurm (`job_engine`, `job_engine_options`: see remote/core/job_engines.py)."""
+the job through Slurm (`job_engine`, `job_engine_options`: see remote/jobs/engines.py)."""
 
 from .. import config
 from .common import CommandError

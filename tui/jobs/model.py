@@ -5,7 +5,7 @@ exit, start time), and how it ended, in one line. Every capability whose work ru
 
 import time
 
-from remote.core.job_streams import LIVE_STATES  # the host's: process states of a job that still runs
+from remote.jobs.watcher import LIVE_STATES  # the host's: process states of a job that still runs
 
 from .. import display
 

@@ -6,7 +6,7 @@ so that bad input never reaches the supervisor."""
 import errno
 import os
 
-from .protocol import BadRequest, RemoteError
+from ..core.protocol import BadRequest, RemoteError
 
 
 MAX_STALL_AFTER_S = 10 * 365 * 86400.0

@@ -1,10 +1,24 @@
-"""Wire methods of the history store (history.py): windows of recorded series, what is
+"""Wire methods of the history store (store.py): windows of recorded series, what is
 recorded, and how big the store is. They read through the daemon's history service
-(`daemon.history`), each on a read connection of its own."""
+(`daemon.history`, which this area gives the daemon), each on a read connection of its own;
+while the store is not open they answer Busy (query.py's HistoryUnavailable)."""
 
-from .history_query import HistoryUnavailable
-from .protocol import BadRequest, RemoteError
-from .wire import method
+from ..core.protocol import BadRequest
+from ..core.wire import method
+from .store import HistoryService
+
+
+def attach(daemon):
+    daemon.history = None  # until the service is made: the methods answer NoHistory
+
+
+def history_service(daemon):
+    """The daemon's history store, run first of the samplers' stores (they record into it)."""
+    daemon.history = HistoryService()
+    return daemon.history
+
+
+SERVICES = (history_service,)
 
 # Times a window may name, s since the epoch: from the epoch to the year 5138. Outside that the
 # milliseconds the store keys on do not fit its integers (a start of -1e308 was an InternalError).
@@ -20,13 +34,6 @@ def _time(call, name):
 
 def _store(call):
     return call.history()
-
-
-def _reading(function, *args, **kwargs):
-    try:
-        return function(*args, **kwargs)
-    except HistoryUnavailable as exc:
-        raise RemoteError("Busy", "%s; try again" % exc)
 
 
 @method("history.query")
@@ -47,8 +54,8 @@ def history_query(call):
     labels = call.param("labels", dict)
     if labels and not all(isinstance(v, (str, int, float)) for v in labels.values()):
         raise BadRequest("labels must map names to strings or numbers")
-    series, used_s = _reading(_store(call).query, call.param("source", str, required=True), call.param("name", str, required=True),
-                              labels=labels, start=start, end=end, resolution_s=resolution_s)
+    series, used_s = _store(call).query(call.param("source", str, required=True), call.param("name", str, required=True),
+                                        labels=labels, start=start, end=end, resolution_s=resolution_s)
     return {"series": series, "resolution_s": used_s}
 
 
@@ -57,14 +64,14 @@ def history_series(call):
     """What is recorded. Params: `source` (only that source's series). Reply: `{series: [{source,
     name, labels, first, last, points: {raw, 10s, 1m}}]}`: `first`/`last` the times (s since the
     epoch) of its first and last point, `points` how many the store keeps of it in each tier."""
-    return {"series": _reading(_store(call).series, call.param("source", str))}
+    return {"series": _store(call).series(call.param("source", str))}
 
 
 @method("history.latest")
 def history_latest(call):
     """The last committed value of each series of a source. Params: `source` (required), `name`.
     Reply: `{series: [{name, labels, time, value}]}`."""
-    return {"series": _reading(_store(call).latest, call.param("source", str, required=True), call.param("name", str))}
+    return {"series": _store(call).latest(call.param("source", str, required=True), call.param("name", str))}
 
 
 @method("history.status")
@@ -73,4 +80,4 @@ def history_status(call):
     max_bytes (the cap: above it the oldest buckets are dropped), series, tiers: [{name, bucket_s,
     retention_s, points, rolled_until, kept_from}], buffered_points, dropped_points, recovered
     (null, or {reason, kept_as, at} when a corrupt or locked file was moved aside), time}`."""
-    return _reading(_store(call).status)
+    return _store(call).status()

@@ -8,7 +8,7 @@ number or the new one; the number in it only grows."""
 
 import os
 
-from .records import replace_file
+from ..core.records import replace_file
 
 COUNTER_FILE = ".last-id"
 WIDTH = 20  # digits; a job id is `j` and at most 18 of them

@@ -24,7 +24,7 @@ The core imports no area, so an engine area registers itself here when the compo
 
 import threading
 
-from .protocol import BadRequest, NotFound
+from ..core.protocol import BadRequest, NotFound
 
 _ENGINES = {}
 _requested = threading.local()  # the engine the wire call being served asks for (see `requested`)

@@ -9,7 +9,7 @@ Each job is a directory under jobs_dir():
   output.log    stdout and stderr of the process
   progress.json optional, written by jobs that report progress (downloads): a summary, at most
                 PROGRESS_MAX_BYTES (a bigger one is not read), since every listing carries it
-  engine.json   for a job run by an engine other than ours (Slurm: job_engines.py), that
+  engine.json   for a job run by an engine other than ours (Slurm: engines.py), that
                 engine's record (its id, nodes, state), kept current by the engine's service;
                 such a job has no supervisor, run.json or exit.json
 run.json and exit.json are reserved (blank) at submit, so that a full disk cannot lose them.
@@ -30,12 +30,14 @@ import subprocess
 import threading
 import time
 
-from . import containment, job_engines, job_log, paths
-from .job_counter import raise_counter, read_counter
-from .job_input import check_command, check_cwd, check_env, check_exec_size, disk_error
+from . import containment, engines
+from . import log as job_log
+from ..core import paths
+from .counter import raise_counter, read_counter
+from .input import check_command, check_cwd, check_env, check_exec_size, disk_error
 from .login_env import login_environment, login_path, resolve_executable
-from .protocol import BadRequest, NotFound, RemoteError
-from .records import read_json, reserve, write_json
+from ..core.protocol import BadRequest, NotFound, RemoteError
+from ..core.records import read_json, reserve, write_json
 from .supervisor import STOP_GRACE_S, is_same_process, legacy_stop, process_start_ticks
 
 log = logging.getLogger("specdeck.jobs")
@@ -70,7 +72,7 @@ class JobStore:
         """Start a job. `reserved`: (job_id, job_dir) from `reserve`, for a caller that put files
         in the directory first. `secret_env`: variables (a token) the job's process gets that are
         never written anywhere: they go to the supervisor over a pipe, not into job.json.
-        `engine`: the name of a job engine (job_engines.py) that runs it instead of a supervisor
+        `engine`: the name of a job engine (engines.py) that runs it instead of a supervisor
         of ours, with its `engine_options`; "local" or None: ours.
 
         The job's environment is the user's login environment on this host plus `env` and
@@ -80,8 +82,8 @@ class JobStore:
         if meta is not None and not isinstance(meta, dict):
             raise BadRequest("meta must be an object")
         if engine is None:
-            engine, engine_options = job_engines.requested_engine()
-        runner = None if engine in (None, job_engines.LOCAL) else job_engines.get(engine)
+            engine, engine_options = engines.requested_engine()
+        runner = None if engine in (None, engines.LOCAL) else engines.get(engine)
         if runner is not None:
             engine_options = runner.check_options(engine_options)
         check_command(argv, interpreter)
@@ -233,8 +235,8 @@ class JobStore:
         except OSError:
             log_bytes = 0
         runner = None
-        if spec.get("engine") not in (None, job_engines.LOCAL):
-            runner = job_engines.get(spec["engine"])
+        if spec.get("engine") not in (None, engines.LOCAL):
+            runner = engines.get(spec["engine"])
             state = "lost"  # the engine says otherwise
         else:
             state = _process_state(job_dir, spec, run, end, stop)
@@ -256,7 +258,7 @@ class JobStore:
             "error": end.get("error") if end else None,
             "containment": run.get("containment", "process-group") if run else None,
             "meta": spec.get("meta", {}),
-            "engine": spec.get("engine") or job_engines.LOCAL,
+            "engine": spec.get("engine") or engines.LOCAL,
         }
         if runner is not None:
             runner.describe(job_dir, spec, _object(read_json(os.path.join(job_dir, "engine.json"))) or {}, job)
@@ -281,7 +283,7 @@ class JobStore:
     def _foreign_engine(self, job_id):
         """The engine that claims a job id that is not ours (a user's own Slurm job), or None."""
         if isinstance(job_id, str) and not JOB_ID_PATTERN.match(job_id):
-            return job_engines.claiming(job_id)
+            return engines.claiming(job_id)
         return None
 
     def ids(self):
@@ -314,7 +316,7 @@ class JobStore:
                 jobs.append(self.describe(job_id))
             except NotFound:
                 continue  # a directory being created right now, or a damaged one
-        for runner in job_engines.engines():  # the user's jobs that an engine ran without us
+        for runner in engines.engines():  # the user's jobs that an engine ran without us
             jobs.extend(job for job in runner.foreign_jobs(fresh) if kind is None or job.get("kind") == kind)
         return jobs
 
@@ -347,9 +349,9 @@ class JobStore:
         if job["process_state"] not in LIVE_STATES:
             return job
         stop_path = os.path.join(job_dir, "stop.json")
-        if job["engine"] != job_engines.LOCAL:
+        if job["engine"] != engines.LOCAL:
             write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})
-            job_engines.get(job["engine"]).stop(job_dir, job, grace_s)
+            engines.get(job["engine"]).stop(job_dir, job, grace_s)
             return self.describe(job_id)
         try:
             write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})

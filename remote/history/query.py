@@ -17,6 +17,8 @@ import sqlite3
 import threading
 import time
 
+from ..core.protocol import Busy
+
 DEFAULT_POINTS = 500  # per series, when no resolution is asked for
 MAX_POINTS_PER_SERIES = 5000
 MAX_POINTS_PER_REPLY = 100_000  # ~60 bytes each as JSON: far under the 16 MiB frame
@@ -28,8 +30,12 @@ BUCKET_GROUPS = ("SELECT (t_s * 1000 / :res) * :res AS g, min(min_value), sum(me
                  "max(max_value), sum(count) FROM {table} WHERE series_id = :id AND t_s >= :lo AND t_s < :hi GROUP BY g ORDER BY g")
 
 
-class HistoryUnavailable(RuntimeError):
-    """The store is not open (the service is starting, or recovering from a failure)."""
+class HistoryUnavailable(Busy):
+    """The store is not open (the service is starting, or recovering from a failure): a Busy
+    reply to whoever asked, so every reader of the store (the feeds too) answers it alike."""
+
+    def __init__(self, message):
+        super().__init__("%s; try again" % message)
 
 
 class HistoryReader:

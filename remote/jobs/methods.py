@@ -1,12 +1,33 @@
-"""Wire methods of jobs: submit, list, describe, read and follow logs, stop, forget, and job events."""
+"""Wire methods of jobs: submit, list, describe, read and follow logs, stop, forget, and job
+events; and what the jobs area gives the daemon: its job store (`daemon.jobs`, which every area
+that starts a job uses), the `jobs` topic and its watcher, and the `job_engine` parameter of
+every call."""
 
-from . import streams
-from .protocol import BadRequest
-from .job_input import stall_after, with_stall_after
-from .job_streams import LogSource
-from .streams import TopicSource
+from ..core import streams, wire
+from ..core.protocol import BadRequest
+from ..core.streams import Topic, TopicSource
+from ..core.wire import method
+from . import engines
+from .input import stall_after, with_stall_after
+from .store import JobStore
 from .supervisor import STOP_GRACE_S
-from .wire import method
+from .watcher import JobWatcher, LogSource
+
+
+def attach(daemon):
+    """The daemon's job store and the topic of its job events."""
+    daemon.jobs = JobStore()
+    daemon.topics["jobs"] = Topic("jobs")
+
+
+def job_watcher(daemon):
+    return JobWatcher(daemon.jobs, daemon.topics["jobs"])
+
+
+SERVICES = (job_watcher,)
+
+# `job_engine` (with `job_engine_options`) is a parameter of every method that starts a job.
+wire.around_calls(lambda params: engines.requested(params.get("job_engine"), params.get("job_engine_options")))
 
 
 @method("jobs.submit")
@@ -20,7 +41,7 @@ def jobs_submit(call):
     stall limit in seconds, 0 for none: its alert when its log has not grown for that long, or
     for a training run no new step; kept as meta `stall_after_s`), `job_engine` (who runs
     it: `local`, the default, a supervisor of ours; or an engine an area registers, such as
-    `slurm`: see remote/core/job_engines.py), `job_engine_options` (that engine's own, e.g.
+    `slurm`: see remote/jobs/engines.py), `job_engine_options` (that engine's own, e.g.
     Slurm's `nodes`, `partition`, `gpus_per_node`, `time`, `account`, `sbatch_args`); every method
     that starts a job takes these two. The job's environment is the user's login environment on the host plus `env`,
     nothing of the daemon's. Reply: the job, as `jobs.get`. Errors: BadRequest, one line naming

@@ -10,7 +10,7 @@ import subprocess
 import threading
 import time
 
-from .protocol import BadRequest
+from ..core.protocol import BadRequest
 
 CACHE_S = 60.0
 LOGIN_SHELL_TIMEOUT_S = 15

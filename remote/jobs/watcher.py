@@ -6,9 +6,9 @@ subscribe once instead of polling `jobs.list`."""
 import logging
 import time
 
-from .protocol import NotFound
-from .services import Service
-from .streams import Batch, Source
+from ..core.protocol import NotFound
+from ..core.services import Service
+from ..core.streams import Batch, Source
 
 log = logging.getLogger("specdeck.jobs")
 

@@ -36,7 +36,7 @@ from .processes import (  # noqa: F401 (process identity, imported from here by 
     become_subreaper, boot_id, children_of, descendants, environ_has, is_same_process, is_zombie, process_start_ticks,
     process_table,
 )
-from .records import read_json, write_record
+from ..core.records import read_json, write_record
 
 STOP_GRACE_S = 10.0
 LEFT_BEHIND_GRACE_S = 5.0

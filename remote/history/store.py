@@ -54,10 +54,10 @@ import sqlite3
 import threading
 import time
 
-from . import paths
-from .history_query import HistoryReader, HistoryUnavailable
-from .history_upkeep import Upkeep
-from .services import Service
+from ..core import paths
+from .query import HistoryReader, HistoryUnavailable
+from .upkeep import Upkeep
+from ..core.services import Service
 
 log = logging.getLogger("specdeck.history")
 
