@@ -179,3 +179,82 @@ def test_agent_and_jobs_run_on_python_3_9(agent_home):
     done = wait_for(lambda: (lambda j: j["exit_code"] is not None and j)(client.call("jobs.get", {"id": job["id"]})), 30)
     assert done["exit_code"] == 4 and client.call("jobs.tail", {"id": job["id"]})["text"] == "on 3.9\n"
     client.close()
+
+
+def _resolved_imports(path, name, is_package):
+    """(line, absolute module, [imported names]) of every import statement of one module;
+    relative imports resolved, at any depth (a lazy import inside a function counts too)."""
+    package = name if is_package else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name, []
+        elif isinstance(node, ast.ImportFrom):
+            base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+            module = ".".join(base + ([node.module] if node.module else []))
+            yield node.lineno, module, [alias.name for alias in node.names]
+
+
+def _public_modules(area_dir):
+    """The modules an area declares importable by others: its __init__'s PUBLIC tuple."""
+    for node in ast.parse((area_dir / "__init__.py").read_text(encoding="utf-8")).body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "PUBLIC" for t in node.targets):
+            return set(ast.literal_eval(node.value))
+    return set()
+
+
+def layer_problems(root):
+    """The layering of root/remote: the core (remote/core) imports no area; an area (any other
+    package of remote/) imports the core freely and, of another area, only that area's package
+    (`remote.serving`: the names its __init__ gives) and the modules its __init__ lists in PUBLIC,
+    and never a private name (one starting with `_`). The composition root (remote/areas.py,
+    remote/__main__.py) may import anything."""
+    remote = Path(root) / "remote"
+    areas = {p.name: _public_modules(p) for p in remote.iterdir() if (p / "__init__.py").exists() and p.name != "core"}
+    problems = []
+    for path in sorted(remote.rglob("*.py")):
+        relative = path.relative_to(root)
+        parts = list(relative.with_suffix("").parts)
+        if len(parts) < 3:
+            continue  # remote/areas.py, remote/__main__.py, remote/__init__.py
+        name, own = ".".join(parts[:-1] if parts[-1] == "__init__" else parts), parts[1]
+        for line, module, names in _resolved_imports(path, name, path.name == "__init__.py"):
+            target = module.split(".")
+            if target[0] != "remote" or len(target) < 2 or target[1] in ("core", own) or target[1] not in areas:
+                continue
+            where = "%s:%d" % (relative.as_posix(), line)
+            if own == "core":
+                problems.append("%s imports %s: the core imports no area" % (where, module))
+                continue
+            public = areas[target[1]]
+            if len(target) > 2:  # from remote.serving.bench import x: bench must be public
+                if target[2] not in public:
+                    problems.append("%s imports %s, a private module of the %s area" % (where, module, target[1]))
+                    continue
+            else:  # from remote.serving import bench, location: each module named must be public
+                for imported in names:
+                    if (remote / target[1] / (imported + ".py")).exists() and imported not in public:
+                        problems.append("%s imports %s.%s, a private module of the %s area" % (where, module, imported, target[1]))
+            for imported in names:
+                if imported.startswith("_"):
+                    problems.append("%s imports %s from %s, a private name" % (where, imported, module))
+    return problems
+
+
+def test_the_core_imports_no_area_and_areas_only_each_others_public_modules():
+    assert {"jobs", "history"} <= {p.name for p in (REPO_ROOT / "remote").iterdir() if (p / "__init__.py").exists()}
+    assert layer_problems(REPO_ROOT) == []
+
+
+def test_the_layer_guard_names_planted_imports(tmp_path):
+    shutil.copytree(REPO_ROOT / "remote", tmp_path / "remote", ignore=shutil.ignore_patterns("__pycache__"))
+    (tmp_path / "remote" / "core" / "planted.py").write_text('"""Planted."""\n\nfrom ..jobs.store import JobStore\n')
+    (tmp_path / "remote" / "fleet" / "planted.py").write_text(
+        '"""Planted."""\n\nfrom ..jobs import store, supervisor\n\n\ndef f():\n    from remote.history.query import HistoryReader\n'
+        '    from ..jobs.store import _events\n')
+    assert layer_problems(tmp_path) == [
+        "remote/core/planted.py:3 imports remote.jobs.store: the core imports no area",
+        "remote/fleet/planted.py:3 imports remote.jobs.supervisor, a private module of the jobs area",
+        "remote/fleet/planted.py:7 imports remote.history.query, a private module of the history area",
+        "remote/fleet/planted.py:8 imports _events from remote.jobs.store, a private name",
+    ]

@@ -12,7 +12,7 @@ import time
 import pytest
 
 from remote.core.protocol import RemoteError
-from remote.jobs.supervisor import process_start_ticks
+from remote.jobs.processes import process_start_ticks
 from tests.conftest import daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 from tui.connection import open_client

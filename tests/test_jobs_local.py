@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from remote.jobs.store import process_start_ticks
+from remote.jobs.processes import process_start_ticks
 from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for

@@ -38,7 +38,8 @@ from .input import check_command, check_cwd, check_env, check_exec_size, disk_er
 from .login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json, reserve, write_json
-from .supervisor import STOP_GRACE_S, is_same_process, legacy_stop, process_start_ticks
+from .processes import is_same_process, process_start_ticks
+from .supervisor import STOP_GRACE_S
 
 log = logging.getLogger("specdeck.jobs")
 
@@ -361,9 +362,7 @@ class JobStore:
         run = _object(read_json(os.path.join(job_dir, "run.json")))
         if run is None:
             return self.describe(job_id)  # the supervisor reads stop.json before it starts the job
-        if not run.get("stop_signal"):
-            legacy_stop(job_dir, run, grace_s)
-        elif is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
+        if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
             try:
                 os.kill(run["supervisor_pid"], stop_signal)
             except ProcessLookupError:

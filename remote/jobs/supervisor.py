@@ -32,9 +32,8 @@ import threading
 import time
 
 from . import containment
-from .processes import (  # noqa: F401 (process identity, imported from here by older callers)
-    become_subreaper, boot_id, children_of, descendants, environ_has, is_same_process, is_zombie, process_start_ticks,
-    process_table,
+from .processes import (
+    become_subreaper, boot_id, children_of, descendants, environ_has, is_zombie, process_start_ticks, process_table,
 )
 from ..core.records import read_json, write_record
 
@@ -44,30 +43,6 @@ STOP_CHECK_S = 2.0  # stop.json looked at this often, in case its signal never c
 STOPPING_POLL_S = 0.1
 KILL_ROUNDS = 200
 DRAIN_ROUNDS = 2000  # children killed as they appear, per round of kill_all
-
-
-# ---------------------------------------------------------------- stopping a job of an older agent
-
-
-def legacy_stop(job_dir, run, grace_s):
-    """A job whose supervisor predates supervised stops (it would die of SIGUSR1): TERM to its
-    group, and KILL after the grace from here, as such agents did."""
-
-    def kill_after():
-        deadline = time.monotonic() + grace_s
-        while time.monotonic() < deadline and read_json(os.path.join(job_dir, "exit.json")) is None:
-            time.sleep(0.1)
-        if read_json(os.path.join(job_dir, "exit.json")) is None:
-            try:
-                os.killpg(run["pgid"], signal.SIGKILL)
-            except (ProcessLookupError, PermissionError, KeyError):
-                pass
-
-    try:
-        os.killpg(run["pgid"], signal.SIGTERM)
-    except (ProcessLookupError, PermissionError, KeyError):
-        return
-    threading.Thread(target=kill_after, daemon=True).start()
 
 
 # ---------------------------------------------------------------- the supervisor

@@ -31,7 +31,6 @@ import os
 import select
 import signal
 import subprocess
-import threading
 import time
 
 from ..core import paths
@@ -39,9 +38,7 @@ from ..core.feeds import Feed, FeedSource, SourceError
 from ..jobs.login_env import login_environment, resolve_executable
 from ..core.protocol import BadRequest
 from ..core.records import read_json
-from ..telemetry.alerts import AlertRules
-from ..telemetry.sample import HOST_SOURCE, series_points
-from ..telemetry.sampler import HOST_LABELS, NODES_SERVICE
+from ..telemetry import node_sample
 
 log = logging.getLogger("specdeck.slurm")
 
@@ -244,7 +241,7 @@ class NodeStep(FeedSource):
 class NodeFeed(Feed):
     """`daemon.services.get("nodes")`: the running Slurm jobs' nodes, one sampling step a job."""
 
-    name = NODES_SERVICE
+    name = node_sample.NODES_SERVICE
     key_field = "job"
     topic_capacity = 64  # stale markers only: the samples go on the telemetry stream
 
@@ -252,8 +249,7 @@ class NodeFeed(Feed):
         super().__init__(daemon)
         self._wanted = {}
         self._jobs_at = 0.0
-        self._rules = {}  # (job id, node) -> AlertRules
-        self._rules_lock = threading.Lock()
+        self.recorder = node_sample.NodeRecorder(daemon)
         self.directory = os.path.join(paths.state_dir(), "nodes")
         os.makedirs(self.directory, mode=0o700, exist_ok=True)
 
@@ -268,7 +264,7 @@ class NodeFeed(Feed):
             if found is not None:
                 wanted[job["id"]] = (found[0], tuple(found[1]))
         for gone in set(self._wanted) - set(wanted):
-            self._end_alerts(gone)
+            self.recorder.end(gone)
         self._wanted = wanted
         return wanted
 
@@ -283,44 +279,8 @@ class NodeFeed(Feed):
     # -- what the sources call
 
     def record(self, source, node, sample):
-        """One node's sample: its series to the history store, the alert rules on its GPUs."""
-        history = getattr(self.daemon, "history", None)
-        at = sample["time"]
-        if history is not None:
-            history.add_many([("telemetry", name, dict(HOST_LABELS, node=node) if kind == HOST_SOURCE else labels, value, at)
-                              for kind, name, labels, value in series_points(sample, node)])
-        self._check_alerts(source, node, sample)
-
-    def _check_alerts(self, source, node, sample):
-        telemetry = self.daemon.services.get("telemetry")
-        if telemetry is None:
-            return
-        with self._rules_lock:
-            rules = self._rules.get((source.key, node))
-            if rules is None:
-                rules = self._rules[(source.key, node)] = AlertRules(telemetry.alert_log, telemetry.settings["alerts"], node=node)
-        rules.settings = telemetry.settings["alerts"]
-        # The job's GPUs on the node: those Slurm gave it, else those its processes hold, else
-        # all of them (a job that holds whole nodes).
-        gpus = [gpu["index"] for gpu in sample["gpus"]]
-        given = sample.get("job_gpus")
-        held = {p.get("gpu_index") for p in sample["processes"] if p.get("slurm_job_id") == source.slurm_id}
-        mine = [i for i in gpus if i in given] if isinstance(given, list) else [i for i in gpus if i in held] if held else gpus
-        checked = {"gpus": sample["gpus"], "processes": [{"gpu_index": i, "job_id": source.key} for i in mine]}
-        for alert in rules.check_sample(checked, time.time()):
-            telemetry._raise(alert)
-
-    def _end_alerts(self, job_id):
-        """The job ended: its nodes' alerts end with it."""
-        telemetry = self.daemon.services.get("telemetry")
-        with self._rules_lock:
-            ended = [(key, rules) for key, rules in self._rules.items() if key[0] == job_id]
-            for key, _ in ended:
-                del self._rules[key]
-        for _, rules in ended:
-            for alert in rules.check_sample({"gpus": [], "processes": []}, time.time()):
-                if telemetry is not None:
-                    telemetry._raise(alert)
+        """One node's sample: recorded as telemetry (remote/telemetry/node_sample.py)."""
+        self.recorder.record(source.key, source.slurm_id, node, sample)
 
     # -- questions
 

@@ -1,7 +1,8 @@
-"""The agent's `node-sample` command: the GPUs of one cluster node read on the node itself, by a
-step of the Slurm job that holds it (remote/slurm/nodes.py starts it with srun), one JSON line a
-sample on stdout, named by the node (SLURMD_NODENAME), for the daemon on the login host to record
-labelled by node. The same NVML code as the host's sampler reads it, replay included
+"""A cluster node's GPUs, both ends: the agent's `node-sample` command reads them on the node
+itself, by a step of the Slurm job that holds it (remote/slurm/nodes.py starts it with srun), one
+JSON line a sample on stdout, named by the node (SLURMD_NODENAME); on the login host
+`NodeRecorder` records each line as telemetry labelled by node (the history store under the
+source `telemetry`, the GPU alert rules per node, the node named in each alert). The same NVML code as the host's sampler reads it, replay included
 (SPECDECK_NVML_REPLAY in the job's environment).
 
 Bounded like every source: a line is at most LINE_MAX_BYTES (the process list is cut to fit),
@@ -13,12 +14,15 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 
+from .alerts import AlertRules
 from .host import HostReader
 from .nvml import Nvml, load_module
 from .processes import COMMAND_MAX_CHARS, boot_time, read_bytes, stat_fields
-from .sample import rounded
+from .sample import HOST_SOURCE, rounded, series_points
+from .sampler import HOST_LABELS, NODES_SERVICE  # noqa: F401 (NODES_SERVICE: the feed's name, for remote/slurm)
 
 LINE_MAX_BYTES = 64 << 10  # 8 GPUs take ~6 KB; the processes are cut before a line grows past this
 PROCESSES_MAX = 64
@@ -169,3 +173,51 @@ def main(argv):
     finally:
         sampler.close()
     return 0
+
+
+class NodeRecorder:
+    """On the login host: the nodes' samples recorded as the host's own are (a cluster job's
+    feed, remote/slurm/nodes.py, hands each line here), its alerts raised by the telemetry
+    service and ended with the job."""
+
+    def __init__(self, daemon):
+        self.daemon = daemon
+        self._rules = {}  # (job id, node) -> AlertRules
+        self._lock = threading.Lock()
+
+    def record(self, job_id, slurm_id, node, sample):
+        """One node's sample of job `job_id` (Slurm's `slurm_id`): its series to the history
+        store, the alert rules on the job's GPUs of that node."""
+        history = getattr(self.daemon, "history", None)
+        if history is not None:
+            history.add_many([("telemetry", name, dict(HOST_LABELS, node=node) if kind == HOST_SOURCE else labels, value, sample["time"])
+                              for kind, name, labels, value in series_points(sample, node)])
+        telemetry = self.daemon.services.get("telemetry")
+        if telemetry is None:
+            return
+        with self._lock:
+            rules = self._rules.get((job_id, node))
+            if rules is None:
+                rules = self._rules[(job_id, node)] = AlertRules(telemetry.alert_log, telemetry.settings["alerts"], node=node)
+        rules.settings = telemetry.settings["alerts"]
+        # The job's GPUs on the node: those Slurm gave it, else those its processes hold, else
+        # all of them (a job that holds whole nodes).
+        gpus = [gpu["index"] for gpu in sample["gpus"]]
+        given = sample.get("job_gpus")
+        held = {p.get("gpu_index") for p in sample["processes"] if p.get("slurm_job_id") == slurm_id}
+        mine = [i for i in gpus if i in given] if isinstance(given, list) else [i for i in gpus if i in held] if held else gpus
+        checked = {"gpus": sample["gpus"], "processes": [{"gpu_index": i, "job_id": job_id} for i in mine]}
+        for alert in rules.check_sample(checked, time.time()):
+            telemetry._raise(alert)
+
+    def end(self, job_id):
+        """The job ended: its nodes' alerts end with it."""
+        telemetry = self.daemon.services.get("telemetry")
+        with self._lock:
+            ended = [(key, rules) for key, rules in self._rules.items() if key[0] == job_id]
+            for key, _ in ended:
+                del self._rules[key]
+        for _, rules in ended:
+            for alert in rules.check_sample({"gpus": [], "processes": []}, time.time()):
+                if telemetry is not None:
+                    telemetry._raise(alert)
