@@ -2,7 +2,7 @@
 training run and a notification channel read, in the words both the pane and the command of
 each show. Plain tests on jobs and figures shaped as the host sends them."""
 
-from remote.jobs.watcher import LIVE_STATES
+from remote.core.words import LIVE_STATES
 from remote.downloads.progress import FINAL_STATES
 from tui.downloads import model as downloads
 from tui.freshness import freshness, not_current_line, stale_text
@@ -54,7 +54,7 @@ def test_how_a_job_ended_in_one_line():
     assert jobs.ended_line(job(exit_code=None, signal=9, state="failed", process_state="failed")) == "j7 was killed by signal 9"
     assert jobs.ended_line(job(exit_code=None, signal=15, state="stopped", process_state="stopped")) == "j7 was stopped"
     lost = job(exit_code=None, state="lost", process_state="lost", error="its supervisor died")
-    assert jobs.ended_line(lost) == "j7 ended (lost): its supervisor died"
+    assert jobs.ended_line(lost) == "j7 was lost: its supervisor died"
     assert jobs.ended_line({}, "j9") == "j9 ended (unknown)"
 
 

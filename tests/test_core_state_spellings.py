@@ -6,7 +6,7 @@ about the same moment. This reads tui/ for such copies, so that a new one fails 
 import ast
 from pathlib import Path
 
-from remote.jobs.watcher import LIVE_STATES
+from remote.core.words import LIVE_STATES
 from tui.downloads.model import ACTIVE_STATES, VERDICT_STATES
 from tui.jobs.model import FAILED_STATES, UNFINISHED_STATES
 

@@ -11,13 +11,13 @@ import time
 
 import pytest
 
+from remote.core.words import LIVE_STATES as LIVE
 from remote.core.protocol import RemoteError
 from remote.jobs.processes import process_start_ticks
 from tests.conftest import daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 from tui.connection import open_client
 
-LIVE = ("running", "starting")
 
 
 def get(client, job_id):

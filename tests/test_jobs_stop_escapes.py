@@ -13,13 +13,13 @@ from pathlib import Path
 
 import pytest
 
+from remote.core.words import LIVE_STATES as LIVE
 from remote.jobs import containment
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
 from tui.connection import open_client
 
 RUNS = 6
-LIVE = ("running", "starting")
 
 # Every process of a chain starts the next one (a subshell: double fork; setsid: a session of
 # its own; env -i: no SPECDECK_JOB_TOKEN) and exits. TERM is ignored, so KILL has to find them.

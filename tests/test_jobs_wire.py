@@ -7,10 +7,10 @@ import json
 import sys
 import threading
 
+from remote.core.words import LIVE_STATES as LIVE
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
 
-LIVE = ("running", "starting")
 
 
 def ended(client, job_id):

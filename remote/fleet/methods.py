@@ -7,7 +7,8 @@ request, so it answers in well under a millisecond with 8 GPUs, 10 servers and 1
 import time
 
 from ..core.wire import method
-from .watch import LIVE, FleetWatch
+from ..core.words import LIVE_STATES as LIVE
+from .watch import FleetWatch
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
 SERVICES = (FleetWatch,)

@@ -13,7 +13,7 @@ import collections
 import threading
 import time
 
-from ..jobs.store import LIVE_STATES as LIVE
+from ..core.words import LIVE_STATES as LIVE
 from ..core.services import Service
 
 ALERT_WINDOW_S = 3600.0

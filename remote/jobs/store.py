@@ -38,6 +38,7 @@ from .input import check_command, check_cwd, check_env, check_exec_size, disk_er
 from .login_env import login_environment, login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json, reserve, write_json
+from ..core.words import LIVE_STATES
 from .processes import is_same_process, process_start_ticks
 from .supervisor import STOP_GRACE_S
 
@@ -48,7 +49,6 @@ PROGRESS_MAX_BYTES = 256 * 1024  # a job's progress.json, as its record carries 
 SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json", "engine.json")
 KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
-LIVE_STATES = ("running", "starting")
 
 
 class DamagedJob(NotFound):

@@ -28,7 +28,6 @@ import select
 import signal
 import subprocess
 import sys
-import threading
 import time
 
 from . import containment

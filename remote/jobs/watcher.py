@@ -9,12 +9,12 @@ import time
 from ..core.protocol import NotFound
 from ..core.services import Service
 from ..core.streams import Batch, Source
+from ..core.words import LIVE_STATES
 
 log = logging.getLogger("specdeck.jobs")
 
 LOG_CHUNK_BYTES = 65536
 LOG_POLL_S = 0.1
-LIVE_STATES = ("running", "starting")
 
 
 class LogSource(Source):

@@ -19,7 +19,8 @@ horizon, the progress of its jobs (from the stall module's records, else one des
 import time
 
 from ..downloads.output import fmt_gb
-from .evaluate import clock_text, label, make_alert, minutes
+from ..core.words import minutes
+from .evaluate import clock_text, label, make_alert
 
 CHECK_EVERY_S = 1.0
 FOLLOWED_MAX = 64  # disks remembered (their episodes); the feed shows at most 16

@@ -28,6 +28,7 @@ import math
 import os
 import time
 
+from ..core.words import how_it_ended, minutes
 from .formats import cut
 
 PLATEAU_S = 1800.0
@@ -44,18 +45,6 @@ KIND_CATEGORY = {"training": "training", "datagen": "training", "download": "dow
                  "benchmark": "speculation"}
 
 
-def minutes(seconds):
-    """A span as people say it: `40 s`, `12 min`, `7 h 12 min`, `2 d 3 h`."""
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return "%d s" % seconds
-    if seconds < 3600:
-        return "%d min" % (seconds // 60)
-    if seconds < 86400:
-        return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
-    return "%d d %d h" % (seconds // 86400, seconds % 86400 // 3600)
-
-
 def clock_text(epoch):
     return time.strftime("%H:%M", time.localtime(epoch))
 
@@ -64,14 +53,6 @@ def make_alert(key, kind, categories, host, title, message, when, job=None, urge
     return {"id": key, "kind": kind, "categories": list(categories), "urgent": urgent, "watched": watched, "host": host,
             "job_id": (job or {}).get("id"), "job_name": (job or {}).get("name"), "title": title, "message": message,
             "time": when, "time_text": clock_text(when), "log_tail": log_tail or []}
-
-
-def how_it_ended(job):
-    if job.get("signal"):
-        return "was killed by signal %d" % job["signal"]
-    if job.get("exit_code") is not None:
-        return "exited %d" % job["exit_code"]
-    return "was lost (its supervisor died)" if job.get("process_state") == "lost" else "ended (%s)" % job.get("state")
 
 
 def label(job):

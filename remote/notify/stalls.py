@@ -23,7 +23,9 @@ import os
 import time
 
 from ..downloads.output import fmt_gb
-from .evaluate import KIND_CATEGORY, label, make_alert, minutes
+from ..core.words import minutes
+from .evaluate import KIND_CATEGORY, label, make_alert
+from ..core.words import LIVE_STATES as LIVE
 
 CHECK_EVERY_S = 1.0
 MIN_STALL_S = 120.0
@@ -32,7 +34,6 @@ DOWNLOAD_STALL_S = 300.0
 SERVER_STALL_S = 120.0
 INTERVALS_KEPT = 50
 WATCHED_MAX = 2000
-LIVE = ("running", "starting")
 
 
 def median(values):

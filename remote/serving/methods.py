@@ -11,6 +11,7 @@ from ..jobs.input import stall_after, with_stall_after
 from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
+from ..core.words import LIVE_STATES as LIVE
 from . import advice, bench, breakeven, engines, location, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
@@ -18,7 +19,6 @@ from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 SERVICES = (ServingFeed,)
 FIRST_READ_WAIT_S = 3.0
 
-LIVE = ("running", "starting")
 
 
 def sampler(call):

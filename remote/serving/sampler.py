@@ -24,7 +24,7 @@ import os
 import threading
 import time
 
-from ..core import paths
+from ..core import paths, words
 from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.protocol import RemoteError
 from ..core.records import read_json, write_json
@@ -49,14 +49,7 @@ LINE_CACHE_S = 30.0  # a server's break-even is looked up again this often (a be
 
 def how_it_ended(job, first_error=None):
     """`exited 1: ValueError: ...`: how a server job ended, with the engine's first error line."""
-    if job.get("process_state") == "stopped" or job.get("state") == "stopped":
-        ended = "was stopped"
-    elif job.get("signal"):
-        ended = "was killed by signal %d" % job["signal"]
-    elif job.get("exit_code") is not None:
-        ended = "exited %d" % job["exit_code"]
-    else:
-        ended = "ended (%s)" % (job.get("process_state") or job.get("state"))
+    ended = words.how_it_ended(job)
     return "%s: %s" % (ended, first_error) if first_error else ended
 
 

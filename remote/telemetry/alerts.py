@@ -22,6 +22,7 @@ import time
 
 from ..core import paths
 from ..core.records import replace_file, write_json
+from ..core.words import how_it_ended, minutes
 
 # threshold: the rule's own unit (see UNITS); duration_s: how long the condition must hold.
 DEFAULTS = {
@@ -67,13 +68,6 @@ def merge_settings(base, changes):
 
 def clock(epoch):
     return time.strftime("%H:%M", time.localtime(epoch))
-
-
-def minutes(seconds):
-    seconds = max(0, int(seconds))
-    if seconds < 3600:
-        return "%d min" % max(1, seconds // 60)
-    return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
 
 
 # What each rule's alert is called where a person reads it (a notification's title).
@@ -143,7 +137,7 @@ def job_failure_detail(job):
     elif job.get("exit_code") is not None:
         ended = "exited %d" % job["exit_code"]
     else:
-        ended = "was lost (its supervisor died)" if job.get("process_state") == "lost" else "failed"
+        ended = how_it_ended(job) if job.get("process_state") == "lost" else "failed"
     reason = progress.get("first_error") or progress.get("error")
     if reason is None and job.get("kind") == "server":
         reason = _server_first_error(job["id"])

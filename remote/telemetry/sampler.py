@@ -25,6 +25,7 @@ from ..core import paths
 from ..core.feeds import Feed, FeedSource
 from ..core.streams import Topic
 from ..core.records import replace_file
+from ..core.words import LIVE_STATES as LIVE
 from .alerts import DEFAULTS, AlertLog, AlertRules, merge_settings, telemetry_dir
 from .host import HostReader
 from .nvml import Nvml, load_module
@@ -37,7 +38,6 @@ SETTINGS_FILE = "settings.json"
 SOURCE_KEY = "host"  # the one source: this host and its GPUs
 HOST_LABELS = {"device": "host"}  # host series beside the GPUs' {"gpu": index} under one source name
 RUNNING_MAX = 100  # running jobs whose directories' disks are followed
-LIVE = ("running", "starting")
 NODES_SERVICE = "nodes"  # the service that samples a cluster job's nodes, when the daemon runs one
 
 

@@ -18,12 +18,12 @@ import time
 from ..core import wire
 from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, RemoteError
+from ..core.words import LIVE_STATES as LIVE
 from ..serving import bench, engines
 
 OPTIONS = {"target": str, "gpus": str, "k": int, "engine": str, "python": str, "port": int, "requests": int,
            "max_tokens": int, "env": dict, "engine_args": list}
 DEFAULTS = {"k": 3, "requests": 8, "max_tokens": 64}
-LIVE = ("running", "starting")
 
 
 def options_from(value, run_target=None):

@@ -19,13 +19,13 @@ import time
 
 from ..core.feeds import Feed, FeedSource
 from ..core.records import read_json
+from ..core.words import LIVE_STATES as LIVE
 from . import checkpoints, measure
 from .logreader import READ_BYTES, STRETCH_BYTES
 from .run import STATE_FILE, Run, progress_of
 
 KINDS = ("training", "datagen")
 JOBS_EVERY_S = 2.0
-LIVE = ("running", "starting")
 
 
 class RunSource(FeedSource):

@@ -23,6 +23,8 @@ import re
 import sys
 import time
 
+from remote.core.windows import parse_duration as parse_seconds
+
 from ..display import CONTROLS, safe_text
 
 EXIT_FAILED = 1
@@ -49,6 +51,15 @@ class CommandError(Exception):
         super().__init__(message)
         self.code = code
         self.type = type_ or ("UsageError" if code == EXIT_USAGE else "Failed")
+
+
+def parse_duration(text):
+    """Seconds in `90`, `30s`, `5m`, `8h`, `1d`, `1w` (the host's one parser, remote/core/windows.py);
+    a CommandError (exit 2) with its sentence otherwise. Every command that takes a duration uses it."""
+    try:
+        return parse_seconds(text)
+    except ValueError as exc:
+        raise CommandError(str(exc))
 
 
 def exit_code_for(error_type):

@@ -5,7 +5,7 @@ exit, start time), and how it ended, in one line. Every capability whose work ru
 
 import time
 
-from remote.jobs.watcher import LIVE_STATES  # the host's: process states of a job that still runs
+from remote.core.words import LIVE_STATES, STOPPED, how_it_ended  # the host's words, spelled once
 
 from .. import display
 
@@ -15,7 +15,6 @@ UNFINISHED_STATES = LIVE_STATES + ("stopping",)
 # Process states of a job that ended badly: a non-zero exit or an error, or a supervisor that
 # died without recording an exit (`lost`).
 FAILED_STATES = ("failed", "lost")
-STOPPED = "stopped"
 
 # The figures of a job, in the order both the table and `specdeck jobs` show them: what a
 # babysitter reads first comes first; the name, the widest, is last, so a narrow terminal cuts
@@ -102,19 +101,8 @@ def figures(job, now=None):
     }
 
 
-def how_it_ended(job):
-    """`was stopped`, `was killed by signal 9`, `exited 3`, or `ended (lost)`."""
-    if STOPPED in (job.get("state"), job.get("process_state")):
-        return "was stopped"
-    if job.get("signal"):
-        return "was killed by signal %d" % job["signal"]
-    if job.get("exit_code") is not None:
-        return "exited %d" % job["exit_code"]
-    return "ended (%s)" % (job.get("process_state") or job.get("state") or "unknown")
-
-
 def ended_line(job, job_id=None):
-    """How a job ended, in one line: `j7 exited 3`, `j7 was killed by signal 9`, `j7 ended (lost): why`."""
+    """How a job ended, in one line: `j7 exited 3`, `j7 was killed by signal 9`, `j7 was lost: why`."""
     line = "%s %s" % (job.get("id") or job_id or "the job", how_it_ended(job))
     unexplained = STOPPED not in (job.get("state"), job.get("process_state")) and not job.get("signal") and job.get("exit_code") is None
     return line + ": " + job["error"] if unexplained and job.get("error") else line

@@ -15,7 +15,7 @@ a command such as mail).
 """
 
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
-from ..telemetry.cli import parse_duration
+from ..cli.common import parse_duration
 from .model import channel_line, format_channels, format_heartbeats, heartbeat_line
 
 FORMATS = ("ntfy", "slack", "discord", "json")

@@ -16,11 +16,10 @@ import sys
 import time
 
 from remote.core.protocol import RemoteError
-from remote.core.windows import parse_duration as parse_seconds
 from remote.serving import breakeven as breakeven_math
 
 from .. import config
-from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
+from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, parse_duration
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import safe_text
@@ -34,14 +33,6 @@ ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck 
 remembers (a venv with vLLM or SGLang), else the agent's. Arguments after -- go to the engine
 as they are, e.g.
   specdeck %s HOST /models/target%s -- --max-model-len 4096 --dtype bfloat16"""
-
-
-def parse_duration(text):
-    """Seconds in `90`, `30s`, `5m`, `8h`, `1d`, `1w` (the one parser `gpus --since` uses too)."""
-    try:
-        return parse_seconds(text)
-    except ValueError as exc:
-        raise CommandError(str(exc))
 
 
 def _server_options(p, k_list=False):

@@ -5,21 +5,12 @@ nodes themselves (remote/slurm/nodes.py), in place of the host's."""
 
 import time
 
-from remote.core.windows import parse_duration as parse_seconds
 from remote.telemetry.alerts import alert_text
 
 from .. import display
-from ..cli.common import CommandError, connect, emit
+from ..cli.common import CommandError, connect, emit, parse_duration
 from ..freshness import not_current_line
 from . import model
-
-
-def parse_duration(text):
-    """Seconds in `90`, `90s`, `10m`, `8h`, `2d`, `1w` (the one parser `spec --window` uses too)."""
-    try:
-        return parse_seconds(text)
-    except ValueError as exc:
-        raise CommandError(str(exc))
 
 
 def add_commands(commands):

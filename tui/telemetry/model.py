@@ -5,7 +5,7 @@ job that owns it. The pane lays them out in 80 columns, the command in a table; 
 
 import time
 
-from remote.notify.evaluate import minutes  # the host alerts' words for a span, in the pane too
+from remote.core.words import minutes  # the host alerts' words for a span, in the pane too
 
 from .. import display
 
