@@ -4,7 +4,7 @@ no console is connected:
 - job ends (the `jobs` topic, and at start the jobs that ended while no daemon ran): a job that
   failed or was lost, a server that ended (servers do not end by themselves), a download whose
   verification found a mismatch or a corrupt file, and any end of a job whose submission asked
-  to be told (meta `notify`, or `notify.watch`), good news included;
+  to be told (meta `notify`: jobs.submit's `notify: true`), good news included;
 - GPU alerts (the `alerts` topic of remote/telemetry/alerts.py): idle while its job runs,
   memory full, heat, throttling, each when it fires;
 - training (the `training` topic): a loss gone NaN or infinite, a loss that has not reached a new

@@ -144,19 +144,6 @@ def notify_test(call):
     return {"id": channel["id"], "delivered": error is None, "error": error}
 
 
-@method("notify.watch")
-def notify_watch(call):
-    """Be told when a job ends, however it ends (finished, failed, stopped), on every channel.
-    Params: `id` (a job). Reply: `{id, watched: true}`. (jobs.submit's `notify: true` does the
-    same at submission.)"""
-    found = service(call)
-    job = call.daemon.jobs.describe(call.param("id", str, required=True))
-    found.queue.watch(job["id"])
-    if job["process_state"] not in ("running", "starting"):
-        found.evaluator.job_ended(job)  # already over: said now
-    return {"id": job["id"], "watched": True}
-
-
 @method("notify.send")
 def notify_send(call):
     """Raise an alert by hand (a script's own news), queued and delivered like any other.
