@@ -25,10 +25,8 @@ import time
 
 from ..checkpoints import report as checkpoint_report
 from ..core.regular_files import open_regular
-from ..core.records import read_json
 
 FILE_NAME = "checkpoints.jsonl"
-LEGACY_FILE_NAME = "checkpoints.json"  # the whole list, rewritten at each change (before the journal)
 STABLE_S = 2.0  # a weights file unchanged this long, with config.json beside it, is complete
 INSPECT_BUDGET_S = 0.25
 MAX_LINKS_SHOWN = 10  # links out of the save directory named in the run's notices
@@ -42,7 +40,6 @@ class Journal:
 
     def __init__(self, job_dir):
         self.path = os.path.join(job_dir, FILE_NAME)
-        self.legacy_path = os.path.join(job_dir, LEGACY_FILE_NAME)
 
     def load(self, compact=False):
         by_name, lines = {}, 0
@@ -57,11 +54,7 @@ class Journal:
                     if isinstance(entry, dict) and isinstance(entry.get("name"), str):
                         by_name[entry["name"]] = entry  # a name keeps its first place: the order they completed in
         except FileNotFoundError:
-            legacy = read_json(self.legacy_path)
-            entries = legacy.get("entries", []) if isinstance(legacy, dict) else []
-            if entries:
-                self._rewrite(entries)
-            return entries
+            return []
         entries = list(by_name.values())
         if compact and lines > 2 * len(entries) + 16:
             self._rewrite(entries)
