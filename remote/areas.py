@@ -8,8 +8,8 @@ from .core import wire
 # area (a package of remote/) -> its modules that register methods and services, in order.
 AREAS = (
     ("core", ("methods",)),  # the daemon's own: ping, services, files
+    ("history", ("methods",)),  # first of the services: the samplers record into it
     ("jobs", ("methods",)),
-    ("history", ("methods",)),
     ("checkpoints", ("methods",)),
     ("downloads", ("methods",)),
     ("serving", ("methods",)),

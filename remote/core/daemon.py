@@ -52,8 +52,8 @@ class Daemon:
         }
 
     def start_services(self):
-        # In area order: the jobs area's watcher, the history store (before the samplers that
-        # record into it), then the feeds of serving, telemetry, training ...
+        # In area order: the history store (before the samplers that record into it), the jobs
+        # area's watcher, then the feeds of serving, telemetry, training ...
         for service_class in wire.area_services():
             self.services.add(service_class(self))
 
