@@ -158,7 +158,7 @@ def test_every_history_reader_gives_the_one_no_history_error(method, params):
 
 
 def test_one_name_per_capability_and_the_former_history_is_still_read(agent_home):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     # A week of history written before the rename, under the old source names.
     store = HistoryStore(str(agent_home / "history.sqlite")).open()

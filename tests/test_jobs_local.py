@@ -12,7 +12,7 @@ from remote.core.jobs import process_start_ticks
 from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 
 def job_state(client, job_id):
@@ -174,10 +174,10 @@ def test_log_windows_never_split_a_character(client, agent_home):
 
 
 def test_protocol_mismatch_is_a_clear_error(agent_home, monkeypatch):
-    import tui.client
-    from tui.client import ConnectError
+    import tui.transport.client
+    from tui.transport.client import ConnectError
 
-    monkeypatch.setattr(tui.client, "PROTOCOL_VERSION", 99)
+    monkeypatch.setattr(tui.transport.client, "PROTOCOL_VERSION", 99)
     with pytest.raises(ConnectError) as error:
         open_client("local")
     assert "speaks protocol 1, this console speaks 99" in str(error.value)

@@ -16,7 +16,7 @@ import pytest
 from remote.core import containment
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 RUNS = 6
 LIVE = ("running", "starting")

@@ -8,7 +8,7 @@ import time
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
-from ..client import ConnectError
+from ..transport.client import ConnectError
 from ..display import log_text, safe_text
 from . import model
 

@@ -1,4 +1,4 @@
-"""A command's side of the link keeper (tui/keeper.py): where the keeper listens, how a command
+"""A command's side of the link keeper (tui/transport/keeper.py): where the keeper listens, how a command
 takes a link from it, starts it when none answers, and asks it to end links.
 
 Nothing here imports paramiko or cryptography: a warm command costs a Unix socket, one JSON
@@ -41,7 +41,7 @@ import time
 
 from .client import ConnectError
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tui.links")
 
 KEEPER_START_S = 10.0  # a keeper just started has this long to listen, and then to greet
 # A keeper that runs greets at once (a thread's start and one line): one that does not within
@@ -95,7 +95,7 @@ def private_directory(path):
 
 def pointer_path():
     """The file naming the fresh directory our keepers use when the usual one may not be used."""
-    from .cli.common import log_path
+    from ..cli.common import log_path
 
     return os.path.join(os.path.dirname(log_path()), "links-dir")
 
@@ -158,9 +158,9 @@ def identity():
     """What one keeper serves: this HOME, this config file, this code."""
     from remote import AGENT_VERSION
 
-    from .config import config_path
+    from ..config import config_path
 
-    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     text = "\0".join([os.path.expanduser("~"), config_path(), here, AGENT_VERSION, PROTOCOL])
     return hashlib.sha256(text.encode("utf-8", "surrogateescape")).hexdigest()[:12]
 
@@ -221,8 +221,8 @@ def start_keeper(path):
     """
     import subprocess
 
-    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    code = "import sys; sys.path[:0] = [%r]; from tui.keeper import main; sys.exit(main(sys.argv[1:]))" % parent
+    parent = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = "import sys; sys.path[:0] = [%r]; from tui.transport.keeper import main; sys.exit(main(sys.argv[1:]))" % parent
     try:
         starter = subprocess.Popen(
             [sys.executable, "-I", "-c", code, path],

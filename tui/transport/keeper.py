@@ -4,7 +4,7 @@ holds costs one request's round trip instead of a new SSH connection.
 
 It holds one paramiko transport per host (keyed by the destination as typed and as resolved,
 user@host:port) and, beside it, spares (SPARES of them): exec channels already running the
-agent's relay with its hello read. A command that asks (tui/links.py) is handed a spare at
+agent's relay with its hello read. A command that asks (tui/transport/links.py) is handed a spare at
 once: the keeper writes the hello it read and from then on copies bytes both ways between the
 command's Unix socket and that channel, and opens the next spare in the background. Each command has its own
 relay (its own streams, cancelled when it leaves), so nothing of the wire is rewritten here.
@@ -15,7 +15,7 @@ next command gets a plain relay, which starts one.
 Host keys are checked against known_hosts here exactly as a command checks them; an unknown
 key is accepted only for a command that said --accept-new (or whose user accepted that very
 fingerprint). Every connection's peer is checked with SO_PEERCRED: only this user, greeted with
-one line before its request is read (tui/links.py). A spare or
+one line before its request is read (tui/transport/links.py). A spare or
 a transport found dead is replaced before the command sees it.
 
 It ends itself after `[links] keep` (tui.config.link_keep_s, read at every check so a changed
@@ -51,7 +51,7 @@ SPARES = 2
 
 
 def main(argv):
-    """`python -m tui.keeper SOCKET`: detach, take the socket, serve until idle."""
+    """`python -m tui.transport.keeper SOCKET`: detach, take the socket, serve until idle."""
     path = argv[0]
     if os.fork():  # the starter returns at once; the keeper is nobody's child and no session leader
         os._exit(0)
@@ -71,7 +71,7 @@ def main(argv):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    from .cli.common import setup_logging
+    from ..cli.common import setup_logging
 
     setup_logging(0, to_stderr=False)
     # The agent's zipapp is built (tens of ms, mostly zlib, which lets go of the GIL) while the
@@ -134,7 +134,7 @@ class Spare:
     """An exec channel running the relay, its hello read: what a command is handed."""
 
     def __init__(self, link, head):
-        self.link = link  # tui.connection.SSHLink
+        self.link = link  # tui.transport.connection.SSHLink
         self.head = head
 
     def usable(self):
@@ -213,7 +213,7 @@ class Keeper:
 
     def check(self):
         """Close what has not been used for `[links] keep`; end when nothing is left to keep."""
-        from .config import link_keep_s
+        from ..config import link_keep_s
 
         keep_s = link_keep_s()
         now = time.monotonic()
@@ -571,7 +571,7 @@ def splice(conn, agent):
 
 
 def error_fields(exc):
-    """A ConnectError as the keeper's reply carries it (tui/links.py error_from makes it again)."""
+    """A ConnectError as the keeper's reply carries it (tui/transport/links.py error_from makes it again)."""
     fields = {"type": type(exc).__name__, "message": str(exc), "permanent": bool(exc.permanent)}
     host_key = getattr(exc, "host_key", None)
     if host_key is not None:
