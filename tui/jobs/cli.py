@@ -8,9 +8,9 @@ import time
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
-from ..transport.client import ConnectError
 from ..display import log_text, safe_text
 from . import model
+from .follow import follow_job, wait_for_event
 
 
 def byte_count(text):
@@ -160,9 +160,7 @@ def cmd_logs(args):
         after = client.call("jobs.tail", {"id": args.job, "offset": -args.tail, "max_bytes": args.tail})["offset"]
     client.subscribe("jobs.follow", {"id": args.job, "after": after}, on_data, on_end)
     try:
-        while not done.wait(0.5):
-            if client.state == "failed":  # e.g. the host key changed: reconnecting cannot help
-                raise ConnectError(client.state_detail.get("error") or "the connection failed")
+        wait_for_event(client, done)
     except KeyboardInterrupt:
         return 130
     if not args.json:
@@ -189,14 +187,12 @@ def confirm_foreign_stop(args, job):
 
 
 def cmd_stop(args):
-    client = connect(args, args.host)
+    client = connect(args, args.host, reconnect=args.wait)
     if not model.is_ours(args.job):
         confirm_foreign_stop(args, client.call("jobs.get", {"id": args.job}))
     job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
     if args.wait:
-        while model.is_live(job):
-            time.sleep(0.2)
-            job = client.call("jobs.get", {"id": args.job})
+        job = follow_job(client, job)
     emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))
     return 0
 
