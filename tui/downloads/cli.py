@@ -17,7 +17,6 @@ import sys
 
 from .. import config, display
 from ..cli.common import EXIT_USAGE, CommandError, connect, emit, split_host_path
-from ..jobs.follow import follow_job
 from .model import progress_line
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
@@ -88,6 +87,8 @@ def _download_params(args, host, local_dir):
 
 def wait_for_download(args, client, job):
     """Follow a download job to its verdict; the exit code is the verification's."""
+    from ..jobs.follow import follow_job
+
     last_line = ""
 
     def show(job):

@@ -10,7 +10,6 @@ from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import log_text, safe_text
 from . import model
-from .follow import follow_job, wait_for_event
 
 
 def byte_count(text):
@@ -159,6 +158,8 @@ def cmd_logs(args):
     if args.tail:  # from the window's first whole line, as without --follow
         after = client.call("jobs.tail", {"id": args.job, "offset": -args.tail, "max_bytes": args.tail})["offset"]
     client.subscribe("jobs.follow", {"id": args.job, "after": after}, on_data, on_end)
+    from .follow import wait_for_event
+
     try:
         wait_for_event(client, done)
     except KeyboardInterrupt:
@@ -192,6 +193,8 @@ def cmd_stop(args):
         confirm_foreign_stop(args, client.call("jobs.get", {"id": args.job}))
     job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
     if args.wait:
+        from .follow import follow_job  # (and its queue) only for a command that waits
+
         job = follow_job(client, job)
     emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))
     return 0

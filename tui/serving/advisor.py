@@ -13,13 +13,14 @@ from remote.serving.advice import margin_words
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 from ..display import safe_text
-from ..jobs.follow import follow_job
 from .model import line_of
 
 def wait_for_result(client, job, quiet, status):
     """Follow a host job (a benchmark, a coverage count) until it ends, writing `JOB  STATUS` on
     stderr each time `status(job, progress)` says something new (nothing when `quiet`, as with
     --json); returns the job as it ended."""
+    from ..jobs.follow import follow_job
+
     said = []
 
     def show(job):
