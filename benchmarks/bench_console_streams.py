@@ -133,7 +133,7 @@ def main():
     terminal = servers = client = None
     results = {}
     try:
-        from tui.connection import open_client
+        from tui.transport.connection import open_client
 
         client = open_client("local")  # starts the daemon with the 8-GPU replay in its environment
         terminal = Terminal(cli + ["local"], env)

@@ -53,7 +53,7 @@ def test_summary_figures(tmp_path, monkeypatch):
     from tests.fleet_fixtures import RECORDING
     from tests.conftest import stop_daemon
     from tests.helpers.waits import wait_for
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     home = tmp_path / "specdeck-home"
     home.mkdir(mode=0o700)

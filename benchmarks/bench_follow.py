@@ -36,7 +36,7 @@ def share_of_core(pid, window_s):
 def main():
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     from tests.conftest import daemon_pid, stop_daemon
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     job = client.call("jobs.submit", {"argv": [sys.executable, "-c", STREAM]})

@@ -22,7 +22,7 @@ from pathlib import Path
 from tests.conftest import REPO_ROOT, run_cli
 from tests.delay_proxy import DelayProxy
 from tests.helpers.keepers import end_keepers
-from tui import bootstrap
+from tui.transport import bootstrap
 
 RTT_S = 0.15
 

@@ -56,7 +56,7 @@ elif method in ("ours", "ours-paged"):
         assert offset == count
 elif method == "daemon":
     os.environ["SPECDECK_HOME"] = sys.argv[3]
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
     client = open_client("local")
     started = time.perf_counter()
     summary = client.call("checkpoint.inspect", {"path": directory}, timeout=600)

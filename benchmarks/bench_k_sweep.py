@@ -133,7 +133,7 @@ def main():
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     from tests import serving_fixtures
     from tests.conftest import stop_daemon
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     python = serving_fixtures.vllm_python()
     if python is None:

@@ -108,7 +108,7 @@ def main():
     home = tempfile.mkdtemp(prefix="specdeck-bench-notify-")
     os.chmod(home, 0o700)
     os.environ["SPECDECK_HOME"] = home
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     try:

@@ -49,7 +49,7 @@ def delay_and_cpu():
     from remote.serving import metrics
     from tests.conftest import daemon_pid, stop_daemon
     from tests.test_serving_metrics import MetricsServer
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     server = MetricsServer()
     server.text = grown(1)
@@ -107,7 +107,7 @@ def vllm_ab(requests=8, max_tokens=64):
     from remote.serving import bench, engines
     from tests import serving_fixtures
     from tests.conftest import stop_daemon
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     python = serving_fixtures.vllm_python()
     if python is None:

@@ -19,7 +19,7 @@ import time
 
 from tests.conftest import daemon_pid
 from tests.slurm_fixtures import slurm_cluster, slurm_host  # noqa: F401 (fixtures)
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 ROUNDS = 3
 JOBS = 100

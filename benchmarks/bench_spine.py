@@ -19,9 +19,9 @@ import time
 
 from tests.checkpoint_fixtures import write_k2_drafter
 from tests.conftest import laptop_for
-from tui import bootstrap
-from tui.client import AgentClient
-from tui.connection import link_factory, open_client
+from tui.transport import bootstrap
+from tui.transport.client import AgentClient
+from tui.transport.connection import link_factory, open_client
 
 def median_time(fn, n):
     times = []

@@ -65,7 +65,7 @@ def follow_and_cpu(work):
     os.environ["SPECDECK_HOME"] = os.path.join(work, "home")
     os.makedirs(os.environ["SPECDECK_HOME"], mode=0o700)
     from tests.conftest import daemon_pid, stop_daemon
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     try:

@@ -35,7 +35,7 @@ def private_laptop_config(tmp_path, monkeypatch):
 @pytest.fixture(autouse=True)
 def private_runtime_dir(monkeypatch):
     """Every test gets its own XDG_RUNTIME_DIR, so the link keeper its headless commands start
-    (tui/keeper.py) is its own, and ended after it: no keeper of one test serves another."""
+    (tui/transport/keeper.py) is its own, and ended after it: no keeper of one test serves another."""
     path = short_runtime_dir()
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(path))
     yield path
@@ -59,7 +59,7 @@ def agent_home(tmp_path, monkeypatch):
 @pytest.fixture
 def client(agent_home):
     """A client of the agent on this machine (`local`), under the test's own agent home."""
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     yield client

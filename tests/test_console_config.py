@@ -14,7 +14,7 @@ from textual.widgets import Checkbox, Input
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_until
 from tui import config
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.downloads.form import DownloadForm
 
 

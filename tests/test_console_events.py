@@ -28,7 +28,7 @@ def record_calls(client):
 
 
 async def test_idle_console_sends_nothing_and_sees_jobs_started_elsewhere(agent_home):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     other = open_client("local")  # another console, or the CLI
     app = SpecdeckApp(host="local")
@@ -58,7 +58,7 @@ async def test_a_job_started_elsewhere_appears_after_the_watcher_met_an_unreadab
     restart that followed took every job that had appeared meanwhile in as its new baseline,
     never announced, so the open console never listed them (a restarted console did, from
     its snapshot). The watcher now names the unreadable job and announces the others."""
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     other = open_client("local")  # the CLI, or another console
     app = SpecdeckApp(host="local")
@@ -168,7 +168,7 @@ async def test_a_hand_edited_job_never_keeps_the_others_from_the_console(agent_h
     """A job directory hand-edited into something that is not a job (a time that is not a
     number) is skipped by the host's listing: the console lists the other jobs at once, and
     the damaged one is named in the job watcher's status instead of ending the job events."""
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     other = open_client("local")
     try:

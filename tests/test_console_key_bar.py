@@ -7,7 +7,7 @@ import re
 from tests.helpers.pilot import SIZE, connected, screen_lines
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
-from tui.client import ConnectError
+from tui.transport.client import ConnectError
 from tui.screens.help import HelpScreen
 from tui.widgets.key_bar import Entry, KeyBar, fit
 

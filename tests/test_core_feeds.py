@@ -116,6 +116,29 @@ def test_a_figure_turns_stale_with_its_age_when_its_source_stops_answering():
         services.stop()
 
 
+def test_a_wire_method_waits_for_a_first_read_once_and_for_a_hung_one_until_its_deadline():
+    feed = CountingFeed(Host(), ["good", "hangs"])
+    answered = {}
+
+    def ask():  # a wire method called the moment the daemon starts: the feed has no source yet
+        answered["in_time"] = feed.await_read(lambda: feed.figure("good") is not None, 30)
+        answered["figure"] = feed.figure("good")
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    services = Services()
+    services.add(feed)
+    try:
+        asker.join(60)
+        assert answered["in_time"] is True and answered["figure"]["value"] >= 1
+        # A source that never answers: the caller gets its answer at the deadline, not never.
+        assert feed.await_read(lambda: feed.figure("hangs") is not None, 0.3) is False
+        assert feed.figure("hangs") is None
+    finally:
+        feed.release.set()
+        services.stop()
+
+
 def test_a_source_cannot_grow_the_store_past_its_series_cap(tmp_path):
     store = HistoryStore(str(tmp_path / "history.sqlite")).open()
     services = Services()
@@ -157,7 +180,7 @@ def test_every_history_reader_gives_the_one_no_history_error(method, params):
 
 
 def test_one_name_per_capability_and_its_history_reads_back(agent_home):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     store = HistoryStore(str(agent_home / "history.sqlite")).open()
     now = time.time()

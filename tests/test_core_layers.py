@@ -15,8 +15,8 @@ import pytest
 
 from tests.conftest import REPO_ROOT, daemon_pid, python39
 from tests.helpers.waits import wait_for
-from tui.bootstrap import CARRIED
-from tui.connection import open_client
+from tui.transport.bootstrap import CARRIED
+from tui.transport.connection import open_client
 
 # Libraries of the host's own that a download step imports, lazily, under the interpreter the
 # user named for downloads (never in the daemon): where each may be imported.
@@ -25,7 +25,7 @@ HOST_LIBRARIES = {"huggingface_hub": "remote/downloads/", "certifi": "remote/dow
 
 
 def carried_modules():
-    """What rides in the agent's zipapp beside remote/ (tui/bootstrap.py's CARRIED), as module names."""
+    """What rides in the agent's zipapp beside remote/ (tui/transport/bootstrap.py's CARRIED), as module names."""
     names = set()
     for package, files in CARRIED.items():
         names |= {package} if not files else {"%s.%s" % (package, f[:-3]) for f in files}

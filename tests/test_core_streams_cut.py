@@ -13,8 +13,8 @@ from pathlib import Path
 from remote.training import logparse
 from tests.conftest import laptop_for
 from tests.helpers.waits import wait_for
-from tui.client import AgentClient
-from tui.connection import link_factory
+from tui.transport.client import AgentClient
+from tui.transport.connection import link_factory
 
 
 class Recorder:

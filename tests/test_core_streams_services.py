@@ -9,7 +9,7 @@ import time
 from remote.core import streams
 from remote.core.services import Service, ServiceRunner, Services
 from remote.core.streams import Topic, TopicSource
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 
 class Collector:

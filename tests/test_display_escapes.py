@@ -14,7 +14,7 @@ from tests.helpers.pilot import connected, job_rows, screen_lines, to_pane
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
 from tui.app import SpecdeckApp
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.display import LogFeed, log_text, safe_text
 from tui.notify.desktop import sequence
 

@@ -16,8 +16,8 @@ from tests.conftest import REPO_ROOT, laptop_for, run_cli
 from tests.helpers.waits import wait_for
 from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub
-from tui.client import AgentClient
-from tui.connection import link_factory
+from tui.transport.client import AgentClient
+from tui.transport.connection import link_factory
 
 MB = 1024 * 1024
 SECRET = "hf_SpecdeckCliToken5c2e8a1f9b7d3046"

@@ -10,7 +10,7 @@ import pytest
 from remote.fleet.methods import BUSY_UTILIZATION_PERCENT, SLOWING_THROTTLES
 from tests.helpers.waits import wait_for
 from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, RawServer, healthy, trickle
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
 

@@ -16,7 +16,7 @@ from remote.core.protocol import RemoteError
 from remote.jobs.processes import process_start_ticks
 from tests.conftest import daemon_pid, run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 
 

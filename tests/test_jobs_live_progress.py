@@ -10,7 +10,7 @@ from tests.conftest import REPO_ROOT
 from tests.helpers.pilot import SIZE, connected
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.jobs.pane import JobsTable
 from tui.widgets.log_view import LogFeed, LogView
 

@@ -5,6 +5,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 
 import pytest
 
@@ -12,7 +13,8 @@ from remote.jobs.processes import process_start_ticks
 from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.jobs.follow import follow_job
+from tui.transport.connection import open_client
 
 
 def job_state(client, job_id):
@@ -75,6 +77,24 @@ def test_stop_terms_the_group_then_kills_after_grace(client, agent_home):
     final = wait_for(lambda: job_state(client, job["id"])["state"] == "stopped" and job_state(client, job["id"]), 30)
     assert final["signal"] == signal.SIGKILL
     assert process_start_ticks(pid) is None  # gone, or a zombie waiting for init to reap it
+
+
+def test_a_wait_follows_the_job_events_to_the_end(client, agent_home, tmp_path):
+    """What `stop --wait`, `download --wait`, bench and coverage wait with: each change of the
+    job as the host tells it, then the job as it ended (a change before the wait began is in
+    the stream's first snapshot, not missed)."""
+    go = tmp_path / "go"
+    job = client.call("jobs.submit", {"argv": ["bash", "-c", "while [ ! -e %s ]; do sleep 0.05; done; exit 4" % go]})
+    seen = []
+    waiter = threading.Thread(target=lambda: seen.append(follow_job(client, job, on_change=seen.append)))
+    waiter.start()
+    wait_for(lambda: seen, 30, message="the stream's first snapshot")
+    go.touch()
+    waiter.join(60)
+    ended = seen[-1]
+    assert ended["id"] == job["id"] and ended["state"] == "failed" and ended["exit_code"] == 4
+    assert ended == client.call("jobs.get", {"id": job["id"]})
+    assert all(change["exit_code"] is None for change in seen[:-2])  # nothing ended before the end
 
 
 def test_unknown_job_id_is_a_clear_error(client, agent_home):
@@ -174,10 +194,10 @@ def test_log_windows_never_split_a_character(client, agent_home):
 
 
 def test_protocol_mismatch_is_a_clear_error(agent_home, monkeypatch):
-    import tui.client
-    from tui.client import ConnectError
+    import tui.transport.client
+    from tui.transport.client import ConnectError
 
-    monkeypatch.setattr(tui.client, "PROTOCOL_VERSION", 99)
+    monkeypatch.setattr(tui.transport.client, "PROTOCOL_VERSION", 99)
     with pytest.raises(ConnectError) as error:
         open_client("local")
     assert "speaks protocol 1, this console speaks 99" in str(error.value)

@@ -93,7 +93,7 @@ async def test_a_kind_left_in_a_cancelled_form_does_not_start_the_next_job(agent
 
 
 async def test_the_pane_opens_on_the_newest_running_job(agent_home):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     other = open_client("local")
     try:

@@ -17,7 +17,7 @@ from remote.core.words import LIVE_STATES as LIVE
 from remote.jobs import containment
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 RUNS = 6
 

@@ -16,8 +16,8 @@ import pytest
 from tests.conftest import daemon_pid, run_cli
 from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
-from tui import bootstrap
-from tui.connection import open_client
+from tui.transport import bootstrap
+from tui.transport.connection import open_client
 
 
 @pytest.fixture

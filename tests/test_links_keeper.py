@@ -48,7 +48,7 @@ class Laptop:
     def status(self, monkeypatch):
         monkeypatch.setenv("HOME", str(self.home))
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(self.runtime_dir))
-        from tui import links
+        from tui.transport import links
 
         return links.request({"op": "status"})
 
@@ -237,9 +237,9 @@ def test_unknown_host_key_refused_through_the_keeper(sshd, tmp_path, host_python
 
 
 def test_the_console_takes_the_keepers_link_only_when_warm(laptop_user, monkeypatch):
-    from tui.client import AgentClient
-    from tui.connection import link_factory
-    from tui.links import KeeperLink
+    from tui.transport.client import AgentClient
+    from tui.transport.connection import link_factory
+    from tui.transport.links import KeeperLink
 
     monkeypatch.setenv("HOME", str(laptop_user.home))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(laptop_user.runtime_dir))

@@ -111,7 +111,7 @@ def test_500_and_a_receiver_that_never_answers_cost_one_bounded_try_each(client,
 
 
 def test_alerts_queued_when_the_daemon_is_killed_go_out_after_its_restart_once(agent_home, receiver):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     try:

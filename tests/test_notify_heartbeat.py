@@ -64,7 +64,7 @@ def test_the_floor_and_which_urls_get_fail(monkeypatch):
 
 
 def test_pings_at_the_period_fail_while_a_failure_is_open_stop_with_the_daemon_and_come_back(agent_home, receiver, monkeypatch, tmp_path):
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     monkeypatch.setenv(heartbeat.MIN_EVERY_ENV, str(PERIOD_S))
     laptop = tmp_path / "laptop"

@@ -11,7 +11,7 @@ from tests.checkpoint_fixtures import write_drafter
 from tests.conftest import run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 
 

@@ -24,7 +24,7 @@ from tests import serving_fixtures
 from tests.conftest import run_cli, stop_daemon
 from tests.helpers.waits import wait_for
 from tests.helpers.waits import wait_until
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.serving.pane import SpeculationPane
 from tests.helpers.pilot import OnePane
 from tests.helpers.vllm import free_port

@@ -13,7 +13,7 @@ from remote.serving import breakeven, engines, metrics
 from tests.conftest import run_cli
 from tests.helpers.metrics import AFTER, IDLE, LOG_LINE, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 def test_vllm_counters_skip_the_created_timestamps():
     snapshot = metrics.parse(AFTER, 10.0)

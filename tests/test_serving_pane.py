@@ -21,7 +21,7 @@ from tests.helpers.waits import wait_for, wait_until
 from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
 from tests.helpers.sweeps import known_sweep
 from tests.notify_receiver import Receiver
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.app import SpecdeckApp
 from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane

@@ -23,7 +23,7 @@ from tests.conftest import REPO_ROOT, run_cli
 from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
 from tests.helpers.vllm import free_port, models  # noqa: F401 (models: the fixture)
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 pytestmark = pytest.mark.timeout(900)
 K = 3

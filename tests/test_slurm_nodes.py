@@ -19,7 +19,7 @@ from textual.widgets import Static
 from tests.conftest import REPO_ROOT, run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 
 RECORDING = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"

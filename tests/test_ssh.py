@@ -9,9 +9,9 @@ import pytest
 
 from tests.conftest import laptop_for, run_cli
 from tests.helpers.waits import wait_for
-from tui import bootstrap
-from tui.client import AgentClient
-from tui.connection import link_factory, parse_destination
+from tui.transport import bootstrap
+from tui.transport.client import AgentClient
+from tui.transport.connection import link_factory, parse_destination
 
 
 def cli(home, host_python, *args, **kw):

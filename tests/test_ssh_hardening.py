@@ -32,8 +32,8 @@ from tests.conftest import REPO_ROOT, run_cli, stop_daemon
 from tests.helpers.waits import wait_for, wait_until
 from tests.sshd_fixtures import _free_port, _start_sshd
 from tui.app import SpecdeckApp
-from tui.client import AgentClient
-from tui.connection import link_factory, open_client
+from tui.transport.client import AgentClient
+from tui.transport.connection import link_factory, open_client
 from tui.widgets.header import ConnectionHeader, describe_state
 
 WAIT_S = 60
@@ -206,7 +206,7 @@ def _openssh_finds(name, path):
 
 
 def test_known_hosts_lines_select_hosts_as_openssh_does(tmp_path):
-    from tui import known_hosts
+    from tui.transport import known_hosts
 
     key = _keygen(tmp_path / "k")
     to_hash = tmp_path / "to_hash"

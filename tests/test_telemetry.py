@@ -24,7 +24,7 @@ from remote.telemetry.sample import apply_delta
 from remote.telemetry.sampler import TelemetrySampler
 from tests.conftest import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 ONE_GPU = REPO_ROOT / "tests" / "data" / "nvml-h200.json.gz"
 TWO_GPUS = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"
@@ -348,7 +348,7 @@ def test_cli_json_latest_and_window_across_a_daemon_restart(agent_home, monkeypa
 
 
 def test_the_agent_zipapp_carries_pynvml(tmp_path):
-    from tui.bootstrap import build_agent
+    from tui.transport.bootstrap import build_agent
 
     name, data = build_agent()
     path = tmp_path / name

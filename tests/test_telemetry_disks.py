@@ -16,7 +16,7 @@ from tests.conftest import run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 
 MIB = 1 << 20

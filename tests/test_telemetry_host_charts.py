@@ -4,7 +4,7 @@ the history store, and says so; m (a GPU metric) has nothing to pick."""
 
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_until
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
 

@@ -11,7 +11,7 @@ from remote.core.protocol import RemoteError
 from tests.conftest import REPO_ROOT
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
-from tui.connection import open_client
+from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 from tui.widgets.chart import TimeChart
 

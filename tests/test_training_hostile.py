@@ -58,7 +58,7 @@ class Pinger:
     """Pings the daemon over its own connection while a test waits: every ping must be answered."""
 
     def __init__(self):
-        from tui.connection import open_client
+        from tui.transport.connection import open_client
 
         self.client = open_client("local")
         self.answered, self.failed = 0, []

@@ -30,7 +30,7 @@ from remote.core.protocol import RemoteError
 
 from . import display
 from .checkpoints.pane import TensorsPane
-from .client import ConnectError
+from .transport.client import ConnectError
 from .downloads.pane import DownloadsPane
 from .fleet.hosts import HostLink
 from .fleet.pane import FleetPane
@@ -308,7 +308,7 @@ class SpecdeckApp(PaneHost):
         return lambda on_state: self._make_client(name, on_state, self._ask_host_key)
 
     def _open_client(self, name, on_state, ask_host_key):
-        from .connection import open_client
+        from .transport.connection import open_client
 
         python = self.python(name) if callable(self.python) else self.python
         # A link the keeper holds warm (a headless command's, moments ago) is taken as it is;

@@ -19,7 +19,7 @@ from textual.widgets import Static
 
 from remote.core.protocol import RemoteError
 
-from .client import ConnectError
+from .transport.client import ConnectError
 from .display import safe_text
 from .messages import AgentError
 from .requests import NOT_CONNECTED, RequestDone, Requests

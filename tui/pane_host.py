@@ -10,7 +10,7 @@ from textual.widgets import TabbedContent, TabPane
 
 from remote.core.protocol import RemoteError
 
-from .client import ConnectError
+from .transport.client import ConnectError
 from .jobs.book import JobBook
 from .messages import AgentError, JobEvents, JobEventsEnded, OpenCheckpoint
 from .pane import Pane

@@ -12,7 +12,7 @@ from textual.message import Message
 
 from remote.core.protocol import RemoteError
 
-from .client import ConnectError
+from .transport.client import ConnectError
 from .messages import AgentError
 
 NOT_CONNECTED = "not connected to the host yet"

@@ -32,7 +32,8 @@ How to define a source type
    service's thread: which sources exist now; cheap, no network) and `make_source(key, spec)`
    -> a FeedSource. A source whose spec changes is replaced; one that disappears is closed.
 3. List the Feed class in the area's `SERVICES`. Wire methods use `feed.figure(key)` (the
-   latest record with its age), `feed.snapshot()`, `feed.source(key)`, `feed.wake(key)`, and
+   latest record with its age), `feed.snapshot()`, `feed.source(key)`, `feed.wake(key)`,
+   `feed.await_read(until, timeout_s)` (a first read waited for, under a deadline), and
    from remote/core/feed_wire.py `follow(call, feed)`, `history_window(call)` and
    `query_history(call, source, name, labels, start, end, resolution_s)`.
 """
@@ -184,6 +185,8 @@ class _Worker:
                 self.reads += 1
                 read_cpu_s = time.thread_time() - began_cpu
                 self.cpu_s += read_cpu_s
+                with self.feed._read_done:
+                    self.feed._read_done.notify_all()
             if failed is None:
                 self.state, self.error, self.failures, self.next_try_at = "running", None, 0, None
                 # A source whose reads cost more CPU than its share waits longer: a server that
@@ -234,6 +237,7 @@ class Feed(Service):
         self.refused = []  # keys not started: more than MAX_SOURCES
         self._workers = {}
         self._lock = threading.Lock()
+        self._read_done = threading.Condition()  # notified after each read of any source
 
     # -- to override
 
@@ -360,6 +364,13 @@ class Feed(Service):
         for worker in self.workers():
             if key is None or worker.source.key == key:
                 worker._wake.set()
+
+    def await_read(self, until, timeout_s):
+        """Block until `until()` holds, asking again after each read of any of this feed's
+        sources (a daemon just started, a source just woken: its first figures are a read
+        away); False when `timeout_s` passes first. A wire method's one way to wait for a read."""
+        with self._read_done:
+            return self._read_done.wait_for(until, timeout_s)
 
     def aged(self, worker, record, now=None):
         """`record` with `age_s`, `stale` and (when failing) `error`, as of now."""

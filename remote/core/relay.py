@@ -10,7 +10,7 @@ that reads nothing for a long time). When the console closes its input, the rela
 half-close on and keeps copying until the daemon has answered everything and closed.
 
 `relay --if-running` neither starts nor replaces a daemon: it is the spare a laptop's link
-keeper (tui/keeper.py) holds open for the next command, and a spare must not bring back a
+keeper (tui/transport/keeper.py) holds open for the next command, and a spare must not bring back a
 daemon that `specdeck daemon stop` just stopped. With no daemon of its build listening it
 exits at once (status 1); the keeper then opens a plain relay when a command asks.
 """

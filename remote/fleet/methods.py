@@ -29,10 +29,8 @@ def gpu_figures(telemetry, daemon_age_s):
         return None, "this daemon runs no telemetry service"
     sample = telemetry.aged_sample()
     if sample is None and daemon_age_s < YOUNG_DAEMON_S:
-        deadline = time.monotonic() + FIRST_SAMPLE_WAIT_S
-        while sample is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-            sample = telemetry.aged_sample()
+        telemetry.await_read(lambda: telemetry.aged_sample() is not None, FIRST_SAMPLE_WAIT_S)
+        sample = telemetry.aged_sample()
     if sample is None:
         return None, "no GPU sample yet (the telemetry service has not sampled)"
     nvml = sample.get("nvml") or {}

@@ -3,7 +3,6 @@ attach one started elsewhere, ask whether it is up, its speculation figures over
 them live, the break-even line set by hand (kept on the host), and the A/B benchmark job."""
 
 import os
-import time
 
 from ..core import feed_wire
 from ..jobs import engines as job_engines
@@ -205,9 +204,7 @@ def _read_now_if_unread(call, service, server_id):
         call.daemon.services.wake(ServingFeed.name)  # not discovered yet: its worker reads at once
     else:
         service.wake(server_id)
-    deadline = time.monotonic() + FIRST_READ_WAIT_S
-    while time.monotonic() < deadline and (service.source_status(server_id) or {}).get("reads", 0) <= reads_before:
-        time.sleep(0.05)
+    service.await_read(lambda: (service.source_status(server_id) or {}).get("reads", 0) > reads_before, FIRST_READ_WAIT_S)
 
 
 def _window_figures(call, server_id, window_s):

@@ -55,11 +55,9 @@ def telemetry_latest(call):
     this reply); `stale`: older than the sampling interval plus its 2 s deadline (the sampler is
     failing or stuck: `error` says why), so the figures are not current."""
     service = sampler(call)
-    deadline = time.monotonic() + LATEST_WAIT_S
     # A daemon that has just started: its first sample is a second away, and rates (CPU, PCIe)
     # need a second one.
-    while service.samples < 2 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    service.await_read(lambda: service.samples >= 2, LATEST_WAIT_S)
     latest = service.aged_sample()
     if latest is None:
         raise RemoteError("NotFound", "no telemetry sample yet (see the telemetry service's status)")

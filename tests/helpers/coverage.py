@@ -13,7 +13,7 @@ import pytest
 
 from tests import serving_fixtures
 from tests.helpers.waits import wait_for
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 TEXT = (
     "The drafter proposes tokens and the target verifies them in one pass. When the drafter is right, "

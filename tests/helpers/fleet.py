@@ -6,8 +6,8 @@ every daemon it started."""
 import os
 
 from tests.conftest import stop_daemon
-from tui.client import AgentClient
-from tui.connection import LocalLink
+from tui.transport.client import AgentClient
+from tui.transport.connection import LocalLink
 
 H200 = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "nvml-h200.json.gz")
 
@@ -30,7 +30,7 @@ class LocalFleet:
     def connect(self, name, on_state, ask_host_key):
         def link(reconnecting=False):
             if name in self.down:
-                from tui.client import ConnectError
+                from tui.transport.client import ConnectError
 
                 raise ConnectError("cannot connect to %s port 22: Connection refused" % name)
             return LocalLink(None, self.env[name])

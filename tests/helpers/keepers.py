@@ -1,4 +1,4 @@
-"""The link keepers tests start (tui/keeper.py): found by the runtime directory their socket is
+"""The link keepers tests start (tui/transport/keeper.py): found by the runtime directory their socket is
 in, and ended. Every test has a runtime directory of its own (tests/conftest.py), so its keepers
 are its own and never outlive it."""
 
@@ -25,7 +25,7 @@ def keeper_pids(runtime_dir):
             state = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and any(b"tui.keeper" in part for part in cmdline) and any(
+        if state != "Z" and any(b"tui.transport.keeper" in part for part in cmdline) and any(
                 part.startswith(str(runtime_dir).encode()) for part in cmdline):
             pids.append(int(entry))
     return pids

@@ -8,7 +8,7 @@ import socket
 import pytest
 
 from tests import serving_fixtures
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 
 def free_port():

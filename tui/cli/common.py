@@ -84,7 +84,7 @@ def failure(exc, host=None):
     one of ours (a bug: let its traceback show)."""
     from remote.core.protocol import RemoteError
 
-    from ..client import ConnectError
+    from ..transport.client import ConnectError
 
     if isinstance(exc, CommandError):
         cause = exc.__context__
@@ -118,7 +118,7 @@ def split_host_path(text):
 
 
 def accept_new_policy(args):
-    from ..connection import accept_all, refuse_unknown
+    from ..transport.connection import accept_all, refuse_unknown
 
     return accept_all if args.accept_new else refuse_unknown
 
@@ -133,9 +133,9 @@ def agent_python(args, host):
 def connect(args, host, reconnect=False):
     """A started client; with `reconnect`, a notice on stderr each time the link drops and heals.
 
-    The SSH link comes from the link keeper (tui/keeper.py), which starts on the first command
+    The SSH link comes from the link keeper (tui/transport/keeper.py), which starts on the first command
     and keeps it warm for the next ones (`specdeck disconnect` ends it)."""
-    from ..connection import open_client
+    from ..transport.connection import open_client
 
     on_state = ReconnectNotices(host or "local", getattr(args, "json", False)) if reconnect else None
     return open_client(host, python=agent_python(args, host), accept_new=accept_new_policy(args), reconnect=reconnect,

@@ -1,4 +1,4 @@
-"""`specdeck disconnect [HOST]`: end the SSH link the link keeper (tui/keeper.py) holds warm to
+"""`specdeck disconnect [HOST]`: end the SSH link the link keeper (tui/transport/keeper.py) holds warm to
 HOST now, rather than when `[links] keep` runs out; with no HOST, end the keeper and every link
 it holds. Nothing open is not an error: it says so and exits 0. A command running over the
 link at that moment sees it drop, as if the network had.
@@ -14,7 +14,7 @@ def add_commands(commands):
 
 
 def cmd_disconnect(args):
-    from .. import links
+    from ..transport import links
 
     host = args.host if args.host not in (None, "", "local") else None
     if args.host == "local":

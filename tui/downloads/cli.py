@@ -14,11 +14,9 @@ import json
 import os
 import posixpath
 import sys
-import time
 
 from .. import config, display
 from ..cli.common import EXIT_USAGE, CommandError, connect, emit, split_host_path
-from ..jobs import model as jobs
 from .model import progress_line
 
 # What the --json summary of a download or verify keeps of the job's verdict: the shape every
@@ -89,10 +87,12 @@ def _download_params(args, host, local_dir):
 
 def wait_for_download(args, client, job):
     """Follow a download job to its verdict; the exit code is the verification's."""
+    from ..jobs.follow import follow_job
+
     last_line = ""
-    while jobs.is_live(job):
-        time.sleep(0.5)
-        job = client.call("jobs.get", {"id": job["id"]})
+
+    def show(job):
+        nonlocal last_line
         line = display.safe_text(progress_line(job))
         if line != last_line and not args.json:
             # The \r that redraws the line is the CLI's own: past the guard, the line made safe.
@@ -100,6 +100,8 @@ def wait_for_download(args, client, job):
             err.write(("\r" + line.ljust(len(last_line))) if sys.stderr.isatty() else line + "\n")
             err.flush()
             last_line = line
+
+    job = follow_job(client, job, on_change=show)
     if last_line and sys.stderr.isatty() and not args.json:
         sys.stderr.write("\n")
     progress = job.get("progress") or {}
@@ -130,7 +132,7 @@ def job_verdict(job, error=None):
 
 def cmd_download(args):
     local_dir = args.local_dir or default_local_dir(args.host, args.repo)
-    client = connect(args, args.host)
+    client = connect(args, args.host, reconnect=args.wait)
     job = client.call("download.start", _download_params(args, args.host, local_dir), timeout=180)
     if not args.wait:
         emit(args, {"id": job["id"]}, job["id"])
@@ -142,7 +144,7 @@ def cmd_download(args):
 
 def cmd_verify(args):
     host, path = split_host_path(args.dir)
-    client = connect(args, host)
+    client = connect(args, host, reconnect=True)
     params = _download_params(args, host, path)
     if not args.repo:
         # The host takes the repo, revision and endpoint the download recorded; only what was typed overrides them.

@@ -9,7 +9,7 @@ import time
 from ..cli.common import EXIT_USAGE, CommandError, connect, emit
 from . import model
 
-DEFAULT_TIMEOUT_S = 10.0  # OpenSSH's ConnectTimeout is unset by default; ours is tui/ssh_transport.py's
+DEFAULT_TIMEOUT_S = 10.0  # OpenSSH's ConnectTimeout is unset by default; ours is tui/transport/ssh_transport.py's
 
 
 def add_commands(commands):
@@ -35,8 +35,8 @@ def host_timeout_s(host, given=None):
         return given
     if host in (None, "", "local"):
         return DEFAULT_TIMEOUT_S
-    from ..client import ConnectError
-    from ..ssh_transport import parse_destination
+    from ..transport.client import ConnectError
+    from ..transport.ssh_transport import parse_destination
 
     try:
         return parse_destination(host).connect_timeout_s

@@ -17,7 +17,7 @@ import time
 
 from remote.core.protocol import RemoteError
 
-from ..client import RETRY_INTERVALS_S, ConnectError
+from ..transport.client import RETRY_INTERVALS_S, ConnectError
 from ..messages import ClientReady, ConnectionChanged
 
 SUMMARY_EVERY_S = 2.0

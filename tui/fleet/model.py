@@ -23,7 +23,7 @@ GPU_KEYS = ("count", "busy", "memory_used_bytes", "memory_total_bytes", "max_tem
 SERVER_KEYS = ("id", "accept_length", "break_even_accept_length", "break_even_source", "age_s", "stale")
 TRAINING_KEYS = ("id", "step", "eta_s", "predicted_accept_length", "age_s", "stale")
 
-# A connect failure's class (tui/ssh_transport.py) -> the state word of its row.
+# A connect failure's class (tui/transport/ssh_transport.py) -> the state word of its row.
 FAILURE_STATES = {"HostKeyUnknown": "unknown host key", "HostKeyChanged": "host key changed", "HostKeyRevoked": "host key revoked",
                   "AuthenticationRefused": "authentication refused"}
 

@@ -8,7 +8,6 @@ import time
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
-from ..client import ConnectError
 from ..display import log_text, safe_text
 from . import model
 
@@ -159,10 +158,10 @@ def cmd_logs(args):
     if args.tail:  # from the window's first whole line, as without --follow
         after = client.call("jobs.tail", {"id": args.job, "offset": -args.tail, "max_bytes": args.tail})["offset"]
     client.subscribe("jobs.follow", {"id": args.job, "after": after}, on_data, on_end)
+    from .follow import wait_for_event
+
     try:
-        while not done.wait(0.5):
-            if client.state == "failed":  # e.g. the host key changed: reconnecting cannot help
-                raise ConnectError(client.state_detail.get("error") or "the connection failed")
+        wait_for_event(client, done)
     except KeyboardInterrupt:
         return 130
     if not args.json:
@@ -189,14 +188,14 @@ def confirm_foreign_stop(args, job):
 
 
 def cmd_stop(args):
-    client = connect(args, args.host)
+    client = connect(args, args.host, reconnect=args.wait)
     if not model.is_ours(args.job):
         confirm_foreign_stop(args, client.call("jobs.get", {"id": args.job}))
     job = client.call("jobs.stop", {"id": args.job, "grace_s": args.grace})
     if args.wait:
-        while model.is_live(job):
-            time.sleep(0.2)
-            job = client.call("jobs.get", {"id": args.job})
+        from .follow import follow_job  # (and its queue) only for a command that waits
+
+        job = follow_job(client, job)
     emit(args, job, lambda: "%s %s" % (job["id"], job["state"]))
     return 0
 

@@ -19,7 +19,7 @@ from textual.widgets import DataTable, Input
 from remote.core.protocol import RemoteError
 
 from .. import display
-from ..client import ConnectError
+from ..transport.client import ConnectError
 from ..messages import AgentError, LogSaved
 from ..pane import Pane
 from ..screens.confirm import ConfirmScreen

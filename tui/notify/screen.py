@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Input, Label, Static
 
 from remote.core.protocol import RemoteError
 
-from ..client import ConnectError
+from ..transport.client import ConnectError
 from ..display import safe_text
 from .model import STATE_STYLES, channel_figures, status_text
 

@@ -6,7 +6,6 @@ or a running server's output, as a job under the host's ML interpreter), and the
 
 import os
 import sys
-import time
 
 from remote.core.protocol import RemoteError
 from remote.serving.advice import margin_words
@@ -14,25 +13,24 @@ from remote.serving.advice import margin_words
 from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 from ..display import safe_text
-from ..jobs import model as jobs
 from .model import line_of
-
-POLL_S = 0.5
-
 
 def wait_for_result(client, job, quiet, status):
     """Follow a host job (a benchmark, a coverage count) until it ends, writing `JOB  STATUS` on
     stderr each time `status(job, progress)` says something new (nothing when `quiet`, as with
     --json); returns the job as it ended."""
-    last = None
-    while jobs.is_live(job):
-        time.sleep(POLL_S)
-        job = client.call("jobs.get", {"id": job["id"]})
+    from ..jobs.follow import follow_job
+
+    said = []
+
+    def show(job):
         line = "%s  %s" % (job["id"], status(job, job.get("progress") or {}))
-        if line != last and not quiet:
-            sys.stderr.write(line + "\n")
-            last = line
-    return job
+        if not said or line != said[-1]:
+            said.append(line)
+            if not quiet:
+                sys.stderr.write(line + "\n")
+
+    return follow_job(client, job, on_change=show)
 ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason", "break_even")
 ADVICE_ROW_KEYS = ("k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured")
 
@@ -203,7 +201,7 @@ def cmd_coverage(args):
         params["text_name"] = os.path.abspath(args.text)
     if not args.job and not args.target:
         raise CommandError("--target is needed with --text: its tokenizer reads the text")
-    client = connect(args, args.host)
+    client = connect(args, args.host, reconnect=True)
     try:
         job = client.call("checkpoint.coverage", params, timeout=120)
     except RemoteError as exc:

@@ -304,7 +304,7 @@ def cmd_bench(args):
     if args.prompts:
         with open(args.prompts) as f:
             params["prompts"] = [line.rstrip("\n") for line in f if line.strip()]
-    client = connect(args, args.host)
+    client = connect(args, args.host, reconnect=True)
     try:
         job = client.call("serving.bench", params, timeout=120)
     except RemoteError as exc:

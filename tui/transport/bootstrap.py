@@ -8,7 +8,7 @@ same process, so a cached agent costs nothing but the exec; otherwise the boot w
 on stdout, reads exactly SIZE bytes from stdin, checks the hash, writes the file atomically
 (0600, in 0700 directories) and runs it. SFTP took four round trips before the exec (channel
 open, subsystem, version, stat) on every connection; the boot takes none when the agent is
-cached and one (the marker, then the bytes) when it is not. The link (tui/connection.py's
+cached and one (the marker, then the bytes) when it is not. The link (tui/transport/connection.py's
 SSHLink) answers the marker before the client reads the hello.
 """
 

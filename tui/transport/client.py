@@ -20,7 +20,7 @@ import time
 from remote import PROTOCOL_VERSION
 from remote.core.protocol import FrameReader, ProtocolError, RemoteError, encode
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tui.client")  # the name --verbose lines have always carried
 
 HELLO_TIMEOUT_S = 30.0
 # Seconds from the start of one reconnect attempt to the start of the next (the last repeats).
@@ -125,7 +125,7 @@ class Subscription:
 
 class AgentClient:
     def __init__(self, connect, reconnect=False, on_state=None, heartbeat_s=1.0, dead_after_s=4.0):
-        """`connect(reconnecting=False)` returns a new link (see tui/connection.py) or raises ConnectError."""
+        """`connect(reconnecting=False)` returns a new link (see tui/transport/connection.py) or raises ConnectError."""
         self._connect = connect
         self.reconnect = reconnect
         self.on_state = on_state

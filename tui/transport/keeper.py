@@ -3,20 +3,13 @@ between headless commands, as OpenSSH's ControlPersist does, so that a command t
 holds costs one request's round trip instead of a new SSH connection.
 
 It holds one paramiko transport per host (keyed by the destination as typed and as resolved,
-user@host:port) and, beside it, spares (SPARES of them): exec channels already running the
-agent's relay with its hello read. A command that asks (tui/links.py) is handed a spare at
-once: the keeper writes the hello it read and from then on copies bytes both ways between the
-command's Unix socket and that channel, and opens the next spare in the background. Each command has its own
-relay (its own streams, cancelled when it leaves), so nothing of the wire is rewritten here.
-A spare runs `relay --if-running`: it never starts or replaces the host's daemon (a spare
-opened just after `specdeck daemon stop` must not bring the daemon back); when none runs, the
-next command gets a plain relay, which starts one.
+user@host:port) and spare relays on it (tui/transport/warm_links.py); a command that asks
+(tui/transport/links.py) is handed one at once and its bytes are copied to it.
 
 Host keys are checked against known_hosts here exactly as a command checks them; an unknown
 key is accepted only for a command that said --accept-new (or whose user accepted that very
 fingerprint). Every connection's peer is checked with SO_PEERCRED: only this user, greeted with
-one line before its request is read (tui/links.py). A spare or
-a transport found dead is replaced before the command sees it.
+one line before its request is read (tui/transport/links.py).
 
 It ends itself after `[links] keep` (tui.config.link_keep_s, read at every check so a changed
 file applies) without a command, closes a host's link unused that long, ends at once when it
@@ -36,7 +29,8 @@ import sys
 import threading
 import time
 
-from .client import HELLO_TIMEOUT_S, ConnectError
+from .client import ConnectError
+from .warm_links import Cold, HostLink, splice
 
 log = logging.getLogger("tui.keeper")
 
@@ -44,14 +38,10 @@ CHECK_S = 1.0
 EMPTY_GRACE_S = 5.0  # a keeper that holds no link waits this long for a command, then ends
 HEADER_TIMEOUT_S = 10.0
 LOCK_WAIT_S = 5.0
-CHUNK_BYTES = 65536
-# Relays kept started per host and interpreter, each an idle process on the host: two let two
-# commands back to back each find one ready (a script's `run` then `logs`).
-SPARES = 2
 
 
 def main(argv):
-    """`python -m tui.keeper SOCKET`: detach, take the socket, serve until idle."""
+    """`python -m tui.transport.keeper SOCKET`: detach, take the socket, serve until idle."""
     path = argv[0]
     if os.fork():  # the starter returns at once; the keeper is nobody's child and no session leader
         os._exit(0)
@@ -71,7 +61,7 @@ def main(argv):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    from .cli.common import setup_logging
+    from ..cli.common import setup_logging
 
     setup_logging(0, to_stderr=False)
     # The agent's zipapp is built (tens of ms, mostly zlib, which lets go of the GIL) while the
@@ -130,56 +120,6 @@ def leave_out_invoke():
         sys.modules.setdefault("invoke", None)  # `import invoke` then raises ImportError, which paramiko expects
 
 
-class Spare:
-    """An exec channel running the relay, its hello read: what a command is handed."""
-
-    def __init__(self, link, head):
-        self.link = link  # tui.connection.SSHLink
-        self.head = head
-
-    def usable(self):
-        channel = self.link.channel
-        return self.link.transport.is_active() and not (channel.closed or channel.eof_received or channel.exit_status_ready())
-
-    def close(self):
-        try:
-            self.link.close()
-        except Exception:
-            pass
-
-
-class HostLink:
-    """One host's transport, its spares (up to SPARES per interpreter) and who is using it."""
-
-    def __init__(self, key, dest):
-        self.key = key
-        self.dest = dest
-        self.transport = None
-        self.spares = {}  # interpreter -> [Spare]
-        self.preparing = {}  # interpreter -> how many spares are on their way
-        self.sessions = 0
-        self.last_used = time.monotonic()
-        self.lock = threading.Lock()
-        self.spare_ready = threading.Condition(self.lock)  # a spare's preparation ended
-
-    def alive(self):
-        return self.transport is not None and self.transport.is_active()
-
-    def close(self):
-        from .ssh_transport import close_transport
-
-        for spares in self.spares.values():
-            for spare in spares:
-                spare.close()
-        self.spares.clear()
-        if self.transport is not None:
-            close_transport(self.transport)
-
-
-class Cold(Exception):
-    """A warm-only request for a host the keeper holds no live link to."""
-
-
 class Keeper:
     def __init__(self, listener, path):
         self.listener = listener
@@ -213,7 +153,7 @@ class Keeper:
 
     def check(self):
         """Close what has not been used for `[links] keep`; end when nothing is left to keep."""
-        from .config import link_keep_s
+        from ..config import link_keep_s
 
         keep_s = link_keep_s()
         now = time.monotonic()
@@ -353,44 +293,15 @@ class Keeper:
             with link.lock:
                 if header.get("warm_only") and not link.alive():
                     raise Cold()
-                spare = self.started(link, dest, header, python)
+                spare = link.started(dest, header, python)
         except BaseException:
             with self.lock:
                 link.sessions -= 1
                 if link.transport is None and self.links.get(key) is link:
                     del self.links[key]  # never connected: nothing to keep
             raise
-        threading.Thread(target=self.prepare_spare, args=(link, python), name="keeper-spare", daemon=True).start()
+        threading.Thread(target=link.prepare_spares, args=(python, self.ending), name="keeper-spare", daemon=True).start()
         return link, spare
-
-    def started(self, link, dest, header, python):
-        """The spare if it is alive, else a relay started now; a dead transport is replaced once."""
-        from .connection import open_link_transport
-
-        accept_new = bool(header.get("accept_new"))
-        fingerprint = header.get("accept_fingerprint")
-        for attempt in (1, 2):
-            if not link.alive():
-                if link.transport is not None:
-                    link.close()
-                    log.info("link keeper: the link to %s was dead; connecting again", link.key[1])
-                link.transport = None
-                link.dest = dest
-                link.transport = open_link_transport(dest, lambda host_key: accept_new or host_key.fingerprint == fingerprint)
-            # A spare on its way is nearer than a new channel: back-to-back commands wait for it.
-            link.spare_ready.wait_for(lambda: link.spares.get(python) or not link.preparing.get(python), HELLO_TIMEOUT_S)
-            spares = link.spares.get(python) or []
-            while spares:
-                spare = spares.pop(0)
-                if spare.usable():
-                    return spare
-                spare.close()
-            try:
-                return start_relay(link, python, ("relay",))
-            except ConnectError:
-                if attempt == 2 or link.alive():
-                    raise  # the agent failed to start (no such interpreter, ...): the command's error
-        raise AssertionError("unreachable")
 
     def follow_sources(self):
         """A keeper lives for minutes: when this laptop's agent sources changed meanwhile (an
@@ -413,38 +324,6 @@ class Keeper:
                 spares, link.spares = [spare for kept in link.spares.values() for spare in kept], {}
             for spare in spares:
                 spare.close()
-
-    def prepare_spare(self, link, python):
-        """Start relays until SPARES of them wait for the next commands (two commands back to
-        back each find one ready; a third waits for the one on its way)."""
-        while True:
-            with link.lock:
-                on_hand = len(link.spares.get(python) or ()) + link.preparing.get(python, 0)
-                if on_hand >= SPARES or not link.alive() or self.ending.is_set():
-                    return
-                link.preparing[python] = link.preparing.get(python, 0) + 1
-            if not self._prepare_one(link, python):
-                return
-
-    def _prepare_one(self, link, python):
-        spare = None
-        try:
-            spare = start_relay(link, python, ("relay", "--if-running"))
-        except ConnectError as exc:
-            log.info("link keeper: no spare relay on %s: %s", link.key[1], exc)
-        except Exception as exc:
-            log.info("link keeper: no spare relay on %s: %s: %s", link.key[1], type(exc).__name__, exc)
-        with link.lock:
-            link.preparing[python] -= 1
-            kept = link.spares.setdefault(python, [])
-            if spare is not None:
-                if len(kept) >= SPARES or not link.alive() or self.ending.is_set():
-                    spare.close()
-                    spare = None
-                else:
-                    kept.append(spare)
-            link.spare_ready.notify_all()
-        return spare is not None
 
     # -- ending links
 
@@ -494,84 +373,8 @@ def sources_stamp():
     return sorted(stamp)
 
 
-def start_relay(link, python, agent_args):
-    """A Spare: the agent's relay started on the link's transport, its hello read."""
-    from remote.core.protocol import decode
-
-    from .connection import start_agent
-
-    agent = start_agent(link.transport, link.dest, python, agent_args, owns_transport=False)
-    try:
-        agent.settimeout(HELLO_TIMEOUT_S)
-        buffer = b""
-        while True:
-            while b"\n" in buffer:
-                line, _, rest = buffer.partition(b"\n")
-                try:
-                    frame = decode(line)
-                except ValueError:
-                    frame = None
-                if isinstance(frame, dict) and frame.get("type") == "hello":
-                    agent.settimeout(None)
-                    return Spare(agent, line + b"\n" + rest)
-                log.info("link keeper: skipped a line before the agent's hello on %s (a login banner?)", link.key[1])
-                buffer = rest
-            chunk = agent.read(CHUNK_BYTES)
-            if not chunk:
-                raise ConnectError(agent.failure() or "the agent exited before its handshake")
-            buffer += chunk
-    except ConnectError:
-        agent.close()
-        raise
-    except (OSError, EOFError) as exc:
-        reason = agent.failure() or "the agent did not answer: %s" % (exc or type(exc).__name__)
-        agent.close()
-        raise ConnectError(reason)
-    except BaseException:
-        agent.close()
-        raise
-
-
-def splice(conn, agent):
-    """Copy both ways between the command's socket and the agent's channel until either ends;
-    then end both (the relay on the host sees its channel close, as when a command exits)."""
-    channel = agent.channel
-    conn.settimeout(None)
-    channel.settimeout(None)
-
-    def up():
-        try:
-            while True:
-                data = conn.recv(CHUNK_BYTES)
-                if not data:
-                    break
-                channel.sendall(data)
-        except Exception:
-            pass
-        try:
-            agent.close()
-        except Exception:
-            pass
-
-    sender = threading.Thread(target=up, name="keeper-up", daemon=True)
-    sender.start()
-    try:
-        while True:
-            data = channel.recv(CHUNK_BYTES)
-            if not data:
-                break
-            conn.sendall(data)
-    except Exception:
-        pass
-    try:
-        conn.shutdown(socket.SHUT_RDWR)
-    except OSError:
-        pass
-    sender.join()
-
-
 def error_fields(exc):
-    """A ConnectError as the keeper's reply carries it (tui/links.py error_from makes it again)."""
+    """A ConnectError as the keeper's reply carries it (tui/transport/links.py error_from makes it again)."""
     fields = {"type": type(exc).__name__, "message": str(exc), "permanent": bool(exc.permanent)}
     host_key = getattr(exc, "host_key", None)
     if host_key is not None:

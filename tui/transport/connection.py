@@ -1,5 +1,5 @@
-"""Links to a host's agent: over SSH (tui/ssh_transport.py), through the link keeper that holds
-SSH links warm between commands (tui/links.py, tui/keeper.py), or, for `local`, a subprocess on
+"""Links to a host's agent: over SSH (tui/transport/ssh_transport.py), through the link keeper that holds
+SSH links warm between commands (tui/transport/links.py, tui/transport/keeper.py), or, for `local`, a subprocess on
 this machine.
 
 A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our socket
@@ -21,7 +21,7 @@ from .client import AgentClient, ConnectError
 
 if TYPE_CHECKING:
     from .ssh_transport import HostKey
-# The SSH side (tui/ssh_transport.py, and paramiko under it) is loaded when first used: a
+# The SSH side (tui/transport/ssh_transport.py, and paramiko under it) is loaded when first used: a
 # command whose link comes from the keeper never needs it. Its errors, HostKey and
 # parse_destination are part of this module's face all the same.
 _FROM_SSH_TRANSPORT = frozenset((
@@ -38,7 +38,7 @@ def __getattr__(name):
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("tui.connection")
 
 # While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
 # quickly and tried again, so that a SYN goes out at least every second: the link is used
@@ -55,7 +55,7 @@ def _last_line(lines):
 class SSHLink:
     """The agent's stdin/stdout as an exec channel of an SSH transport.
 
-    The channel runs the boot (tui/bootstrap.py): until the first line that is not the boot's
+    The channel runs the boot (tui/transport/bootstrap.py): until the first line that is not the boot's
     own, reading also answers the boot's request for the agent with its bytes, so the client
     above reads the hello as from any link. `owns_transport=False` (the keeper's links, which
     share one transport): closing closes the channel only.

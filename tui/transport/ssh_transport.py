@@ -1,7 +1,7 @@
 """SSH transports to a host, the way OpenSSH would make them: ~/.ssh/config (HostName, User,
 Port, IdentityFile, ProxyJump, ConnectTimeout, HostKeyAlias, UserKnownHostsFile,
 GlobalKnownHostsFile, HashKnownHosts), ssh-agent and key files, host keys checked against
-known_hosts as OpenSSH does (tui/known_hosts.py).
+known_hosts as OpenSSH does (tui/transport/known_hosts.py).
 
 Every failure is a ConnectError with one human line; those that trying again cannot cure (a
 host key, a refused login) are marked permanent so that a healing client stops.
@@ -75,7 +75,7 @@ class Destination:
     global_known_hosts: List[str] = field(default_factory=list)
     hash_known_hosts: bool = False
     # ssh-agent's socket: None for this process's SSH_AUTH_SOCK, "" for none. The link keeper
-    # (tui/keeper.py) sets the one of the command it connects for, not the one it started with.
+    # (tui/transport/keeper.py) sets the one of the command it connects for, not the one it started with.
     agent_socket: Optional[str] = None
 
     @property
