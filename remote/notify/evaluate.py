@@ -16,6 +16,8 @@ no console is connected:
   then has not for DOWN_S;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
   noticed by a check of absence on a clock of its own at each poll;
+- slowdowns (slowdowns.py): a training run or data generation whose pace stayed under half of
+  its hour's median for 10 minutes, from the same topics, with its GPUs' figures of that moment;
 - disks (disks.py): a disk a running job writes to that will be full within its horizon, or is
   under 2% free, from the telemetry feed's latest sample, looked at on the same poll.
 
@@ -128,9 +130,11 @@ class Evaluator:
         self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, down_fired, break_even}
         self._names = {}
         from .disks import Disks  # (they word their alerts with this module's helpers)
+        from .slowdowns import Slowdowns
         from .stalls import Stalls
 
         self.stalls = Stalls(self)
+        self.slowdowns = Slowdowns(self)
         self.disks = Disks(self)
 
     # -- the sources
@@ -172,6 +176,7 @@ class Evaluator:
         if record.get("event") == "ended" and record.get("job"):
             self.job_ended(record["job"])
         self.stalls.job_record(record)
+        self.slowdowns.job_record(record)
 
     def _gpu_record(self, record):
         if record.get("kind") not in GPU_KINDS or record.get("ended_at"):
@@ -187,6 +192,7 @@ class Evaluator:
         if record.get("kind") != "step" or not job_id:
             return
         self.stalls.step_record(record)
+        self.slowdowns.step_record(record)
         loss = record.get("loss")
         run = self.runs.setdefault(job_id, {"best": None, "best_at": None, "fired": False, "nan": False})
         when = record.get("time") or time.time()
