@@ -11,8 +11,10 @@ progress counter on the `jobs` topic. A run that stops moving is the stall modul
 judges a pace only when a step (or sample) comes. At most WATCHED_MAX runs are followed.
 """
 
+import os
 import time
 
+from ..core.records import read_json
 from .evaluate import KIND_CATEGORY, label, make_alert, minutes
 from .pace import Pace, limits
 from .stalls import LIVE
@@ -127,27 +129,35 @@ class Slowdowns:
     def _gpu_figures(self, job, now):
         feed = self.daemon.services.get("telemetry")
         sample = feed.latest_sample() if feed is not None else None
-        return gpu_figures(sample, job, now)
+        return gpu_figures(sample, job, now, self._visible_devices(job))
+
+    def _visible_devices(self, job):
+        """The job's CUDA_VISIBLE_DEVICES, from its record (a job's reply does not carry its env)."""
+        try:
+            spec = read_json(os.path.join(self.daemon.jobs.job_dir(job["id"]), "job.json"))
+            value = (spec.get("env") or {}).get("CUDA_VISIBLE_DEVICES")
+        except Exception:  # forgotten, or a damaged record: its processes alone say its GPUs
+            return None
+        return value if isinstance(value, str) else None
 
 
-def job_gpus(sample, job):
-    """The GPU indexes a job runs on: those its processes hold in the sample, else its
-    CUDA_VISIBLE_DEVICES (indexes only)."""
+def job_gpus(sample, job, visible=None):
+    """The GPU indexes a job runs on: those its processes hold in the sample, else those its
+    CUDA_VISIBLE_DEVICES names (indexes only)."""
     held = sorted({p["gpu_index"] for p in sample.get("processes") or () if p.get("job_id") == job["id"]})
     if held:
         return held
-    visible = ((job.get("env") or {}).get("CUDA_VISIBLE_DEVICES") or "").split(",")
-    return [int(part) for part in visible if part.strip().isdigit()][:64]
+    return [int(part) for part in (visible or "").split(",")[:64] if part.strip().isdigit()]
 
 
-def gpu_figures(sample, job, now):
+def gpu_figures(sample, job, now, visible=None):
     """{text, gpus: [{index, utilization_percent, throttle_reasons, sm_clock_mhz, sm_clock_max_mhz,
     temperature_c, power_w, power_limit_w, others: [{pid, job_id, command, memory_bytes}]}], age_s}
     of the job's GPUs in the telemetry sample (none when it has none: said so)."""
     if not sample:
         return {"text": "no GPU figures (the telemetry has no sample yet)", "gpus": [], "age_s": None}
     age_s = round(max(0.0, now - (sample.get("time") or now)), 1)
-    indexes = job_gpus(sample, job)
+    indexes = job_gpus(sample, job, visible)
     by_index = {gpu.get("index"): gpu for gpu in sample.get("gpus") or ()}
     found, parts = [], []
     for index in indexes:
