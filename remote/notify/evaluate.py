@@ -19,7 +19,8 @@ no console is connected:
 - slowdowns (slowdowns.py): a training run or data generation whose pace stayed under half of
   its hour's median for 10 minutes, from the same topics, with its GPUs' figures of that moment;
 - disks (disks.py): a disk a running job writes to that will be full within its horizon, or is
-  under 2% free, from the telemetry feed's latest sample, looked at on the same poll.
+  under 2% free, from the telemetry feed's latest sample, looked at on the same poll; and a
+  data generation whose first samples' size says its samples left will not fit (datagen_disks.py).
 
 Each alert gets a key that names what happened (the job and its submission time, the GPU
 alert's id, the run and its best loss), so the same event raised twice (after a restart) is
@@ -129,6 +130,7 @@ class Evaluator:
         self.runs = {}  # training job -> {best, best_at, fired}
         self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, down_fired, break_even}
         self._names = {}
+        from .datagen_disks import DatagenDisks
         from .disks import Disks  # (they word their alerts with this module's helpers)
         from .slowdowns import Slowdowns
         from .stalls import Stalls
@@ -136,6 +138,7 @@ class Evaluator:
         self.stalls = Stalls(self)
         self.slowdowns = Slowdowns(self)
         self.disks = Disks(self)
+        self.datagen_disks = DatagenDisks(self)
 
     # -- the sources
 
@@ -165,6 +168,7 @@ class Evaluator:
                     handle(record)
         self.stalls.check()
         self.disks.check()
+        self.datagen_disks.check()
 
     def job_ended(self, job):
         watched = bool((job.get("meta") or {}).get("notify")) or self.is_watched(job["id"])

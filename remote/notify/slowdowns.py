@@ -72,9 +72,14 @@ class Slowdowns:
         if run is None:
             return
         run.job = job
-        done = (job.get("progress") or {}).get("done")
+        progress = job.get("progress") or {}
+        done, now = progress.get("done"), time.time()
         if isinstance(done, (int, float)) and not isinstance(done, bool):
-            self._counted(run, time.time(), done)
+            # When its log was read (the progress's own time; never later than now): the topic's
+            # record comes a poll later.
+            read_at = progress.get("updated_at")
+            ok = isinstance(read_at, (int, float)) and not isinstance(read_at, bool) and now - 60 < read_at <= now
+            self._counted(run, read_at if ok else now, done)
 
     def _counted(self, run, when, count):
         fraction, for_s, median_s = limits(run.job.get("meta"))
