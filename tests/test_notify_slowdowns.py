@@ -68,7 +68,7 @@ def test_a_run_at_a_quarter_of_its_pace_is_told_once_with_both_figures_and_its_g
     assert client.call("jobs.get", {"id": job_id})["meta"]["slowdown"] == {"fraction": 0.5, "for_s": 2.0, "median_s": 60.0}
 
     slow, = wait_for(lambda: alerts_of(receiver, job_id) or None, message="the slowdown's alert")
-    assert slow["kind"] == "slowdown" and slow["categories"] == ["slowdown", "training"] and slow["urgent"]
+    assert slow["kind"] == "slowdown" and slow["categories"] == ["slowdown", "training"] and not slow["urgent"]
     found = re.match(r"%s \(eagle3 slow\) at ([\d.]+) steps/s, its hour's median ([\d.]+) steps/s, for \d+ s; GPU 0: " % job_id,
                      slow["message"])
     assert found, slow["message"]

@@ -3,7 +3,8 @@ stayed under half of its own median of the last hour for 10 minutes, told as an 
 (kind `slowdown`, category `slowdown` and the job kind's) naming both figures, with the figures
 of its GPUs at that moment from the telemetry feed's latest sample (throttle reasons,
 utilisation, clocks, the other processes on them), so the cause is on the same screen; and one
-follow-up (`pace_back`) when its pace is over the line again. The limits are each job's
+follow-up (`pace_back`) when its pace is over the line again. Not urgent (quiet hours hold it: a
+run at half its pace is the morning's news, not a night's end, as a stall is). The limits are each job's
 (pace.py: meta `slowdown`, else 0.5, 10 min, 1 h).
 
 Read from what the evaluator already follows: the `training` topic's steps, a data generation's
@@ -110,7 +111,7 @@ class Slowdowns:
         key = "slowdown:%s:%d:%d" % (job["id"], int((job.get("submitted_at") or 0) * 1000), int(slow["since"]))
         slow["told"] = key
         alert = make_alert(key, "slowdown", self._categories(run), self.host, "%s slowed down on %s" % (job["id"], self.host),
-                           message, slow["since"], job=job, urgent=True, log_tail=self.evaluator.log_tail(job["id"]))
+                           message, slow["since"], job=job, log_tail=self.evaluator.log_tail(job["id"]))
         alert.update(pace=pace, median_pace=slow["reference"], unit=unit, gpus=figures["gpus"],
                      gpu_figures_age_s=figures["age_s"])
         self.evaluator.raise_alert(alert)
