@@ -17,6 +17,7 @@ and removed at the end.
 """
 
 import argparse
+import json
 import os
 import shutil
 import statistics
@@ -79,8 +80,6 @@ def wait(predicate, timeout_s=120.0):
 def delivered(receiver, kind, job_id=None):
     """(the alert, when its request came) of the first `kind` alert (about `job_id`), or None."""
     for request in list(receiver.requests):
-        import json
-
         for alert in json.loads(request["body"])["alerts"]:
             if alert["kind"] == kind and (job_id is None or alert["job_id"] == job_id):
                 return alert, request["at"]
