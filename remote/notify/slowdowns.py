@@ -9,7 +9,8 @@ run at half its pace is the morning's news, not a night's end, as a stall is). T
 
 Read from what the evaluator already follows: the `training` topic's steps, a data generation's
 progress counter on the `jobs` topic. A run that stops moving is the stall module's; this one
-judges a pace only when a step (or sample) comes. At most WATCHED_MAX runs are followed.
+judges a pace only when a step (or sample) comes, and not across a gap longer than its window
+(a stall and its end are told once, as a stall). At most WATCHED_MAX runs are followed.
 """
 
 import os
@@ -84,6 +85,12 @@ class Slowdowns:
 
     def _counted(self, run, when, count):
         fraction, for_s, median_s = limits(run.job.get("meta"))
+        if run.pace.points and when - run.pace.points[-1][0] > max(for_s, 1.0):
+            # No move for longer than the window: a stall's (stalls.py tells it, and its end); the
+            # pace counts again from this move, not across the gap.
+            run.pace.points.clear()
+            if run.slow is not None and not run.slow["told"]:
+                run.slow = None  # (one told still gets its follow-up when the pace is back)
         pace = run.pace.add(when, count, median_s)
         if pace is None or not fraction:
             return
