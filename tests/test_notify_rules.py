@@ -196,3 +196,25 @@ def test_a_data_generation_whose_counter_stands_still_is_told(host):
     host.topics["jobs"].publish({"event": "progress", "id": job["id"], "job": dict(live, progress=dict(live["progress"], done=41))})
     evaluator.poll()
     assert [a["kind"] for a in raised] == ["job_stalled", "resumed"]
+
+
+def test_a_run_under_half_its_hours_median_for_ten_minutes_is_told_once_and_when_back(host):
+    """The default limits (0.5, 10 min, 1 h), on the steps' own times: a run at 1 step/s for an
+    hour, then at a quarter of it; one `slowdown` at 10 min under the line, one `pace_back`."""
+    job = host.jobs.submit(["sleep", "60"], kind="training", name="eagle3")
+    raised = []
+    evaluator = Evaluator(host, raised.append, lambda job_id: False)
+    training, start, step = host.topics["training"], time.time() - 7200, 0
+    times = [start + s for s in range(3600)] + [start + 3600 + 4 * s for s in range(1, 200)]
+    times += [times[-1] + s for s in range(1, 30)]
+    for when in times:
+        training.publish({"job": job["id"], "kind": "step", "time": when, "step": step, "loss": 1.0})
+        step += 1
+        if step % 500 == 0:
+            evaluator.poll()
+    evaluator.poll()
+    slow, back = [a for a in raised if "slowdown" in a["categories"]]  # (its synthetic past also makes a stall)
+    assert slow["kind"] == "slowdown" and back["kind"] == "pace_back"
+    assert slow["message"].startswith("%s (eagle3) at 0.25 steps/s, its hour's median 1 steps/s, for 10 min; " % job["id"])
+    assert slow["pace"] == 0.25 and slow["median_pace"] == 1.0 and slow["time"] <= start + 3600 + 4
+    assert back["message"].startswith("%s (eagle3) back to pace after 13 min: " % job["id"]), back["message"]

@@ -5,7 +5,6 @@ disk; one `disk_filling` alert reaches a real loopback webhook with the console 
 disk and the job, then one `disk_nearly_full` under 2%."""
 
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -14,6 +13,7 @@ from textual.widgets import Static
 
 from tests.conftest import run_cli
 from tests.helpers.pilot import GpusApp
+from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
 from tui.transport.connection import open_client
@@ -42,15 +42,8 @@ WRITER = """\
 
 @pytest.fixture
 def tiny_fs(tmp_path):
-    mnt = tmp_path / "tiny"
-    mnt.mkdir()
-    p = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=%d" % SIZE, "tmpfs", str(mnt)], capture_output=True, text=True)
-    if p.returncode != 0:
-        pytest.skip("cannot mount a tmpfs here: %s" % p.stderr.strip())
-    try:
+    with small_tmpfs(tmp_path / "tiny", SIZE) as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], check=True)
 
 
 @pytest.fixture

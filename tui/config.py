@@ -8,6 +8,7 @@ honoured), so that an interpreter is typed once:
     checkpoint_dir = "/data/checkpoints"
     hub_endpoint = "https://hub.example.org"    # a hub mirror for this host's downloads
     stall_after = "30m"                         # train, run, serve: the stall limit (or "off")
+    slowdown = "0.5/10m/1h"                     # train: under half its hour's median for 10 min (or "off")
 
     [hosts."me@gpu01".alerts]                   # kept as written, for later
 
@@ -52,7 +53,7 @@ def toml_reader():
     return tomllib
 
 
-HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint", "stall_after")  # strings
+HOST_KEYS = ("agent_python", "ml_python", "download_dir", "checkpoint_dir", "hub_endpoint", "stall_after", "slowdown")  # strings
 HOST_TABLES = ("alerts", "slurm")
 # [hosts."x".slurm]: the Slurm options of --slurm (tui/cli/slurm_options.py), by type.
 SLURM_KEYS = {"partition": str, "account": str, "time": str, "nodes": int, "gpus_per_node": int, "sbatch_args": list}
@@ -182,6 +183,11 @@ def check(data, shown):
                 stall_after_s(table["stall_after"])
             except ValueError as exc:
                 wrong(["hosts", host, "stall_after"], str(exc))
+        if isinstance(table.get("slowdown"), str):
+            try:
+                slowdown_limits(table["slowdown"])
+            except ValueError as exc:
+                wrong(["hosts", host, "slowdown"], str(exc))
         for key in HOST_TABLES:
             if key in table and not isinstance(table[key], dict):
                 wrong(["hosts", host, key], "expected a table, got %s" % _kind(table[key]))
@@ -270,6 +276,29 @@ def stall_after_s(text):
         return parse_duration(text)
     except ValueError as exc:
         raise ValueError("%s, or off" % exc)
+
+
+def slowdown_limits(text):
+    """`{fraction, for_s?, median_s?}` of `FRACTION/DURATION/SPAN` as `--slowdown` takes it
+    (`0.5/10m/1h`; the later parts may be left out), `{fraction: 0}` for `off`; ValueError with a
+    sentence otherwise."""
+    if text.strip().lower() == "off":
+        return {"fraction": 0.0}
+    parts = text.strip().split("/")
+    if len(parts) > 3:
+        raise ValueError("give FRACTION/DURATION/SPAN (e.g. 0.5/10m/1h), or off")
+    try:
+        fraction = float(parts[0])
+    except ValueError:
+        raise ValueError("the fraction is a number from 0 to 1 (e.g. 0.5/10m/1h), not %r" % parts[0])
+    if not 0 <= fraction <= 1:
+        raise ValueError("the fraction is a number from 0 to 1 (e.g. 0.5/10m/1h), not %r" % parts[0])
+    limits = {"fraction": fraction}
+    for name, part in zip(("for_s", "median_s"), parts[1:]):
+        limits[name] = parse_duration(part)
+    if limits.get("median_s") == 0:
+        raise ValueError("the span of the median is at least 1 s")
+    return limits
 
 
 def remembered(host, key, path=None):

@@ -4,7 +4,7 @@ is kept there and nowhere else, and every reply and log line shows it masked (`h
 
 A channel: `{id: c1, format: ntfy|slack|discord|json|command, url | argv, on: [category...] or
 ["all"], quiet: "22:00-07:00" or null, created_at}`. Categories: failed, gpu, speculation,
-training, downloads, stalled, disks (an alert has one or more; a job whose submission asked to be told when it
+training, downloads, stalled, slowdown, disks (an alert has one or more; a job whose submission asked to be told when it
 ends reaches every channel).
 """
 
@@ -19,7 +19,7 @@ from ..core import paths
 from ..core.records import replace_file
 
 FORMATS = ("ntfy", "slack", "discord", "json", "command")
-CATEGORIES = ("failed", "gpu", "speculation", "training", "downloads", "stalled", "disks")
+CATEGORIES = ("failed", "gpu", "speculation", "training", "downloads", "stalled", "slowdown", "disks")
 FILE_NAME = "channels.json"
 QUIET = re.compile(r"^([01]?\d|2[0-3]):([0-5]\d)-([01]?\d|2[0-3]):([0-5]\d)$")
 

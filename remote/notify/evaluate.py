@@ -16,8 +16,11 @@ no console is connected:
   then has not for DOWN_S;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
   noticed by a check of absence on a clock of its own at each poll;
+- slowdowns (slowdowns.py): a training run or data generation whose pace stayed under half of
+  its hour's median for 10 minutes, from the same topics, with its GPUs' figures of that moment;
 - disks (disks.py): a disk a running job writes to that will be full within its horizon, or is
-  under 2% free, from the telemetry feed's latest sample, looked at on the same poll.
+  under 2% free, from the telemetry feed's latest sample, looked at on the same poll; and a
+  data generation whose first samples' size says its samples left will not fit (datagen_disks.py).
 
 Each alert gets a key that names what happened (the job and its submission time, the GPU
 alert's id, the run and its best loss), so the same event raised twice (after a restart) is
@@ -108,11 +111,15 @@ class Evaluator:
         self.runs = {}  # training job -> {best, best_at, fired}
         self.servers = {}  # server id -> {below_since, fired, fresh_seen, stale_since, down_fired, break_even}
         self._names = {}
+        from .datagen_disks import DatagenDisks
         from .disks import Disks  # (they word their alerts with this module's helpers)
+        from .slowdowns import Slowdowns
         from .stalls import Stalls
 
         self.stalls = Stalls(self)
+        self.slowdowns = Slowdowns(self)
         self.disks = Disks(self)
+        self.datagen_disks = DatagenDisks(self)
 
     # -- the sources
 
@@ -142,6 +149,7 @@ class Evaluator:
                     handle(record)
         self.stalls.check()
         self.disks.check()
+        self.datagen_disks.check()
 
     def job_ended(self, job):
         watched = bool((job.get("meta") or {}).get("notify")) or self.is_watched(job["id"])
@@ -153,6 +161,7 @@ class Evaluator:
         if record.get("event") == "ended" and record.get("job"):
             self.job_ended(record["job"])
         self.stalls.job_record(record)
+        self.slowdowns.job_record(record)
 
     def _gpu_record(self, record):
         if record.get("kind") not in GPU_KINDS or record.get("ended_at"):
@@ -168,6 +177,7 @@ class Evaluator:
         if record.get("kind") != "step" or not job_id:
             return
         self.stalls.step_record(record)
+        self.slowdowns.step_record(record)
         loss = record.get("loss")
         run = self.runs.setdefault(job_id, {"best": None, "best_at": None, "fired": False, "nan": False})
         when = record.get("time") or time.time()

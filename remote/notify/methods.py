@@ -43,7 +43,7 @@ def notify_add(call):
     user can read, never shown whole) or `argv` (a command run with the alert as JSON on stdin),
     `format` (ntfy|slack|discord|json; default guessed from the URL: Slack and Mattermost hooks,
     Discord webhooks, a host named ntfy, else json), `on` (categories: failed, gpu, speculation,
-    training, downloads, stalled, disks, or all (default); a list or `failed,gpu`), `quiet`
+    training, downloads, stalled, slowdown, disks, or all (default); a list or `failed,gpu`), `quiet`
     (`22:00-07:00`, the host's local time: only urgent alerts, failures, stalls and disks filling,
     are sent then). Reply: `{channel: {id,
     format, url (masked: scheme://host/…) or argv, on, quiet, created_at, status}}`."""

@@ -7,6 +7,7 @@ from ..core import feed_wire, streams
 from ..core.protocol import BadRequest, RemoteError
 from ..core.streams import TopicSource
 from ..core.wire import method
+from ..notify.datagen_disks import with_forecasts
 from .sampler import HOST_LABELS, TelemetrySampler
 from .sample import GPU_SERIES, HOST_SERIES, samples_from_series
 
@@ -38,7 +39,10 @@ def telemetry_latest(call):
     network_tx_bytes_per_s, disks: [{path, role, free_bytes, total_bytes, fill_rate_bytes_per_s
     (the slope of its free bytes over the last 10 min, negative while it empties; null before 3
     readings), full_in_s (at that rate; null when it does not fill), jobs: [running job ids
-    writing there], read_at}]}, nvml: {available,
+    writing there], read_at, datagen?: [{job_id, bytes_per_sample, samples_measured,
+    samples_left, bytes_needed, free_bytes, full_at_sample (null: its samples left fit),
+    full_in_s}] (a running data generation's forecast from its first samples'
+    size, remote/notify/datagen_disks.py)}]}, nvml: {available,
     reason, driver_version}, gpus: [{index, name, uuid, pci_bus_id, utilization_percent,
     memory_utilization_percent, memory_used_bytes, memory_total_bytes, temperature_c,
     memory_temperature_c, power_w, power_limit_w, sm_clock_mhz, sm_clock_max_mhz,
@@ -61,7 +65,7 @@ def telemetry_latest(call):
     latest = service.aged_sample()
     if latest is None:
         raise RemoteError("NotFound", "no telemetry sample yet (see the telemetry service's status)")
-    return latest
+    return with_forecasts(latest, call.daemon.services)
 
 
 @method("telemetry.follow")

@@ -10,6 +10,7 @@ from ..jobs.input import check_command, stall_after, with_stall_after
 from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
 from ..core.wire import method
+from ..notify.pace import with_slowdown
 from . import checkpoints, curves, measure, stepstore
 from .run import STATE_FILE
 from .sampler import TrainingFeed
@@ -44,7 +45,9 @@ def training_start(call):
     (default 3), engine, python (an interpreter with the engine), port, requests (default 8),
     max_tokens (default 64), env, engine_args}`), `stall_after_s` (its stall limit: an alert
     when no new step, or sample, comes for that long; 0: none; default ten times its median
-    interval between steps, at least 2 min). Reply: the job, as `jobs.get`."""
+    interval between steps, at least 2 min), `slowdown` (`{fraction, for_s, median_s}`, each
+    optional: its `slowdown` alert when its pace stays under `fraction` (default 0.5; 0: never) of
+    its median over the last `median_s` (default 1 h) for `for_s` (default 10 min)). Reply: the job, as `jobs.get`."""
     argv = call.param("argv", list, required=True)
     check_command(argv, call.param("python", str))  # before argv is read for --epochs
     kind = call.param("kind", str, "training")
@@ -59,7 +62,7 @@ def training_start(call):
         "epochs_total": call.param("epochs_total", int) or _option(argv, ("--epochs", "--num-epochs", "--num_epochs")),
         "break_even": call.param("break_even", float), "python": call.param("python", str),
     }
-    meta = with_stall_after(meta, stall_after(call))
+    meta = with_slowdown(with_stall_after(meta, stall_after(call)), call)
     meta["measure"] = measure.options_from(call.param("measure", dict), meta["target"])
     job = call.daemon.jobs.submit(argv, cwd=call.param("cwd", str), env=call.param("env", dict, {}), interpreter=call.param("python", str),
                                   name=call.param("name", str), kind=kind, meta=meta)

@@ -1,5 +1,5 @@
 """`specdeck config HOST`: show or set what is remembered for a host (tui/config.py), so that
---python, --host-python, --endpoint, --local-dir and --stall-after are typed once (the
+--python, --host-python, --endpoint, --local-dir, --stall-after and --slowdown are typed once (the
 console's download form remembers the endpoint it last used here too)."""
 
 import json
@@ -14,8 +14,10 @@ OPTIONS = (
     ("download_dir", "--download-dir", "where downloads go on the host (--local-dir defaults to DIR/NAME)"),
     ("checkpoint_dir", "--checkpoint-dir", "where checkpoints are on the host"),
     ("stall_after", "--stall-after", "the stall limit train, run and serve send (30s, 10m, 2h, or off) unless given"),
+    ("slowdown", "--slowdown", "when train's runs are told as slowed down (0.5/10m/1h: under half their hour's median "
+                               "for 10 min; or off) unless given"),
 )
-METAVARS = {"hub_endpoint": "URL", "stall_after": "DURATION"}
+METAVARS = {"hub_endpoint": "URL", "stall_after": "DURATION", "slowdown": "FRACTION/DURATION/SPAN"}
 
 
 def add_commands(commands):
@@ -33,6 +35,11 @@ def cmd_config(args):
             config.stall_after_s(changes["stall_after"])
         except ValueError as exc:
             raise CommandError("--stall-after: %s" % exc)
+    if changes.get("slowdown"):
+        try:
+            config.slowdown_limits(changes["slowdown"])
+        except ValueError as exc:
+            raise CommandError("--slowdown: %s" % exc)
     try:
         table = config.remember(args.host, changes) if changes else dict(config.load().get("hosts", {}).get(config.host_key(args.host)) or {})
     except (config.ConfigError, OSError) as exc:

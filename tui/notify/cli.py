@@ -39,7 +39,7 @@ def add_commands(commands):
     action.add_argument("--retry", metavar="ID", nargs="?", const="", help="try the alerts waiting for ID (default all) now")
     action.add_argument("--send", metavar="MESSAGE", help="send an alert of your own through the channels")
     p.add_argument("--format", choices=FORMATS, help="what the URL speaks (default: guessed from it; json when unsure)")
-    p.add_argument("--on", metavar="KINDS", help="which alerts: failed,gpu,speculation,training,downloads,stalled,disks or all (default all)")
+    p.add_argument("--on", metavar="KINDS", help="which alerts: failed,gpu,speculation,training,downloads,stalled,slowdown,disks or all (default all)")
     p.add_argument("--quiet", metavar="HH:MM-HH:MM", help="quiet hours, the host's local time: only failures are sent then (off: none)")
     p.add_argument("--every", metavar="DURATION", help="with --heartbeat: the period, 5s or more, e.g. 30s, 5m (default 5m)")
     p.add_argument("--urgent", action="store_true", help="with --send: send it in quiet hours too")

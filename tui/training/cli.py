@@ -4,6 +4,7 @@ the accept length they predict, ETA, checkpoints) and checkpoints (the list with
 from .. import display
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
 from ..cli.slurm_options import add_slurm_options, slurm_params
+from ..cli.slowdown_options import add_slowdown_option, slowdown_params
 from ..cli.stall_options import add_stall_option, stall_params
 from . import model
 
@@ -21,6 +22,7 @@ def add_commands(commands):
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
     _measure_arguments(p, "measure each servable checkpoint's real accept length (the A/B benchmark) against TARGET")
     add_stall_option(p)
+    add_slowdown_option(p)
     add_slurm_options(p)
 
     p = commands.add_parser("curves", help="a training run's curves, predicted accept length, ETA and checkpoints")
@@ -74,6 +76,7 @@ def cmd_train(args):
     if not params["argv"]:
         raise CommandError("train: give the command after -- (e.g. specdeck train HOST -- speculators train ...)")
     params.update(stall_params(args))
+    params.update(slowdown_params(args))
     params.update(slurm_params(args))
     client = connect(args, args.host)
     try:

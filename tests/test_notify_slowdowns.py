@@ -1,0 +1,155 @@
+"""Slowdowns and a data generation's disk forecast, told while no console watches, to a real
+loopback webhook, on one daemon replaying the recorded H200 (its GPU 0 the training job's, by
+CUDA_VISIBLE_DEVICES):
+
+- a real training job that prints speculators' step lines at a steady pace, then at a quarter
+  of it (`train --slowdown 0.5/2s/60s` from `config local`, the limits in seconds): one
+  `slowdown` alert with both figures and GPU 0's figures, then one `pace_back` when it is fast
+  again;
+- at the same time a data generation (training.start, kind datagen) that says it will write
+  1000 samples and writes 128 kB each into a small tmpfs (its working directory) that holds
+  about 60 of them: from its first samples' size `gpus --json` gives that disk's forecast (the
+  sample it fills at) and one `datagen_disk_full` alert comes, before the disk's own fill rate
+  says it fills."""
+
+import json
+import re
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.helpers.tmpfs import small_tmpfs
+from tests.helpers.waits import wait_for
+from tests.notify_receiver import Receiver
+from tui.connection import open_client
+
+RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
+MIB = 1 << 20
+SAMPLE = 128 * 1000
+STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
+             "lr/AdamW=9.09e-04, global_step=%d                     trainer.py:587")
+TRAINER = """\
+    import os, sys, time
+    n = 0
+    def step(pause):
+        global n
+        print(%r %% (1.0 / (n + 1), n), flush=True)
+        n += 1
+        time.sleep(pause)
+    for _ in range(30):  # 10 steps/s for 3 s
+        step(0.1)
+    while not os.path.exists(sys.argv[1]):  # a quarter of it, until the test lets it go
+        step(0.4)
+    while True:  # fast again, until the test ends it
+        step(0.1)
+""" % STEP_LINE
+
+
+GENERATOR = """\
+    import time
+    print("Processing 1000 samples", flush=True)
+    began = time.monotonic()
+    for n in range(1, 51):  # 10 samples a second, then it waits (the test ends it)
+        with open("sample_%%04d.bin" %% n, "wb") as f:
+            f.write(b"h" * %d)
+        print("%%d/1000 [00:01<01:39, 10.0it/s]" %% n, flush=True)
+        time.sleep(max(0.0, began + n / 10.0 - time.monotonic()))
+    time.sleep(600)
+""" % SAMPLE
+
+
+@pytest.fixture
+def gpu_client(agent_home, monkeypatch):
+    monkeypatch.setenv("SPECDECK_NVML_REPLAY", "%s:1" % RECORDING)
+    client = open_client("local")
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def receiver():
+    found = Receiver()
+    yield found
+    found.close()
+
+
+def alerts_of(receiver, job_id):
+    return [a for body in receiver.json_bodies() for a in body["alerts"] if a["job_id"] == job_id]
+
+
+def test_a_run_at_a_quarter_of_its_pace_and_a_datagen_that_will_not_fit_are_told_once_each(gpu_client, receiver, tmp_path):
+    client = gpu_client
+    client.call("notify.add", {"url": receiver.url + "/hook", "format": "json", "on": "slowdown,disks"})
+    with small_tmpfs(tmp_path / "tiny", 8 * MIB) as disk:
+        datagen = client.call("training.start", {"kind": "datagen", "name": "hidden states", "cwd": str(disk),
+                                                 "argv": [sys.executable, "-c", textwrap.dedent(GENERATOR)]})["id"]
+        try:
+            slowed_down_and_back(client, receiver, tmp_path)
+            forecast_told_and_shown(client, receiver, datagen, disk)
+        finally:
+            client.call("jobs.stop", {"id": datagen, "grace_s": 0})
+            wait_for(lambda: client.call("jobs.get", {"id": datagen})["process_state"] != "running", message="the job's end")
+    kinds = [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == datagen][::-1]
+    assert kinds[0] == "datagen_disk_full" and kinds.count("datagen_disk_full") == 1, kinds  # before the disk's own rate said so
+
+
+def slowed_down_and_back(client, receiver, tmp_path):
+    bad = run_cli("config", "local", "--slowdown", "half", check=2)
+    assert "--slowdown: the fraction is a number from 0 to 1" in bad.stderr
+    run_cli("config", "local", "--slowdown", "0.5/2s/60s", check=0)  # the host's default: train sends it
+    script, go = tmp_path / "trainer.py", tmp_path / "go"
+    script.write_text(textwrap.dedent(TRAINER))
+    job_id = run_cli("train", "local", "--name", "eagle3 slow", "--env", "CUDA_VISIBLE_DEVICES=0", "--",
+                     sys.executable, "-u", str(script), str(go), check=0).stdout.strip()
+    assert client.call("jobs.get", {"id": job_id})["meta"]["slowdown"] == {"fraction": 0.5, "for_s": 2.0, "median_s": 60.0}
+
+    slow, = wait_for(lambda: alerts_of(receiver, job_id) or None, message="the slowdown's alert")
+    assert slow["kind"] == "slowdown" and slow["categories"] == ["slowdown", "training"] and not slow["urgent"]
+    found = re.match(r"%s \(eagle3 slow\) at ([\d.]+) steps/s, its hour's median ([\d.]+) steps/s, for \d+ s; GPU 0: " % job_id,
+                     slow["message"])
+    assert found, slow["message"]
+    pace, median = float(found.group(1)), float(found.group(2))
+    assert pace < 0.5 * median and 6 <= median <= 14, slow["message"]  # ~2.5 against ~10
+    gpu, = slow["gpus"]
+    assert gpu["index"] == 0 and gpu["utilization_percent"] is not None and "%d%% busy" % gpu["utilization_percent"] in slow["message"]
+    assert re.search(r"GPU 0: .*(not throttled|throttled \(.+\))", slow["message"]), slow["message"]
+    assert slow["gpu_figures_age_s"] is not None and "global_step" in slow["log_tail"][-1]
+
+    go.write_text("")
+    _, back = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(alerts_of(receiver, job_id)),
+                       message="the follow-up")
+    assert back["kind"] == "pace_back" and not back["urgent"] and back["categories"] == ["slowdown", "training"]
+    assert re.match(r"%s \(eagle3 slow\) back to pace after \d+ s: [\d.]+ steps/s \(its median [\d.]+ steps/s, at its slowest [\d.]+\)"
+                    % job_id, back["message"]), back["message"]
+    client.call("jobs.stop", {"id": job_id, "grace_s": 0})
+    assert [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == job_id] == ["pace_back", "slowdown"]
+    assert len(alerts_of(receiver, job_id)) == 2
+
+
+def forecast_told_and_shown(client, receiver, datagen, disk):
+    told = wait_for(lambda: [a for a in alerts_of(receiver, datagen) if a["kind"] == "datagen_disk_full"] or None,
+                    message="the forecast's alert")
+    alert, = told
+    assert alert["kind"] == "datagen_disk_full" and alert["categories"] == ["disks"] and alert["urgent"]
+    found = re.match(r"%s \(hidden states\) will not fit on %s: its first (\d+) samples took ([\d.]+) kB each, its (\d+) "
+                     r"samples left need ([\d.]+) MB, ([\d.]+) MB is free: full at about sample (\d+) of 1000"
+                     % (datagen, re.escape(str(disk))), alert["message"])
+    assert found, alert["message"]
+    size_kb, left, needed_mb, free_mb, full_at = (float(found.group(i)) for i in range(2, 7))
+    assert 100 <= size_kb <= 160 and 900 <= left < 1000 and needed_mb > 100 and free_mb < 8.4, alert["message"]
+    assert 40 <= full_at <= 90, alert["message"]  # 8 MiB of 128 kB samples: ~65
+    forecast = alert["forecast"]
+    assert forecast["job_id"] == datagen and forecast["full_at_sample"] == int(full_at)
+
+    def shown():
+        sample = json.loads(run_cli("gpus", "local", "--json", check=0).stdout)
+        entry = next((d for d in sample["host"]["disks"] if d["path"] == str(disk)), None)
+        return entry if entry and entry.get("datagen") else None
+
+    entry = wait_for(shown, message="the forecast in gpus --json")
+    shown_forecast, = entry["datagen"]
+    assert shown_forecast["job_id"] == datagen and shown_forecast["full_at_sample"] is not None
+    assert 100000 <= shown_forecast["bytes_per_sample"] <= 160000
