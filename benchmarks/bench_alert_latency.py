@@ -132,7 +132,7 @@ def main():
     scratch = tempfile.mkdtemp(prefix="specdeck-bench-alerts-jobs-")
     os.chmod(home, 0o700)
     os.environ["SPECDECK_HOME"] = home
-    from tui.connection import open_client
+    from tui.transport.connection import open_client
 
     client = open_client("local")
     receiver = Receiver()

@@ -24,7 +24,7 @@ from tests.conftest import run_cli
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
-from tui.connection import open_client
+from tui.transport.connection import open_client
 
 RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
 MIB = 1 << 20
