@@ -15,6 +15,7 @@ AREAS = (
     "remote.slurm.nodes",  # a Slurm job's nodes, sampled on the nodes (into telemetry)
     "remote.training.methods",
     "remote.notify.methods",
+    "remote.report.methods",
     "remote.fleet.methods",
     "remote.slurm.methods",
 )
