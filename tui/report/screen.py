@@ -9,9 +9,10 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
+from remote.notify.evaluate import minutes
 from remote.report.text import render
 
-from ..display import format_duration, safe_text
+from ..display import safe_text
 
 AWAY_AFTER_S = 3600.0
 DEFAULT_WINDOW_S = 12 * 3600.0
@@ -29,7 +30,7 @@ def away_since(last_watched_at, daemon_started_at, now):
 
 
 def title_for(report, away):
-    span = format_duration(report["until"] - report["since"])
+    span = minutes(report["until"] - report["since"])
     return "While you were away (%s)" % span if away else "Report: the last %s" % span
 
 
