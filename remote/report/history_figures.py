@@ -20,6 +20,19 @@ def by_job(store, source, name, start, end, label="job"):
     return found
 
 
+def over_runs(store, source, name, runs):
+    """{job id: points} of each job's own series over its own span ({job id: (start, end)}): a job
+    that ran an hour of the week reads that hour, not the week of every job's series."""
+    found = {}
+    for job_id, (start, end) in runs.items():
+        if end > start:
+            series, _ = store.query(source, name, labels={"job": job_id}, start=start, end=end, resolution_s=resolution_for(start, end))
+            points = [p for entry in series for p in entry.get("points") or []]
+            if points:
+                found[job_id] = points
+    return found
+
+
 def first_last(points):
     """(first mean, last mean) of a series' points, or (None, None)."""
     if not points:

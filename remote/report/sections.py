@@ -40,7 +40,8 @@ def window_jobs(daemon, since, until):
 
 
 def job_rows(jobs, store, since, until):
-    utilisation = figures.by_job(store, "telemetry", "job_gpu_utilization_percent", since, until) if store else {}
+    runs = {job["id"]: (max(since, _number(job.get("started_at")) or since), min(until, _number(job.get("ended_at")) or until)) for job in jobs}
+    utilisation = figures.over_runs(store, "telemetry", "job_gpu_utilization_percent", runs) if store else {}
     rows = []
     for job in jobs:
         started, ended = _number(job.get("started_at")), _number(job.get("ended_at"))
