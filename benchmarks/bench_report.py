@@ -2,8 +2,12 @@
 with the methods that existed before it (one history.query per series name at the store's
 1-minute resolution, jobs.list, notify.list) and working them out on the client:
 
-  python benchmarks/bench_report.py              # a week: 12 servers, 8 training runs, 4 disks, 300 jobs, 2,000 alerts
-  python benchmarks/bench_report.py --every 60   # coarser history, quicker to write
+  python benchmarks/bench_report.py              # a week: 12 servers, 8 training runs, 4 disks, 100 jobs, 1,000 alerts (~3 min)
+  python benchmarks/bench_report.py --every 10   # a point every 10 s (far longer to write)
+
+Measured (2 cores, a point every 300 s: 274,176 points in 136 series): report.get over the week
+0.406 s wall, 0.400 s of the daemon's CPU, 85.7 kB; the baseline 3.14 s, 1.84 s, 10.2 MB
+(7.7x faster, 4.6x less CPU, 120x fewer bytes).
 
 The history is written the way the daemon writes it: every point through the store's add_many,
 a flush and its maintenance once per simulated minute (time injected, ending now), the jobs as
@@ -133,12 +137,12 @@ def baseline(client, now):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--every", type=float, default=10.0, help="seconds between points of a series (default 10)")
+    parser.add_argument("--every", type=float, default=300.0, help="seconds between points of a series (default 300)")
     parser.add_argument("--servers", type=int, default=12)
     parser.add_argument("--runs", type=int, default=8)
     parser.add_argument("--disks", type=int, default=4)
-    parser.add_argument("--jobs", type=int, default=300)
-    parser.add_argument("--alerts", type=int, default=2000)
+    parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--alerts", type=int, default=1000)
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="specdeck-bench-report-")
     os.chmod(home, 0o700)
