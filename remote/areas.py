@@ -17,6 +17,7 @@ AREAS = (
     ("slurm", ("nodes", "methods")),  # nodes: a Slurm job's nodes sampled on the nodes (into telemetry)
     ("training", ("methods",)),
     ("notify", ("methods",)),
+    ("report", ("methods",)),
     ("fleet", ("methods",)),
 )
 

@@ -41,6 +41,7 @@ from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
 from .notify.screen import NotificationsScreen
 from .pane import Pane
 from .pane_host import PaneHost
+from .report import screen as report_screen
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
 from .screens.host_key import HostKeyScreen
@@ -96,6 +97,7 @@ class SpecdeckApp(PaneHost):
         Binding("question_mark", "help", "help", tooltip="this list of keys"),
         Binding("i", "host_info", "host", show=False, tooltip="the host: agent, what it can use, the daemon's services and how each is doing"),
         Binding("r", "reconnect", "reconnect", show=False, tooltip="connect again after a failure"),
+        Binding("a", "away", "report", show=False, tooltip="the night on this host: jobs, training, servers, alerts, disks (the last 12 h)"),
     ]
 
     def __init__(self, host="local", python="python3", accept_new=False, hosts=None, connect=None,
@@ -283,6 +285,13 @@ class SpecdeckApp(PaneHost):
         """The host's notification channels: `n` on the host screen asks for them."""
         self.push_screen(NotificationsScreen())
 
+    def action_away(self):
+        """The morning report of the shown host (tui/report/screen.py)."""
+        if self.client is None:
+            self.notify("not connected to the host yet", severity="warning")
+        elif not isinstance(self.screen, report_screen.AwayScreen):
+            report_screen.show(self, self.client)
+
     def action_help(self):
         if isinstance(self.screen, HelpScreen):
             return
@@ -354,6 +363,7 @@ class SpecdeckApp(PaneHost):
         if link.client is not None and link.alerts_followed is not link.client:
             link.alerts_followed = link.client
             self._follow_host_alerts(link)
+            report_screen.watch(self, link)
         if link is not self.current:
             return
         self.client = link.client

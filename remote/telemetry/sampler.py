@@ -30,6 +30,7 @@ from .alerts import DEFAULTS, AlertLog, AlertRules, merge_settings, telemetry_di
 from .host import HostReader
 from .nvml import Nvml, load_module
 from .processes import ProcessMapper
+from .report_points import report_points
 from .sample import HOST_SOURCE, delta, rounded, series_points
 
 NVML_RETRY_S = 600.0  # a host without NVML is asked again this rarely (a driver installed later)
@@ -147,7 +148,7 @@ class TelemetrySampler(Feed):
         history = getattr(self.daemon, "history", None)
         if history is not None:
             history.add_many([(self.name, name, HOST_LABELS if source == HOST_SOURCE else labels, value, now)
-                              for source, name, labels, value in series_points(sample)])
+                              for source, name, labels, value in series_points(sample) + report_points(sample)])
         for alert in self.rules.check_sample(sample, now) + self._job_alerts(now):
             self._raise(alert)
         self.samples += 1

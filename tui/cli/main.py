@@ -49,6 +49,7 @@ AREAS = (
     ("tui.cli.config", ("config",)),
     ("tui.training.cli", ("train", "curves", "checkpoints")),
     ("tui.notify.cli", ("notify",)),
+    ("tui.report.cli", ("report",)),
     ("tui.fleet.cli", ("fleet",)),
     ("tui.cli.daemon", ("daemon",)),
     ("tui.cli.links", ("disconnect",)),

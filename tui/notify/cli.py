@@ -12,10 +12,13 @@ a command such as mail).
   specdeck notify HOST --test [ID]                      send a test alert now: delivered or why not
   specdeck notify HOST --retry [ID]                     try what waits now, not at the next backoff
   specdeck notify HOST --send MESSAGE [--urgent]        an alert of your own, through the channels
+  specdeck notify HOST --digest 08:00                   the morning report (specdeck report) each day at 08:00
+                                                      (the host's clock) through the channels; --digest off ends it
 """
 
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 from ..cli.common import parse_duration
+from ..report.digest_text import digest_line
 from .model import channel_line, format_channels, format_heartbeats, heartbeat_line
 
 FORMATS = ("ntfy", "slack", "discord", "json")
@@ -38,6 +41,7 @@ def add_commands(commands):
     action.add_argument("--test", metavar="ID", nargs="?", const="", help="send a test alert now (to ID, default every channel)")
     action.add_argument("--retry", metavar="ID", nargs="?", const="", help="try the alerts waiting for ID (default all) now")
     action.add_argument("--send", metavar="MESSAGE", help="send an alert of your own through the channels")
+    action.add_argument("--digest", metavar="HH:MM", help="send the morning report each day at HH:MM (the host's clock; off: no more)")
     p.add_argument("--format", choices=FORMATS, help="what the URL speaks (default: guessed from it; json when unsure)")
     p.add_argument("--on", metavar="KINDS", help="which alerts: failed,gpu,speculation,training,downloads,stalled,slowdown,disks or all (default all)")
     p.add_argument("--quiet", metavar="HH:MM-HH:MM", help="quiet hours, the host's local time: only failures are sent then (off: none)")
@@ -96,7 +100,12 @@ def cmd_notify(args):
         reply = client.call("notify.send", {"message": args.send, "urgent": args.urgent})
         emit(args, reply, "queued %s" % reply["alert"]["id"] if reply["queued"] else "already sent: %s" % reply["alert"]["id"])
         return 0
+    if args.digest:
+        reply = client.call("notify.digest", {"at": args.digest})
+        emit(args, reply, lambda: digest_line(reply["digest"]) if reply["digest"] else "no daily digest any more")
+        return 0
     reply = client.call("notify.list")
+    reply["digest"] = client.call("notify.digest_get")["digest"]
     emit(args, reply, lambda: _listing(args.host, reply))
     return 0
 
@@ -105,4 +114,5 @@ def _listing(host, reply):
     text = format_channels(reply["channels"]) if reply["channels"] else (
         "no channels on %s: alerts reach a console only (add one: specdeck notify %s --add URL)" % (host, host))
     heartbeats = reply.get("heartbeats") or []
-    return text + ("\n" + format_heartbeats(heartbeats) if heartbeats else "")
+    text += "\n" + format_heartbeats(heartbeats) if heartbeats else ""
+    return text + ("\n" + digest_line(reply["digest"]) if reply.get("digest") else "")

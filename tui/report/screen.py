@@ -1,0 +1,89 @@
+"""The "while you were away" screen: the morning report (remote/report/) of the shown host, over
+the time nobody watched it. Shown by itself when the console connects to a host no console
+followed for over AWAY_AFTER_S, and on the `a` key at any time after (the last 12 hours)."""
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Label, Static
+
+from remote.notify.evaluate import minutes
+from remote.report.text import render
+
+from ..display import safe_text
+
+AWAY_AFTER_S = 3600.0
+DEFAULT_WINDOW_S = 12 * 3600.0
+MAX_WINDOW_S = 7 * 86400.0
+WATCH_STREAM = "report.watch"
+
+
+def away_since(last_watched_at, daemon_started_at, now):
+    """When nobody watched from, or None when someone did within AWAY_AFTER_S (a daemon never
+    watched counts from its start: a host left alone since it started)."""
+    since = last_watched_at if last_watched_at is not None else daemon_started_at
+    if since is None or now - since <= AWAY_AFTER_S:
+        return None
+    return max(since, now - MAX_WINDOW_S)
+
+
+def title_for(report, away):
+    span = minutes(report["until"] - report["since"])
+    return "While you were away (%s)" % span if away else "Report: the last %s" % span
+
+
+class AwayScreen(ModalScreen[None]):
+    """`report` is report.get's reply; `away`: it covers the time nobody watched."""
+
+    BINDINGS = [Binding("escape,q,a", "close", "close")]
+
+    def __init__(self, report, away=False, **kwargs):
+        super().__init__(**kwargs)
+        self.report = report
+        self.away = away
+
+    def compose(self) -> ComposeResult:
+        with VerticalScroll(classes="dialog", id="away"):
+            yield Label(title_for(self.report, self.away), classes="dialog-title", markup=False)
+            yield Static(Text(safe_text(render(self.report), keep="\n")), id="away-report")
+            yield Label("escape or a to close", classes="dialog-hint")
+
+    def action_close(self):
+        self.dismiss(None)
+
+
+def watch(app, link):
+    """Tell the host a console watches it (report.watch), and show the night when nobody did."""
+    client = link.client
+
+    def run():
+        try:
+            hello = link.hello or {}
+            report = client.call("report.get", {"since_s": DEFAULT_WINDOW_S}, timeout=60)
+            since = away_since(report.get("last_watched_at"), hello.get("daemon_started_at"), report["until"])
+            client.subscribe(WATCH_STREAM, {}, lambda data, seq: None)
+            if since is not None:
+                if since != report["since"]:
+                    report = client.call("report.get", {"start": since, "end": report["until"]}, timeout=60)
+                app.call_from_thread(app.push_screen, AwayScreen(report, away=True))
+        except Exception:
+            return  # an older agent without the report, or the link dropped: nothing to show
+
+    app.run_worker(run, thread=True, exit_on_error=False, group="report-watch")
+
+
+def show(app, client):
+    """The `a` key: the last 12 hours of the shown host."""
+
+    def run():
+        try:
+            report = client.call("report.get", {"since_s": DEFAULT_WINDOW_S}, timeout=60)
+        except Exception as exc:
+            app.call_from_thread(app.notify, getattr(exc, "message", None) or str(exc), title="no report", severity="error",
+                                 markup=False)
+            return
+        app.call_from_thread(app.push_screen, AwayScreen(report))
+
+    app.run_worker(run, thread=True, exclusive=True, exit_on_error=False, group="report")
