@@ -11,6 +11,7 @@ AREAS = (
     "remote.checkpoints.methods",
     "remote.downloads.methods",
     "remote.serving.methods",
+    "remote.serving.baseline_methods",
     "remote.telemetry.methods",
     "remote.slurm.nodes",  # a Slurm job's nodes, sampled on the nodes (into telemetry)
     "remote.training.methods",
