@@ -339,7 +339,7 @@ def cmd_bench(args):
     baseline = baseline_cli.pair_baseline(client, args.target, args.drafter)
     against = [] if baseline is None else ["against its baseline: %s" % against_text(result.get("accept_length"), baseline)]
     if result.get("sweep"):
-        sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests"), baseline=baseline)
+        sweep = dict(((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests")), baseline=baseline)
         sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "noise", "accept_length", "cycle_ms", "speedup",
                                                               "break_even_accept_length")) for row in result["sweep"]]
         emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result) + against))
