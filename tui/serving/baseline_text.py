@@ -18,6 +18,12 @@ def against_text(accept_length, baseline):
     return "accept length %s, baseline %.2f%s" % (shown, baseline["accept_length"], "" if moved is None else " (%+.0f%%)" % (100.0 * moved))
 
 
+def positions_against(baseline):
+    """`   (baseline 0.80 0.60 0.44)`: the saved per-position rates, to read beside the live ones."""
+    rates = (baseline or {}).get("per_position") or []
+    return "   (baseline %s)" % " ".join("%.2f" % rate for rate in rates) if rates else ""
+
+
 def under(accept_length, baseline):
     """Whether a figure is under the baseline by more than its margin (a regression once it lasts)."""
     moved = change(accept_length, baseline)

@@ -27,7 +27,7 @@ from ..display import safe_text
 from ..freshness import stale_text
 from . import advisor, baseline_cli
 from .advisor import line_text
-from .baseline_text import against_text
+from .baseline_text import against_text, positions_against
 from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k, per_position
 
 STATUS_POLL_S = 1.0
@@ -200,7 +200,7 @@ def format_figures(figures):
     stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
-        "per position      %s" % per_position(figures),
+        "per position      %s%s" % (per_position(figures), positions_against(figures.get("baseline"))),
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
         "drafts            %s" % figure(figures, "num_drafts"),
