@@ -46,6 +46,15 @@ def test_doctor_finds_a_wrong_method_and_a_short_context_and_serve_refuses_witho
     assert by_check["max_position_embeddings"]["severity"] == "warning"
     assert "made for 2048 positions but the server serves 4096" in by_check["max_position_embeddings"]["message"]
 
+    # Sampling: the target's generation_config.json is what requests without a temperature get.
+    write_json(tmp_path / "target" / "generation_config.json", {"temperature": 0.6, "top_p": 0.95})
+    code, sampled = doctor(target, "--drafter", drafter, "--max-model-len", "2048")
+    assert code == 0 and sampled["status"] == "warning"
+    by_check = {f["check"]: f for f in sampled["findings"]}
+    assert "temperature 0.6 (from the target's generation_config.json)" in by_check["temperature"]["message"]
+    assert "accept length falls below what greedy decoding" in by_check["temperature"]["message"]
+    assert by_check["top_p_top_k"]["severity"] == "warning"
+
     told_eagle = ["--", "--speculative-config", '{"method": "eagle", "model": "%s", "num_speculative_tokens": 3}' % drafter]
     refused = run_cli("serve", "local", target, "--drafter", drafter, *told_eagle)
     assert refused.returncode == 1 and "refused (serve --force starts it anyway)" in refused.stderr

@@ -3,7 +3,8 @@ symptom it would cause. `serving.start` refuses a server with an error finding (
 and `specdeck doctor` reports them all:
 
 - the loading checks `compare` makes (compatibility.check_against_target: fc's 3 x hidden
-  against the target, the vocabularies d2t maps into, the aux layer ids), from the same code;
+  against the target, the vocabularies d2t maps into, the aux layer ids) and the drafter's own
+  shape and vocabulary-map problems that `inspect` reports (eagle3.py), from the same code;
 - the method the engine is told against what the drafter is: an EAGLE-3 drafter (fc fuses 3 x
   the target's hidden size) told `eagle` loads as an EAGLE-1 head fed one hidden state, and
   every draft is rejected (accept length 1.00);
@@ -167,6 +168,9 @@ def examine(engine, argv, target, drafter, drafter_report, temperature=None):
         findings += [finding(c["check"], OK if c["ok"] else ERROR, c["message"]) for c in verdict["checks"]]
     else:
         findings.append(finding("target", OK, "the target has no config.json here (a hub id?): loading checks skipped"))
+    # The drafter's own shape and vocabulary-map checks (eagle3.py, vocab_maps.py), as inspect reports them.
+    findings += [finding("checkpoint", ERROR if p.get("level") == "error" else WARNING, p["message"])
+                 for p in drafter_report.get("problems") or () if p.get("level") in ("error", "warning")]
     findings += method_findings(engine, told_method(engine, argv), drafter_report, target_config)
     findings += context_findings(drafter_report.get("config"), max_model_len(argv), target_config)
     findings += sampling_findings(engine, argv, target, temperature)
