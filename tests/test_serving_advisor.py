@@ -5,6 +5,10 @@ tests/serving_fixtures.py: accept length at every K' <= K from one server's per-
 the advice drawn from both. One agreeing server is shared by the module's tests."""
 
 import json
+import os
+import shutil
+import subprocess
+import tempfile
 import time
 
 import pytest
@@ -15,6 +19,7 @@ from tests.conftest import run_cli
 from tests.helpers.pilot import OnePane
 from tests.helpers.waits import wait_for
 from tests.helpers.waits import wait_until
+from tests.notify_receiver import Receiver
 from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)
 from tui.serving.advisor import advice_lines
 from tui.serving.pane import SpeculationPane
@@ -28,7 +33,7 @@ PLAIN_PROMPTS = [[5, 6, 7, 8], [9, 10, 11, 12, 13], [20, 21, 22]]  # no spoiler 
 
 def start_server(client, models, drafter):
     job = client.call("serving.start", {
-        "target": models["target"], "drafter": models[drafter], "k": K, "port": free_port(),
+        "target": models["target"], "drafter": drafter, "k": K, "port": free_port(),
         "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
     }, timeout=120)
     status = wait_for(lambda: (lambda s: s["state"] != "starting" and s)(client.call("serving.status", {"id": job["id"]})),
@@ -55,9 +60,27 @@ def served_figures(client, job, models, prompts):
 
 
 @pytest.fixture(scope="module")
-def agreeing(gpuhost, models):
+def pair_drafter(models):
+    """The drafter path the agreeing server and the sweep serve: a copy of the agreeing drafter,
+    whose files the regression test swaps for the random drafter's for a while (a drafter
+    retrained in place: the same (target, drafter) pair, other weights)."""
+    directory = tempfile.mkdtemp(prefix="specdeck-pair-")  # the host user reads it
+    drafter = os.path.join(directory, "drafter")
+    shutil.copytree(models["drafter_agree"], drafter)
+    subprocess.run(["chmod", "-R", "a+rX", directory], check=True)
+    yield drafter
+    shutil.rmtree(directory, ignore_errors=True)
+
+
+def put_files(source, drafter):
+    for name in os.listdir(source):
+        shutil.copyfile(os.path.join(source, name), os.path.join(drafter, name))
+
+
+@pytest.fixture(scope="module")
+def agreeing(gpuhost, models, pair_drafter):
     _home, client = gpuhost
-    job = start_server(client, models, "drafter_agree")
+    job = start_server(client, models, pair_drafter)
     try:
         yield job
     finally:
@@ -76,19 +99,45 @@ def test_agreeing_pair_gives_every_k_up_to_the_running_one(agreeing_figures):
     assert figures["per_k"] == [{"k": 1, "accept_length": 2.0}, {"k": 2, "accept_length": 3.0}, {"k": 3, "accept_length": 4.0}]
 
 
-def test_random_drafter_gives_one_at_every_k(gpuhost, models):
-    _home, client = gpuhost
-    job = start_server(client, models, "drafter_random")
+def test_random_drafter_gives_one_at_every_k_and_regresses_from_the_pairs_baseline(gpuhost, models, agreeing, agreeing_figures,
+                                                                                      pair_drafter):
+    """A baseline saved from the agreeing pair; then the random drafter's files at the same
+    drafter path, served: 1.00 at every K, shown against the baseline, and the host's
+    acceptance_regression alert reaches a loopback webhook."""
+    home, client = gpuhost
+    saved = json.loads(run_cli("baseline", "gpuhost", agreeing["id"], "--save", "--margin", "10%", "--for", "1s", "--json",
+                               home=home, check=0).stdout)
+    assert saved["baseline"] == dict(saved["baseline"], accept_length=4.0, per_position=[1.0, 1.0, 1.0], margin=0.1, for_s=1.0)
+    assert (saved["target"], saved["drafter"]) == (models["target"], pair_drafter)
+    listed = run_cli("baseline", "gpuhost", home=home, check=0).stdout
+    assert "%s + %s" % (models["target"], pair_drafter) in listed and "alert under 3.60 (10% margin) for 1 s" in listed
+    receiver = Receiver()
+    channel = client.call("notify.add", {"url": receiver.url + "/hook", "format": "json"})["channel"]["id"]
+    put_files(models["drafter_random"], pair_drafter)
     try:
-        figures = served_figures(client, job, models, PLAIN_PROMPTS)
+        job = start_server(client, models, pair_drafter)
+        try:
+            figures = served_figures(client, job, models, PLAIN_PROMPTS)
+            spec = run_cli("spec", "gpuhost", job["id"], home=home, check=0).stdout
+            alert = wait_for(lambda: next((a for r in list(receiver.requests) for a in json.loads(r["body"])["alerts"]
+                                           if a["kind"] == "acceptance_regression"), None), 60, message="the regression alert")
+        finally:
+            stop_server(client, job)
     finally:
-        stop_server(client, job)
+        put_files(models["drafter_agree"], pair_drafter)
+        client.call("notify.remove", {"id": channel})
+        receiver.close()
+        run_cli("baseline", "gpuhost", agreeing["id"], "--remove", home=home, check=0)
     assert figures["num_drafts"] > 0 and figures["accept_length"] == 1.0
     assert [row["accept_length"] for row in figures["per_k"]] == [1.0, 1.0, 1.0]
+    assert figures["baseline"]["accept_length"] == 4.0
+    assert "accept length 1.00, baseline 4.00 (-75%)" in spec
+    assert alert["server"] == job["id"] and alert["baseline"]["accept_length"] == 4.0
+    assert "accept length 1.00, baseline 4.00 (-75%)" in alert["message"]
 
 
 @pytest.fixture(scope="module")
-def sweep(gpuhost, models, agreeing_figures, tmp_path_factory):
+def sweep(gpuhost, models, pair_drafter, agreeing_figures, tmp_path_factory):
     """A finished K sweep of the agreeing pair over K=2 and 4, run as a user runs it (`specdeck bench
     --k 2,4`), after the live server's figures were taken: three servers one after the other."""
     home, client = gpuhost
@@ -97,7 +146,7 @@ def sweep(gpuhost, models, agreeing_figures, tmp_path_factory):
     env_args = []
     for key, value in serving_fixtures.SERVER_ENV.items():
         env_args += ["--env", "%s=%s" % (key, value)]
-    result = run_cli("bench", "gpuhost", models["target"], "--drafter", models["drafter_agree"], "--k", ",".join(map(str, SWEEP_KS)),
+    result = run_cli("bench", "gpuhost", models["target"], "--drafter", pair_drafter, "--k", ",".join(map(str, SWEEP_KS)),
                      "--prompts", prompts, "--requests", 3, "--max-tokens", 32, "--port", free_port(), "--python", serving_fixtures.vllm_python(),
                      *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS, home=home, timeout=5 * READY_TIMEOUT_S, check=0)
     printed = json.loads(result.stdout)

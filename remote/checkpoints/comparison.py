@@ -74,7 +74,9 @@ def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     report.CheckpointIOError when a path cannot be read. Beside the shape checks, `tokenizer`
     says whether two targets share a tokenizer: the two compared, or, for a drafter against a
     target, the target it was trained for (`trained_target`, else the verifier its speculators
-    config names when that directory is here) against the new one."""
+    config names when that directory is here) against the new one. Two drafters get
+    `draft_ids_remapped`: how many of B's draft ids name another target token than A's (their
+    d2t maps compared id by id; null when either has none), and its line `draft_ids_remapped_text`."""
     (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
     if needs_every_tensor(report_a, report_b):
         report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
@@ -84,6 +86,11 @@ def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     finally:
         judge.close()
     shaped["tokenizer"] = _tokenizers(path_a, report_a, path_b, report_b, trained_target)
+    if report_a.get("eagle3") is not None and report_b.get("eagle3") is not None:
+        from .remapped import remapped
+
+        found = remapped(path_a, path_b)
+        shaped.update(draft_ids_remapped=found and found["draft_ids_remapped"], draft_ids_remapped_text=found and found["message"])
     return shaped
 
 

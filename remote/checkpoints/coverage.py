@@ -17,21 +17,38 @@ TOP_MISSING = 20
 BOUND_KS = (1, 2, 3, 4, 5, 6, 7, 8)
 
 
-def draft_vocabulary(drafter):
-    """(the set of target ids the drafter can propose, or None for every id; a dict saying
-    from what: `{source: d2t|t2d|full, draft_vocab_size, target_vocab_size}`). A drafter with
-    neither d2t nor t2d drafts over the whole target vocabulary."""
+def vocab_map_tensors(drafter):
+    """(d2t, t2d) of a drafter's files, as collect's tensor dicts (None for one it lacks)."""
     got = collect(drafter)
     names = list(got.columns.names)
     canon = canonical_names(names, got.format) if got.format in EAGLE_FORMATS else dict((n, n) for n in names)
     by_canon = dict((canon[name], got.tensor_dict(i)) for i, name in enumerate(names) if name in canon)
-    d2t, t2d = by_canon.get("d2t"), by_canon.get("t2d")
+    return by_canon.get("d2t"), by_canon.get("t2d")
+
+
+def draft_offsets(drafter):
+    """The drafter's d2t offsets (`target = draft + d2t[draft]`), or None when it has no d2t;
+    ValueError when its d2t cannot be read."""
+    return _offsets(drafter, vocab_map_tensors(drafter)[0])
+
+
+def _offsets(drafter, d2t):
+    if d2t is None:
+        return None
+    read = read_ints(d2t)
+    if read is None:
+        raise ValueError("%s's d2t (dtype %s) could not be read" % (drafter, d2t["dtype"]))
+    return read[1]
+
+
+def draft_vocabulary(drafter):
+    """(the set of target ids the drafter can propose, or None for every id; a dict saying
+    from what: `{source: d2t|t2d|full, draft_vocab_size, target_vocab_size}`). A drafter with
+    neither d2t nor t2d drafts over the whole target vocabulary."""
+    d2t, t2d = vocab_map_tensors(drafter)
     target_vocab = t2d["shape"][0] if t2d and t2d.get("shape") else None
     if d2t is not None:
-        read = read_ints(d2t)
-        if read is None:
-            raise ValueError("%s's d2t (dtype %s) could not be read" % (drafter, d2t["dtype"]))
-        offsets = read[1]
+        offsets = _offsets(drafter, d2t)
         ids = set(draft + offset for draft, offset in enumerate(offsets))
         return ids, {"source": "d2t", "draft_vocab_size": len(offsets), "target_vocab_size": target_vocab}
     if t2d is not None:

@@ -89,7 +89,10 @@ def checkpoint_compare(call):
     `checks` for a drafter against a target, `a`, `b`: `{path, format, tensor_count}`, and
     `tokenizer` (two targets, or the drafter's trained-for target against the new one; null
     otherwise): `{same, message, same_id, other_id, only_old, only_new, examples,
-    draft_ids_changed, draft_vocab_size, old, new}` (`same` null when not compared).
+    draft_ids_changed, draft_vocab_size, old, new}` (`same` null when not compared); for two
+    drafters `draft_ids_remapped` (B's draft ids whose d2t names another target token than A's,
+    null when either has no d2t) and `draft_ids_remapped_text` ("12,345 of 32,000 draft ids now
+    name other tokens").
     NotACheckpoint when a path holds no safetensors checkpoint (or is a FIFO or device), NotFound
     when one does not exist or is a symlink loop, IOError when it cannot be read."""
     from . import comparison, listing

@@ -14,6 +14,8 @@ no console is connected:
   from any console or `specdeck breakeven HOST SERVER --set`, else its job's meta, else the
   newest benchmark of the same target and drafter), and an attached server that answered and
   then has not for DOWN_S;
+- acceptance regressions (regressions.py): accept length under its pair's saved baseline by more
+  than the baseline's margin for its duration, and one follow-up when it recovers;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
   noticed by a check of absence on a clock of its own at each poll;
 - slowdowns (slowdowns.py): a training run or data generation whose pace stayed under half of
@@ -113,11 +115,13 @@ class Evaluator:
         self._names = {}
         from .datagen_disks import DatagenDisks
         from .disks import Disks  # (they word their alerts with this module's helpers)
+        from .regressions import Regressions
         from .slowdowns import Slowdowns
         from .stalls import Stalls
 
         self.stalls = Stalls(self)
         self.slowdowns = Slowdowns(self)
+        self.regressions = Regressions(self)
         self.disks = Disks(self)
         self.datagen_disks = DatagenDisks(self)
 
@@ -224,6 +228,7 @@ class Evaluator:
             return
         state.update(fresh_seen=True, stale_since=None, down_fired=False)
         self.stalls.serving_record(record)
+        self.regressions.serving_record(record, now)
         accept_length = record.get("accept_length")
         if accept_length is None:
             return  # an idle second says nothing about the drafter

@@ -5,9 +5,13 @@ The alert object (the JSON webhook's `alerts` items, a command's stdin):
 time_text, log_tail: [line]}`. `id` is the alert's key: the same alert always has the same id,
 so a receiver drops a repeat (a try that reached it but whose answer was lost is sent again).
 `kind`: job_failed, job_lost, job_finished, server_died, verify_failed, gpu_idle, memory_full,
-temperature, throttle, below_break_even, training_nan, training_flat, test. `time` is when it
-happened (s since the epoch), `time_text` the host's local clock. A below_break_even alert
-adds `server` and `break_even` (`{accept_length, source, how}`: the line it fell under).
+temperature, throttle, below_break_even, acceptance_regression, acceptance_recovered,
+training_nan, training_flat, test. `time` is when it happened (s since the epoch), `time_text`
+the host's local clock. A below_break_even alert adds `server` and `break_even`
+(`{accept_length, source, how}`: the line it fell under); an acceptance_regression adds
+`server`, `accept_length` (the live figure) and `baseline` (`{accept_length, margin, for_s,
+saved_at}`), its acceptance_recovered follow-up (id: the regression's + `:resumed`) `server`
+and `accept_length`.
 
 Per format:
 - ntfy: POST the text to the topic URL; headers `Title`, `Priority` (urgent: high, else default),

@@ -11,7 +11,7 @@ from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
 from ..core.words import LIVE_STATES as LIVE
-from . import advice, bench, breakeven, engines, location, root_cause
+from . import advice, baseline_methods, baselines, bench, breakeven, engines, location, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -59,7 +59,9 @@ def serving_start(call):
     requests may wait with no token generated before its `server_stalled` alert; 0: never;
     default 2 min). A drafter is first compared
     with the target's config.json and refused (error DrafterMismatch, with the reasons) when it
-    cannot load, and a target or drafter given as a path that is not on the host is refused
+    cannot load, and then checked as `serving.doctor` checks it: an error finding (a method
+    that does not fit the drafter) refuses it too (DrafterMismatch, each with its symptom) unless
+    `force` is true; the reply's `doctor` holds the findings. A target or drafter given as a path that is not on the host is refused
     (NotFound, naming the path). Reply: the job, as `jobs.get`; its meta holds {engine, target,
     drafter, k, port, url, listen, gpus, python, engine_args, stall_after_s?}. A server that dies gets `progress.error`:
     how it ended and the engine's first error line (`exited 1: ValueError: ...`).
@@ -72,13 +74,15 @@ def serving_start(call):
     figures and alerts read it there."""
     spec = _server_params(call)
     engines.check_paths(spec["target"], spec["drafter"])
-    if spec["drafter"]:
+    force = call.param("force", bool, False)
+    if spec["drafter"] and not force:
         engines.check_drafter(spec["target"], spec["drafter"])
     interpreter = _interpreter(call)
     job_engine, _options = job_engines.requested_engine()
     listen = location.listen_host(job_engine)
     argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], host=listen,
                                engine_args=spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], interpreter, spec["engine_args"]))
+    checked = baseline_methods.gate(spec, argv, force)
     url = engines.base_url(spec["port"]) if listen == location.LOCAL_HOST else None
     meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
             "port": spec["port"], "url": url, "listen": listen, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}
@@ -88,7 +92,7 @@ def serving_start(call):
     job = call.daemon.jobs.submit(argv, env=engines.server_env(spec["gpus"], spec["env"]), interpreter=interpreter,
                                   name="%s %s :%d" % (spec["engine"], what, spec["port"]), kind="server", meta=meta)
     call.daemon.services.wake("job-events")
-    return job
+    return dict(job, doctor=checked) if checked else job
 
 
 def _server_url(call, server_id):
@@ -221,6 +225,7 @@ def _window_figures(call, server_id, window_s):
         if job is not None and job["process_state"] not in LIVE:
             raise NotFound("server %s is not running: it %s" % (server_id, how_it_ended(job, root_cause.first_error_in(log_path))))
         raise NotFound("server %s is not being sampled (not running)" % server_id)
+    figures["baseline"] = baselines.view(baselines.STORE.of_server(call.daemon, server_id))
     return figures
 
 

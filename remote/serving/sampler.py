@@ -28,7 +28,7 @@ from ..core import paths, words
 from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.protocol import RemoteError
 from ..core.records import read_json, write_json
-from . import location, metrics, root_cause, scrape
+from . import baselines, location, metrics, root_cause, scrape
 from .break_even_store import BreakEvenStore, clean_entry, target_key, valid_length
 
 log = logging.getLogger("specdeck.serving")
@@ -70,8 +70,9 @@ class ServerSource(FeedSource):
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
-    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None, line=None):
+    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None, line=None, baseline=None):
         super().__init__(key)
+        self.baseline = baseline  # () -> the saved baseline of the server's pair (baselines.py), in each record
         self.line = line  # () -> the server's break-even line (the feed's rule), carried in each record
         self.url = url.rstrip("/") if url else None
         # When the server's process started (its job's start; None for an attached server):
@@ -93,6 +94,7 @@ class ServerSource(FeedSource):
     def read(self, budget):
         record = self._read(budget)
         record["break_even"] = self.line() if self.line is not None else None
+        record["baseline"] = self.baseline() if self.baseline is not None else None
         return record
 
     def _read(self, budget):
@@ -228,7 +230,8 @@ class ServingFeed(Feed):
     def make_source(self, key, spec):
         url, log_path, node, port, started_at = spec
         locate = None if url else (lambda: location.node_url(self.daemon, node, port))
-        return ServerSource(key, url, log_path, locate=locate, started_at=started_at, line=lambda: self.break_even(key))
+        return ServerSource(key, url, log_path, locate=locate, started_at=started_at, line=lambda: self.break_even(key),
+                            baseline=lambda: baselines.view(baselines.STORE.of_server(self.daemon, key)))
 
     def detail_extra(self):
         workers = self.workers()

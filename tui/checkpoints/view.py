@@ -202,6 +202,8 @@ def format_compare(result):
     lines.append("Config fields that differ: %d" % len(diff))
     if diff:
         lines += _table(["field", "A", "B"], [[str(d.get("field")), _value(d.get("a")), _value(d.get("b"))] for d in diff])
+    if isinstance(result.get("draft_ids_remapped_text"), str):
+        lines.append("Vocabulary map: %s" % safe_text(result["draft_ids_remapped_text"]))
     return "\n".join(lines + _tokenizer_lines(result)) + "\n"
 
 

@@ -15,6 +15,8 @@
   specdeck breakeven --cycle-ms MS --baseline-tps TPS [--k N] [--target-tps TPS]
   specdeck bench HOST TARGET --drafter PATH [--k 1,2,3] [-- ENGINE_ARGS]   (a list of Ks: a K sweep)
   specdeck advise HOST JOB                 which K to serve with, and why
+  specdeck baseline HOST [SERVER --save [--margin 10%] [--for 10m] | --remove]   accept length baselines, regression alerts
+  specdeck doctor HOST TARGET --drafter D [--max-model-len N]   how the drafter would be served (serve refuses errors)
   specdeck coverage HOST DRAFTER --target T (--text FILE | --job SERVER)   what the draft vocabulary allows
   specdeck train HOST [--python PATH] [--save-dir DIR] [--name NAME] -- COMMAND...
   specdeck curves HOST JOB                 a training run's curves, predicted accept length, ETA
@@ -46,6 +48,7 @@ AREAS = (
     ("tui.checkpoints.cli", ("inspect", "compare")),
     ("tui.downloads.cli", ("download", "verify")),
     ("tui.serving.cli", ("serve", "spec", "breakeven", "bench", "advise", "coverage")),
+    ("tui.serving.baseline_cli", ("baseline", "doctor")),
     ("tui.cli.config", ("config",)),
     ("tui.training.cli", ("train", "curves", "checkpoints")),
     ("tui.notify.cli", ("notify",)),
@@ -214,7 +217,7 @@ def main(argv=None):
             return EXIT_USAGE
         return open_console(argv)
     command_argv = []
-    if argv[0] in ("run", "serve", "bench", "train", "notify") and "--" in argv:
+    if argv[0] in ("run", "serve", "bench", "doctor", "train", "notify") and "--" in argv:
         # Everything after -- is the job's own command line, options and all.
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]

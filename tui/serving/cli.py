@@ -24,8 +24,9 @@ from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import safe_text
 from ..freshness import stale_text
-from . import advisor
+from . import advisor, baseline_cli
 from .advisor import line_text
+from .baseline_text import against_text, positions_against
 from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k, per_position
 
 STATUS_POLL_S = 1.0
@@ -58,6 +59,7 @@ def add_commands(commands):
     p.add_argument("--drafter", metavar="PATH", help="an EAGLE-3 drafter; without one, a baseline server")
     p.add_argument("--wait", action="store_true", help="exit 0 once the server answers, 1 if it died (its last lines on stderr)")
     p.add_argument("--break-even", metavar="LINE", help="set the target's break-even on the host: an accept length (2.46) or CYCLE_MS@BASELINE_TPS (30@82)")
+    p.add_argument("--force", action="store_true", help="start it although `specdeck doctor` finds an error (a method that does not fit the drafter)")
     add_stall_option(p)
     add_slurm_options(p)
 
@@ -110,6 +112,8 @@ def _start_params(args):
 
 def cmd_serve(args):
     params = dict(_start_params(args), **stall_params(args))
+    if args.force:
+        params["force"] = True
     line = _line_params(args.break_even, "--break-even") if args.break_even else None
     client = connect(args, args.host)
     try:
@@ -118,6 +122,7 @@ def cmd_serve(args):
             client.call("serving.set_break_even", dict(line, id=job["id"]))
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
+    baseline_cli.print_warnings(job)
     # Through Slurm the URL is the node's, known once Slurm runs the job: until then, its Slurm id.
     url = job["meta"].get("url")
     where = url or "Slurm job %s (its URL once it runs: serve --wait, or spec)" % job.get("slurm_id")
@@ -186,13 +191,15 @@ def format_figures(figures):
     stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
-        "per position      %s" % per_position(figures),
+        "per position      %s%s" % (per_position(figures), positions_against(figures.get("baseline"))),
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
         "drafts            %s" % figure(figures, "num_drafts"),
         "accepted tok/s    %s   drafted tok/s %s   generated tok/s %s" % (
             figure(figures, "accepted_tps"), figure(figures, "drafted_tps"), figure(figures, "generation_tps")),
         "window            %s" % figure(figures, "window_s"),
+        "baseline          %s" % (against_text(figures.get("accept_length"), figures["baseline"]) if figures.get("baseline")
+                                  else "none kept for its pair (save one: specdeck baseline HOST SERVER --save)"),
         "break-even        %s" % (line_text(line_of(figures.get("break_even"))) if line_of(figures.get("break_even"))
                                   else "not known (set one: specdeck breakeven HOST SERVER --set 2.46)"),
     ]
@@ -226,6 +233,7 @@ def cmd_spec(args):
         raise CommandError(exc.message, EXIT_FAILED)
     result = dict((key, figures.get(key)) for key in SPEC_KEYS)
     result["break_even"] = line_of(figures.get("break_even"))
+    result["baseline"] = figures.get("baseline")
     emit(args, result, lambda: format_figures(figures))
     return 0
 
@@ -319,11 +327,13 @@ def cmd_bench(args):
         reason = progress.get("error") or job.get("error") or "the benchmark job ended (%s) without a result" % job["state"]
         raise CommandError("benchmark %s failed: %s" % (job["id"], reason), EXIT_FAILED)
     keys = ("baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length")
+    baseline = baseline_cli.pair_baseline(client, args.target, args.drafter)
+    against = [] if baseline is None else ["against its baseline: %s" % against_text(result.get("accept_length"), baseline)]
     if result.get("sweep"):
-        sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests"))
+        sweep = dict(((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests")), baseline=baseline)
         sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "noise", "accept_length", "cycle_ms", "speedup",
                                                               "break_even_accept_length")) for row in result["sweep"]]
-        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result)))
+        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result) + against))
         return 0
 
     def human():
@@ -336,7 +346,7 @@ def cmd_bench(args):
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
             result["verdict"],
-        ])
+        ] + against)
 
-    emit(args, dict((key, result.get(key)) for key in keys + ("noise",)), human)
+    emit(args, dict(((key, result.get(key)) for key in keys + ("noise",)), baseline=baseline), human)
     return 0

@@ -37,6 +37,7 @@ from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from .advisor import line_text
+from .baseline_text import against_text, under
 from .k_rows import k_text
 from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, line_of, parse_break_even, per_k, target_key
 
@@ -103,6 +104,7 @@ class SpeculationPane(Pane):
         self.window_figures = {}  # id -> serving.stats over the chosen window
         self.advice = {}  # id -> serving.advise over the chosen window (per-K rows, a sweep's)
         self.lines = {}  # id -> the host's break-even line {accept_length, source, how}, or None
+        self.baselines = {}  # id -> the saved baseline of its (target, drafter) {accept_length, margin, ...}, or None
         self.alerted = {}  # id -> the host's below_break_even alert, until accept length is back over the line
         self.fresh = {}  # id -> (the last record, stale or not, when it came: monotonic)
         self.shown = {}  # what the summary shows now: {server, time, accept_length, generation_tps}
@@ -293,6 +295,8 @@ class SpeculationPane(Pane):
         self.fresh[server_id] = (record, time.monotonic())
         if "break_even" in record:
             self.lines[server_id] = line_of(record["break_even"])
+        if "baseline" in record:
+            self.baselines[server_id] = record["baseline"] if isinstance(record["baseline"], dict) else None
         if server_id not in self.servers:
             self.servers.append(server_id)
         # The host's figures over its last RECENT_S seconds; a log-read server's own line is already
@@ -360,6 +364,9 @@ class SpeculationPane(Pane):
                 summary.append("   %s" % ("above" if above else "below"), style="green" if above else "yellow")
         else:
             summary.append("   break-even: not known (%s)" % ("b" if compact else "b to set, or run `specdeck bench`"))
+        baseline = self.baselines.get(server_id)
+        if baseline and baseline.get("accept_length"):
+            summary.append("   " + against_text(window_accept, baseline), style="yellow" if under(window_accept, baseline) else "")
         if k:
             summary.append("   most with K=%d: %d" % (k, k + 1))
         source = latest.get("source") or window.get("source") or "-"
