@@ -160,7 +160,7 @@ def measured_k(k, spec_tps, figures, baseline_tps, request_tps=None):
     break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
     return {
         "k": k, "tokens_per_s": spec_tps, "accept_length": accept_length, "per_position": figures.get("per_position"),
-        "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
+        "per_position_conditional": figures.get("per_position_conditional"), "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
         "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
         "break_even_accept_length": break_even_length, "verdict": breakeven.verdict(accept_length, break_even_length),
         "request_tps": list(request_tps or []), "noise": advice.spread(request_tps),

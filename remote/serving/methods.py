@@ -10,7 +10,7 @@ from ..core.job_input import stall_after, with_stall_after
 from ..core.jobs import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
-from . import advice, bench, breakeven, engines, location, root_cause
+from . import advice, bench, breakeven, engines, location, positions, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -223,7 +223,9 @@ def _window_figures(call, server_id, window_s):
         if job is not None and job["process_state"] not in LIVE:
             raise NotFound("server %s is not running: it %s" % (server_id, how_it_ended(job, root_cause.first_error_in(log_path))))
         raise NotFound("server %s is not being sampled (not running)" % server_id)
-    return figures
+    _url, job, _log, _why = _server_url(call, server_id)
+    # K changing with the batch size makes the counters' shares not those of drafts reaching a position.
+    return positions.both_ways(figures, positions.schedule_from_argv(((job or {}).get("meta") or {}).get("engine_args")))
 
 
 @method("serving.history")
@@ -379,5 +381,6 @@ def serving_advise(call):
     reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
     line = sampler(call).break_even(job_id)
     advice.judge_against(reply, line, sweep_id)
-    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line)
+    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line,
+                 **dict((key, figures.get(key)) for key in positions.FIGURE_KEYS if key in figures))
     return reply

@@ -25,9 +25,9 @@ from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import safe_text
 from ..freshness import stale_text
-from . import advisor
+from . import advisor, position_text
 from .advisor import line_text
-from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k, per_position
+from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -195,7 +195,7 @@ def format_figures(figures):
     stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
-        "per position      %s" % per_position(figures),
+        *position_text.lines(figures),
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
         "drafts            %s" % figure(figures, "num_drafts"),
@@ -234,6 +234,7 @@ def cmd_spec(args):
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     result = dict((key, figures.get(key)) for key in SPEC_KEYS)
+    result.update(position_text.json_part(figures))
     result["break_even"] = line_of(figures.get("break_even"))
     emit(args, result, lambda: format_figures(figures))
     return 0
@@ -345,7 +346,7 @@ def cmd_bench(args):
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
             result["verdict"],
-        ])
+        ] + position_text.lines(result, 14))
 
-    emit(args, dict((key, result.get(key)) for key in keys + ("noise",)), human)
+    emit(args, dict(dict((key, result.get(key)) for key in keys + ("noise",)), **position_text.json_part(result)), human)
     return 0
