@@ -308,8 +308,16 @@ def serving_bench(call):
     server, then a speculative one, on the same GPUs, one after the other. Params: `target`,
     `drafter` (required), `k`, `ks` (a list of Ks: a K sweep, the baseline once then one
     server per K), `engine`, `port`, `gpus`, `python`, `env`, `engine_args`, `prompts` (a list
-    of strings; absent: a built-in set), `requests` (default 16), `max_tokens` (per request,
-    default 64). Reply: the job; its `progress` (in job events) is `{state:
+    of strings; absent: a built-in set in categories code, maths, chat and long context),
+    `categories` (one per prompt), `requests` (default 16), `max_tokens` (per request,
+    default 64). The speculative server runs with per-request metrics (vLLM's
+    `--per-request-spec-decode-metrics summary`, where it has them), and the result adds
+    `categories` and `lengths` (`[{category|length, accept_length, histogram, tokens_per_s,
+    baseline_tps, speedup, requests, per_position, per_position_conditional}]`), `worst` and
+    `flagged` requests (`{category, accept_length, first_words, why?}`), `ks_used`, `missing`
+    (replies without them); with K changing by batch size (`num_speculative_tokens_per_batch_size`
+    in a `--speculative-config` of engine_args) `k_schedule`, and per-position figures over only
+    the drafts that reached each position, or `per_position_note` saying they are not knowable. Reply: the job; its `progress` (in job events) is `{state:
     starting-baseline|baseline|starting-speculative|speculative|done|failed, k, done, total,
     result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, per_position,
     per_k, cycle_ms, break_even_accept_length, verdict, k}`; a sweep's result gives those of
@@ -334,6 +342,11 @@ def serving_bench(call):
     prompts = call.param("prompts", list)
     if prompts is not None and not all(isinstance(p, (str, list)) for p in prompts):
         raise BadRequest("prompts must be strings or lists of token ids")
+    kinds = call.param("categories", list)
+    if kinds is not None and (prompts is None or len(kinds) != len(prompts) or not all(isinstance(c, str) for c in kinds)
+                              or len(set(kinds)) > bench.categories.MAX_CATEGORIES):
+        raise BadRequest("categories must be one string per prompt, at most %d distinct" % bench.categories.MAX_CATEGORIES)
+    spec["kinds"] = [c[:bench.categories.MAX_CATEGORY_CHARS] for c in kinds] if kinds else None
     spec.update(python=_interpreter(call), prompts=prompts, requests=call.param("requests", int, 16),
                 max_tokens=call.param("max_tokens", int, 64))
     if spec["requests"] < 1 or spec["max_tokens"] < 1:

@@ -25,7 +25,7 @@ from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import safe_text
 from ..freshness import stale_text
-from . import advisor, position_text
+from . import advisor, bench_categories, position_text
 from .advisor import line_text
 from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k
 
@@ -97,7 +97,8 @@ def add_commands(commands):
     p.set_defaults(func=cmd_bench)
     _server_options(p, k_list=True)
     p.add_argument("--drafter", required=True, metavar="PATH")
-    p.add_argument("--prompts", metavar="FILE", help="one prompt a line (default: a built-in set)")
+    p.add_argument("--prompts", metavar="FILE", help="one prompt a line, or a JSON object {\"prompt\", \"category\"} a line: "
+                   "figures per category (default: a built-in set in categories code, maths, chat, long context)")
     p.add_argument("--requests", type=int, default=16, metavar="N", help="requests per server (default 16)")
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
     add_slurm_options(p)
@@ -312,8 +313,14 @@ def cmd_bench(args):
     if len(ks) > 1:
         params["ks"] = ks
     if args.prompts:
-        with open(args.prompts) as f:
-            params["prompts"] = [line.rstrip("\n") for line in f if line.strip()]
+        try:
+            params["prompts"], kinds = bench_categories.read_prompts(args.prompts)
+        except OSError as exc:
+            raise CommandError("cannot read %s: %s" % (args.prompts, exc.strerror))
+        except ValueError as exc:
+            raise CommandError(str(exc))
+        if kinds:
+            params["categories"] = kinds
     client = connect(args, args.host)
     try:
         job = client.call("serving.bench", params, timeout=120)
@@ -333,7 +340,8 @@ def cmd_bench(args):
         sweep = dict((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests"))
         sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "noise", "accept_length", "cycle_ms", "speedup",
                                                               "break_even_accept_length")) for row in result["sweep"]]
-        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result)))
+        sweep.update(bench_categories.json_part(result))
+        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result) + bench_categories.lines(result)))
         return 0
 
     def human():
@@ -346,7 +354,9 @@ def cmd_bench(args):
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
             result["verdict"],
-        ] + position_text.lines(result, 14))
+        ] + position_text.lines(result, 14) + bench_categories.lines(result))
 
-    emit(args, dict(dict((key, result.get(key)) for key in keys + ("noise",)), **position_text.json_part(result)), human)
+    reply = dict((key, result.get(key)) for key in keys + ("noise",))
+    reply.update(position_text.json_part(result), **bench_categories.json_part(result))
+    emit(args, reply, human)
     return 0
