@@ -150,7 +150,7 @@ def _phase(spec, drafter, k, prompts, progress, offset, state, records=None):
     return tokens / elapsed_s if elapsed_s > 0 else None, figures, request_tps
 
 
-BY_REQUEST_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule", "per_position_note")
+BY_REQUEST_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule", "k_in_force", "per_position_note")
 
 
 def _by_request(records, baseline_records, k, schedule):
@@ -161,10 +161,10 @@ def _by_request(records, baseline_records, k, schedule):
     if not schedule:
         return summary
     over_all = positions.over_requests([r["decoding"] for r in records if r["decoding"]])
-    summary.update(k_schedule=schedule, per_position=over_all["per_position"],
+    summary.update(k_schedule=schedule, k_in_force=positions.k_words(k, schedule), per_position=over_all["per_position"],
                    per_position_conditional=over_all["per_position_conditional"])
     if over_all.get("per_position_note") or summary["missing"]:
-        summary["per_position_note"] = over_all.get("per_position_note") or positions.NOT_KNOWABLE_WORDS % positions.k_words(k, schedule)
+        summary["per_position_note"] = over_all.get("per_position_note") or positions.not_knowable(k, schedule)
     return summary
 
 
@@ -206,7 +206,7 @@ def run(spec):
     prompts, kinds = _prompts(spec)
     spec = dict(spec, kinds=kinds)
     ks = sweep_ks(spec)
-    schedule = positions.schedule_from_argv(spec["engine_args"])
+    schedule, _k = positions.schedule_from_argv(spec["engine_args"])
     progress = Progress((1 + len(ks)) * len(prompts))
     try:
         # One baseline for every K: it does not depend on K.

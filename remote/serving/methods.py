@@ -225,7 +225,7 @@ def _window_figures(call, server_id, window_s):
         raise NotFound("server %s is not being sampled (not running)" % server_id)
     _url, job, _log, _why = _server_url(call, server_id)
     # K changing with the batch size makes the counters' shares not those of drafts reaching a position.
-    return positions.both_ways(figures, positions.schedule_from_argv(((job or {}).get("meta") or {}).get("engine_args")))
+    return positions.both_ways(figures, *positions.schedule_from_argv(((job or {}).get("meta") or {}).get("engine_args")))
 
 
 @method("serving.history")

@@ -206,6 +206,8 @@ def window(old, new):
             result["reset"] = result["reset"] or new["counters"][field] < before
     drafts = deltas.get("drafts")
     result["num_drafts"] = int(drafts) if drafts is not None else None
+    if deltas.get("draft_tokens") is not None:
+        result["num_draft_tokens"] = int(deltas["draft_tokens"])  # K x drafts unless K changed (positions.both_ways)
     if drafts:
         result["accept_length"] = 1.0 + deltas.get("accepted_tokens", 0.0) / drafts
         positions = sorted(new["per_position"])

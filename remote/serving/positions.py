@@ -14,7 +14,7 @@ are marked as not knowable."""
 import json
 
 # The keys both_ways gives, which every reply with per-position figures passes on.
-FIGURE_KEYS = ("per_position", "per_position_conditional", "per_position_note", "k_schedule")
+FIGURE_KEYS = ("per_position", "per_position_conditional", "per_position_note", "per_position_counter", "k_schedule", "k_in_force")
 UNDEFINED_WORDS = "undefined: no draft reached it (the position before was never accepted)"
 NOT_KNOWABLE_WORDS = ("not knowable: K changes with the batch size (%s) and vLLM's per-position counter divides by every draft; "
                       "per-request metrics at the detailed level can say it")
@@ -61,55 +61,69 @@ def from_steps(per_step_accepted, per_step_drafted):
 
 
 def dynamic_schedule(speculative_config):
-    """`[[start_bs, end_bs, K], ...]` from a `--speculative-config` (text or dict) when K changes with
-    the batch size, else None."""
+    """`(schedule, k)` from a `--speculative-config` (text or dict) when K changes with the batch
+    size: schedule `[[start_bs, end_bs, K], ...]`, k its `num_speculative_tokens` (the most any
+    row drafts: vLLM caps each row's K at it); else (None, None)."""
     if isinstance(speculative_config, str):
         try:
             speculative_config = json.loads(speculative_config)
         except ValueError:
-            return None
+            return None, None
     if not isinstance(speculative_config, dict):
-        return None
+        return None, None
     schedule = speculative_config.get("num_speculative_tokens_per_batch_size")
     if not isinstance(schedule, list) or not schedule:
-        return None
+        return None, None
     rows = []
     for row in schedule[:64]:
         if isinstance(row, (list, tuple)) and len(row) == 3 and all(isinstance(v, int) and not isinstance(v, bool) for v in row):
             rows.append(list(row))
-    return rows or None
+    k = speculative_config.get("num_speculative_tokens")
+    k = k if isinstance(k, int) and not isinstance(k, bool) and k > 0 else max((row[2] for row in rows), default=None)
+    return (rows, k) if rows else (None, None)
 
 
 def schedule_from_argv(argv):
-    """The dynamic-K schedule in a server's command line (its `--speculative-config`), or None."""
+    """`(schedule, k)` of the dynamic K in a server's command line (its `--speculative-config`),
+    or (None, None)."""
     argv, found = [str(a) for a in argv or ()], None
     for index, arg in enumerate(argv):  # the last one given is the one the engine's parser keeps
         if arg == "--speculative-config" and index + 1 < len(argv):
             found = argv[index + 1]
         elif arg.startswith("--speculative-config="):
             found = arg.split("=", 1)[1]
-    return dynamic_schedule(found) if found is not None else None
+    return dynamic_schedule(found) if found is not None else (None, None)
 
 
 def k_words(k, schedule):
     """The K in force as words: `K=3`, or `K by batch size: 1-1 K=3, 2-8 K=2 (at most 3)`."""
     if not schedule:
         return "K=%s" % k if k is not None else "K not known"
-    return "K by batch size: %s (at most %s)" % (", ".join("%d-%d K=%d" % tuple(row) for row in schedule), k)
+    rows = ", ".join("%d-%d K=%d" % (start, end, min(row_k, k or row_k)) for start, end, row_k in schedule)
+    return "K by batch size: %s (at most %s)" % (rows, k)
 
 
-def both_ways(figures, schedule=None):
-    """`figures` (with its unconditional `per_position`) given `per_position_conditional` beside it,
-    and, when K changes with the batch size, both marked not knowable (`per_position_note`): what
-    the counters give is then over every draft, not over those that reached each position."""
+def not_knowable(k, schedule):
+    """Why the counters' per-position figures are not knowable under this schedule."""
+    return NOT_KNOWABLE_WORDS % k_words(k, schedule).split(": ", 1)[1]
+
+
+def both_ways(figures, schedule=None, k=None):
+    """`figures` (with its unconditional `per_position`) given `per_position_conditional` beside it.
+    With K changing by batch size (`schedule`, at most `k`) it names the K (`k_in_force`): when
+    every draft of the window drafted all k positions (its draft tokens are k x its drafts) the
+    counters' shares are over drafts that reached each position and stand; otherwise they are
+    moved to `per_position_counter` and marked not knowable (`per_position_note`)."""
     result = dict(figures)
     if schedule:
-        result["k_schedule"] = schedule
-        if result.get("per_position"):
-            result["per_position_counter"] = result["per_position"]
-        result["per_position"], result["per_position_conditional"] = [], []
-        result["per_position_note"] = NOT_KNOWABLE_WORDS % k_words(None, schedule).split(": ", 1)[1].split(" (at")[0]
-        return result
+        result.update(k_schedule=schedule, k_in_force=k_words(k, schedule))
+        drafts, tokens = result.get("num_drafts"), result.get("num_draft_tokens")
+        if drafts and not (k and tokens == k * drafts):
+            result["k_in_force"] += "; fewer than %s drafted in this window" % k
+            result["per_position_counter"] = result.get("per_position")
+            result["per_position"], result["per_position_conditional"] = [], []
+            result["per_position_note"] = not_knowable(k, schedule)
+            return result
     result["per_position_conditional"] = conditional(result.get("per_position") or [])
     return result
 
