@@ -14,7 +14,7 @@ writes `<counter>_created` samples (creation times, ~1.8e9) in the same family: 
 
 import re
 
-from . import positions
+from .positions import conditional as conditional_rates
 
 VLLM_COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",
@@ -215,7 +215,7 @@ def window(old, new):
             _delta(old["per_position"].get(p, 0.0), new["per_position"][p]) / drafts for p in positions
         ]
         result["per_k"] = per_k(result["per_position"])
-        result["per_position_conditional"] = positions.conditional(result["per_position"])
+        result["per_position_conditional"] = conditional_rates(result["per_position"])
     if deltas.get("draft_tokens"):
         result["draft_acceptance_rate"] = deltas.get("accepted_tokens", 0.0) / deltas["draft_tokens"]
     if span_s > 0:
@@ -258,7 +258,7 @@ def parse_log_line(line):
             "accepted_tokens": int(match.group("accepted")),
             "drafted_tokens": int(match.group("drafted")),
             "per_position": per_position, "per_k": per_k(per_position),
-            "per_position_conditional": positions.conditional(per_position),
+            "per_position_conditional": conditional_rates(per_position),
             "draft_acceptance_rate": float(match.group("rate")) / 100.0,
         }
     match = _SGLANG_LINE.search(line)
