@@ -82,11 +82,11 @@ def by_category(models, home):
         env_args += ["--env", "%s=%s" % (key, value)]
 
     def bench(path):
-        argv = [sys.executable, "-m", "tui", "bench", "local", models["target"], "--drafter", models["drafter_random"], "--k", "3",
+        argv = [sys.executable, "-m", "tui.cli", "bench", "local", models["target"], "--drafter", models["drafter_random"], "--k", "3",
                 "--requests", "4", "--max-tokens", "32", "--prompts", path, "--port", str(free_port()),
                 "--python", serving_fixtures.vllm_python(), *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS]
         t0 = time.monotonic()
-        result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, SPECDECK_HOME=home))
+        result = subprocess.run(argv, capture_output=True, text=True, cwd=ROOT, env=dict(os.environ, SPECDECK_HOME=home, PYTHONPATH=ROOT))
         if result.returncode != 0:
             raise SystemExit("bench failed: %s" % result.stderr)
         return time.monotonic() - t0
