@@ -92,6 +92,8 @@ class SpeculationPane(Pane):
     SpeculationPane.-compact #spec-bottom { layout: vertical; }
     SpeculationPane.-compact #spec-bars { width: 100%; margin-right: 0; }
     SpeculationPane.-compact #spec-k { max-height: 1; }
+    SpeculationPane #spec-positions { max-height: 12; }
+    SpeculationPane.-compact #spec-positions { display: none; }
     """
 
     def __init__(self, **kwargs):
