@@ -30,8 +30,15 @@ def test_bench_random_drafter_is_below_break_even(laptop, models):
                      *env_args, "--json", "--", *serving_fixtures.ENGINE_ARGS, home=laptop, timeout=900)
     assert result.returncode == 0, result.stderr
     reply = json.loads(result.stdout)
-    assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length", "noise"}
+    assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length", "noise",
+                          "per_position", "per_position_conditional", "categories", "lengths", "worst", "flagged", "ks_used", "missing"}
     assert reply["accept_length"] == 1.0
+    # Nothing accepted at position 0, so no draft reaches position 1: the conditional rate there is undefined, not 0/0.
+    assert reply["per_position"] == [0.0] * 3 and reply["per_position_conditional"] == [0.0, None, None]
+    # The built-in set's first categories, each from the server's own per-request metrics.
+    assert [group["category"] for group in reply["categories"]] == ["code", "maths"] and reply["missing"] == 0
+    assert all(group["accept_length"] == 1.0 and group["histogram"][1:] == [0, 0, 0] and group["speedup"] > 0 for group in reply["categories"])
+    assert len(reply["flagged"]) == 4 and all(row["why"] == "acceptance near 0" for row in reply["flagged"])
     assert reply["baseline_tps"] > 0 and reply["spec_tps"] > 0
     assert reply["speedup"] == pytest.approx(reply["spec_tps"] / reply["baseline_tps"])
     assert reply["speedup"] < 1.0 and reply["break_even_accept_length"] > reply["accept_length"]

@@ -61,9 +61,14 @@ class Served:
 @pytest.fixture(scope="module")
 def served(gpuhost, models):
     home, client = gpuhost
+    # K changes with the batch size (K at one request, K-1 at more) and each reply carries its own
+    # speculation metrics: one request at a time drafts K, as the tests before the last expect.
+    dynamic = {"method": "eagle3", "model": models["drafter_agree"], "num_speculative_tokens": K,
+               "num_speculative_tokens_per_batch_size": [[1, 1, K], [2, 8, K - 1]]}
+    engine_args = serving_fixtures.ENGINE_ARGS + ["--per-request-spec-decode-metrics", "detailed", "--speculative-config", json.dumps(dynamic)]
     job = client.call("serving.start", {
         "target": models["target"], "drafter": models["drafter_agree"], "k": K, "port": free_port(),
-        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
+        "python": serving_fixtures.vllm_python(), "env": serving_fixtures.SERVER_ENV, "engine_args": engine_args,
     }, timeout=120)
     assert job["kind"] == "server" and job["meta"]["k"] == K and job["meta"]["drafter"] == models["drafter_agree"]
     try:
@@ -118,13 +123,16 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     assert figures["source"] == "metrics" and figures["engine"] == "vllm"
     assert figures["num_drafts"] > 0
     assert figures["accept_length"] == K + 1 and figures["per_position"] == [1.0] * K
+    assert figures["per_position_conditional"] == [1.0] * K and figures["k_in_force"].startswith("K by batch size: 1-1 K=3, 2-8 K=2")
     assert figures["draft_acceptance_rate"] == 1.0
     # The same through the headless command: its window starts when it asks, after an SSH login that
     # can take seconds on a loaded machine, so it is wider (the server was idle before the burst).
     result = run_cli("spec", "gpuhost", served.job["id"], "--window", "%ds" % (window_s + 20), "--json", home=home, check=0)
     reply = json.loads(result.stdout)
     assert set(reply) == {"accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps",
-                          "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even"}
+                          "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even",
+                          "per_position_conditional", "k_schedule", "k_in_force"}
+    assert reply["per_position_conditional"] == [1.0] * K and reply["k_schedule"] == [[1, 1, K], [2, 8, K - 1]]
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
     assert reply["stale"] is False and reply["age_s"] < 3
 
@@ -213,3 +221,45 @@ def test_serve_wait_reports_a_server_that_dies_while_starting(gpuhost, models):
                      "--wait", "--", "--max-model-len", "not-a-number", home=home, timeout=300)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "died while starting" in result.stderr and "max-model-len" in result.stderr
+
+
+def test_per_request_figures_by_category_and_a_k_that_changes(served):
+    """Last in the module: its concurrent requests draft K-1. One request at a time, every reply's
+    histogram has all its steps at K accepted (the agreeing pair), and a category of prompts ending
+    in a spoiler token gets its own, lower accept length; then requests side by side draft K-1,
+    vLLM's per-position counter no longer says what reached each position (the window's figures
+    say so and name the K), while the per-request steps still give 1 at every position reached."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from remote.serving import bench, categories
+
+    spoiler = serving_fixtures.SPOILER_TOKENS[0]
+    prompts = [[5, 6, 7], [9, 10, 11], [20, 21, spoiler], [30, 31, spoiler + 1]]
+    kinds = ["clean", "clean", "spoiled", "spoiled"]
+    records = []
+    bench.run_requests(served.url, served.model, prompts, 24, records=records, kinds=kinds)
+    clean = [r["decoding"] for r in records if r["category"] == "clean"]
+    assert all(d["acceptance_histogram"][:K] == [0] * K and d["acceptance_histogram"][K] > 0 for d in clean)
+    summary = categories.summarise(records, records, K)
+    by_name = {group["category"]: group for group in summary["categories"]}
+    assert by_name["clean"]["accept_length"] == K + 1 and 1.0 < by_name["spoiled"]["accept_length"] < K + 1
+    assert by_name["clean"]["histogram"][K] == sum(by_name["clean"]["histogram"]) and summary["ks_used"] == [K]
+    assert [row["category"] for row in summary["worst"][:2]] == ["spoiled", "spoiled"]
+    assert {row["first_words"] for row in summary["flagged"]} == {"token ids 5 6 7", "token ids 9 10 11"}
+
+    start = quiet_window_start(served)
+    side_by_side = []
+    with ThreadPoolExecutor(4) as pool:
+        replies = list(pool.map(lambda first: serving_fixtures.complete(served.url, served.model, [first, 6, 7], 32), range(40, 44)))
+    side_by_side = [categories.request_record("side by side", None, reply, 1.0) for reply in replies]
+    served.last_request_at = time.time()
+    served.read_since_burst()
+    figures = served.stats(time.time() - start + 0.9)
+    assert "K by batch size" in figures["k_in_force"] and "fewer than 3 drafted" in figures["k_in_force"]
+    assert figures["per_position"] == [] and figures["per_position_note"].startswith("not knowable")
+    assert figures["per_position_counter"][K - 1] < 1.0  # the counter's share at the last position, over every draft
+    from remote.serving.positions import over_requests
+
+    reached = over_requests([r["decoding"] for r in side_by_side])
+    assert reached["ks_used"] == [K - 1, K] or reached["ks_used"] == [K - 1]
+    assert reached["per_position_conditional"][:K - 1] == [1.0] * (K - 1) and reached["per_position"][:K - 1] == [1.0] * (K - 1)

@@ -85,7 +85,7 @@ def sweep_result(rows, baseline_tps):
         return dict(result, spec_tps=None, speedup=None, accept_length=None, cycle_ms=None, break_even_accept_length=None,
                     verdict="no K gave tokens", k=None)
     best = ranked[0]
-    result.update((key, best.get(key)) for key in ("accept_length", "per_position", "cycle_ms", "speedup", "break_even_accept_length", "verdict", "k"))
+    result.update((key, best.get(key)) for key in ("accept_length", "per_position", "per_position_conditional", "cycle_ms", "speedup", "break_even_accept_length", "verdict", "k"))
     result.update(spec_tps=best["tokens_per_s"], best_k=best["k"])
     margin = {"over_baseline": best["speedup"] - 1.0 if best.get("speedup") else None, "next_k": None, "over_next_k": None,
               "noise": None, "within_noise": None}

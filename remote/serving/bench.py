@@ -32,7 +32,7 @@ import uuid
 
 from ..core import paths
 from ..jobs.store import write_json
-from . import advice, breakeven, engines, metrics
+from . import advice, breakeven, categories, engines, metrics, positions
 
 READY_TIMEOUT_S = 900.0
 WARMUP_REQUESTS = 1
@@ -68,9 +68,10 @@ def _post(url, payload, timeout_s=600.0):
         return json.loads(reply.read())
 
 
-def run_requests(url, model, prompts, max_tokens, on_done=None):
+def run_requests(url, model, prompts, max_tokens, on_done=None, records=None, kinds=None):
     """(completion tokens, seconds, each request's tokens/s) of the prompts sent one at a time to
-    /v1/completions."""
+    /v1/completions; with `records` (a list), each reply's record (categories.request_record,
+    under its category in `kinds`) appended to it."""
     tokens, elapsed_s, request_tps = 0, 0.0, []
     for index, prompt in enumerate(prompts):
         began = time.monotonic()
@@ -80,6 +81,8 @@ def run_requests(url, model, prompts, max_tokens, on_done=None):
         elapsed_s += took_s
         tokens += reply["usage"]["completion_tokens"]
         request_tps.append(reply["usage"]["completion_tokens"] / took_s if took_s > 0 else None)
+        if records is not None:
+            records.append(categories.request_record(kinds[index] if kinds else categories.DEFAULT_CATEGORY, prompt, reply, took_s))
         if on_done:
             on_done(index + 1)
     return tokens, elapsed_s, request_tps
@@ -92,6 +95,8 @@ def _scrape(url):
 
 def _start(spec, drafter, k, log):
     engine_args = spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], spec["python"], spec["engine_args"])
+    if drafter:
+        engine_args += categories.per_request_args(spec["engine"], spec["python"], spec["engine_args"])
     argv = [spec["python"]] + engines.server_argv(spec["engine"], spec["target"], drafter, k, spec["port"], engine_args=engine_args)
     env = dict(os.environ)
     env.update(engines.server_env(spec.get("gpus"), spec.get("env")))
@@ -123,7 +128,7 @@ def _stop(process):
             process.wait()
 
 
-def _phase(spec, drafter, k, prompts, progress, offset, state):
+def _phase(spec, drafter, k, prompts, progress, offset, state, records=None):
     url = engines.base_url(spec["port"])
     log_name = state if drafter is None or len(sweep_ks(spec)) == 1 else "%s-k%d" % (state, k)
     log_path = os.path.join(os.environ.get("SPECDECK_JOB_DIR", "."), "%s.log" % log_name)
@@ -137,12 +142,30 @@ def _phase(spec, drafter, k, prompts, progress, offset, state):
             run_requests(url, spec["target"], prompts[:WARMUP_REQUESTS], min(WARMUP_TOKENS, spec["max_tokens"]))
             before = _scrape(url)
             tokens, elapsed_s, request_tps = run_requests(url, spec["target"], prompts, spec["max_tokens"],
-                                                          lambda n: progress.write(done=offset + n))
+                                                          lambda n: progress.write(done=offset + n), records, spec.get("kinds"))
             after = _scrape(url)
         finally:
             _stop(process)
     figures = metrics.window(before, after) if before and after else {}
     return tokens / elapsed_s if elapsed_s > 0 else None, figures, request_tps
+
+
+BY_REQUEST_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule", "k_in_force", "per_position_note")
+
+
+def _by_request(records, baseline_records, k, schedule):
+    """One K's figures from its requests' own metrics: by category and length, the worst and the
+    flagged requests, and, K changing with the batch size (`schedule`), the per-position figures
+    over only the drafts that reached each position (or marked not knowable)."""
+    summary = categories.summarise(records, baseline_records, k)
+    if not schedule:
+        return summary
+    over_all = positions.over_requests([r["decoding"] for r in records if r["decoding"]])
+    summary.update(k_schedule=schedule, k_in_force=positions.k_words(k, schedule), per_position=over_all["per_position"],
+                   per_position_conditional=over_all["per_position_conditional"])
+    if over_all.get("per_position_note") or summary["missing"]:
+        summary["per_position_note"] = over_all.get("per_position_note") or positions.not_knowable(k, schedule)
+    return summary
 
 
 def sweep_ks(spec):
@@ -160,28 +183,47 @@ def measured_k(k, spec_tps, figures, baseline_tps, request_tps=None):
     break_even_length = cycle_s * baseline_tps if cycle_s and baseline_tps else None
     return {
         "k": k, "tokens_per_s": spec_tps, "accept_length": accept_length, "per_position": figures.get("per_position"),
-        "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
+        "per_position_conditional": figures.get("per_position_conditional"), "per_k": figures.get("per_k"), "cycle_ms": cycle_s * 1000.0 if cycle_s else None,
         "speedup": spec_tps / baseline_tps if spec_tps and baseline_tps else None,
         "break_even_accept_length": break_even_length, "verdict": breakeven.verdict(accept_length, break_even_length),
         "request_tps": list(request_tps or []), "noise": advice.spread(request_tps),
     }
 
 
+def _prompts(spec):
+    """(prompts, their categories) repeated to `requests`: the given ones (categories: `kinds`, one
+    per prompt, or all of one category), else the built-in set in its categories."""
+    if spec.get("prompts"):
+        prompts = list(spec["prompts"])
+        kinds = list(spec.get("kinds") or [categories.DEFAULT_CATEGORY] * len(prompts))
+    else:
+        kinds, prompts = [list(column) for column in zip(*categories.BUILTIN_SET)]
+    picked = [i % len(prompts) for i in range(spec["requests"])]
+    return [prompts[i] for i in picked], [kinds[i] for i in picked]
+
+
 def run(spec):
-    prompts = list(spec.get("prompts") or BUILTIN_PROMPTS)
-    prompts = [prompts[i % len(prompts)] for i in range(spec["requests"])]
+    prompts, kinds = _prompts(spec)
+    spec = dict(spec, kinds=kinds)
     ks = sweep_ks(spec)
+    schedule, _k = positions.schedule_from_argv(spec["engine_args"])
     progress = Progress((1 + len(ks)) * len(prompts))
     try:
         # One baseline for every K: it does not depend on K.
-        baseline_tps, _, _ = _phase(spec, None, None, prompts, progress, 0, "baseline")
+        baseline_records = []
+        baseline_tps, _, _ = _phase(spec, None, None, prompts, progress, 0, "baseline", baseline_records)
         rows = []
         for index, k in enumerate(ks):
             progress.write(state="starting-speculative", k=k)
+            records = []
             spec_tps, figures, request_tps = _phase(spec, spec["drafter"], k, prompts, progress, (1 + index) * len(prompts),
-                                                    "speculative")
-            rows.append(measured_k(k, spec_tps, figures, baseline_tps, request_tps))
+                                                    "speculative", records)
+            rows.append(dict(measured_k(k, spec_tps, figures, baseline_tps, request_tps),
+                             **_by_request(records, baseline_records, k, schedule)))
         result = advice.sweep_result(rows, baseline_tps) if len(ks) > 1 else dict(rows[0], spec_tps=rows[0]["tokens_per_s"])
+        if len(ks) > 1:
+            best = next(row for row in rows if row["k"] == result.get("best_k")) if result.get("best_k") else rows[-1]
+            result.update((key, best.get(key)) for key in BY_REQUEST_KEYS if key in best)
         result.update(baseline_tps=baseline_tps, requests=len(prompts), max_tokens=spec["max_tokens"])
         progress.write(state="done", result=result)
         print(json.dumps(result))

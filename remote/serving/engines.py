@@ -57,17 +57,26 @@ def quiet_scrape_args(engine, interpreter, engine_args=()):
 
 
 def _vllm_has_quiet_flag(interpreter):
-    """Whether the vLLM that `interpreter` imports declares the option, read from its source
-    (finding the package does not import it: vLLM takes seconds to import)."""
+    """Whether the vLLM that `interpreter` imports declares the option."""
+    return vllm_declares(interpreter, "disable_access_log_for_endpoints",
+                         ("entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"))
+
+
+def vllm_declares(interpreter, name, relatives):
+    """Whether the vLLM that `interpreter` imports has `name` in one of its source files
+    (`relatives`, under the package), read from its source: finding the package does not import
+    it (vLLM takes seconds to import)."""
     probe = "import importlib.util; s = importlib.util.find_spec('vllm'); print(list(s.submodule_search_locations)[0] if s else '')"
     try:
         found = subprocess.run([interpreter, "-c", probe], capture_output=True, text=True, timeout=30).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return False
-    for relative in ("entrypoints/launchers/cli_args.py", "entrypoints/openai/cli_args.py"):
+    if not found:
+        return False
+    for relative in relatives:
         try:
             with open(os.path.join(found, relative), encoding="utf-8", errors="replace") as f:
-                if "disable_access_log_for_endpoints" in f.read():
+                if name in f.read():
                     return True
         except OSError:
             continue

@@ -11,7 +11,7 @@ from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
 from ..core.words import LIVE_STATES as LIVE
-from . import advice, baseline_methods, baselines, bench, breakeven, engines, location, root_cause
+from . import advice, baseline_methods, baselines, bench, breakeven, engines, location, positions, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -226,7 +226,9 @@ def _window_figures(call, server_id, window_s):
             raise NotFound("server %s is not running: it %s" % (server_id, how_it_ended(job, root_cause.first_error_in(log_path))))
         raise NotFound("server %s is not being sampled (not running)" % server_id)
     figures["baseline"] = baselines.view(baselines.STORE.of_server(call.daemon, server_id))
-    return figures
+    _url, job, _log, _why = _server_url(call, server_id)
+    # K changing with the batch size makes the counters' shares not those of drafts reaching a position.
+    return positions.both_ways(figures, *positions.schedule_from_argv(((job or {}).get("meta") or {}).get("engine_args")))
 
 
 @method("serving.history")
@@ -309,8 +311,16 @@ def serving_bench(call):
     server, then a speculative one, on the same GPUs, one after the other. Params: `target`,
     `drafter` (required), `k`, `ks` (a list of Ks: a K sweep, the baseline once then one
     server per K), `engine`, `port`, `gpus`, `python`, `env`, `engine_args`, `prompts` (a list
-    of strings; absent: a built-in set), `requests` (default 16), `max_tokens` (per request,
-    default 64). Reply: the job; its `progress` (in job events) is `{state:
+    of strings; absent: a built-in set in categories code, maths, chat and long context),
+    `categories` (one per prompt), `requests` (default 16), `max_tokens` (per request,
+    default 64). The speculative server runs with per-request metrics (vLLM's
+    `--per-request-spec-decode-metrics summary`, where it has them), and the result adds
+    `categories` and `lengths` (`[{category|length, accept_length, histogram, tokens_per_s,
+    baseline_tps, speedup, requests, per_position, per_position_conditional}]`), `worst` and
+    `flagged` requests (`{category, accept_length, first_words, why?}`), `ks_used`, `missing`
+    (replies without them); with K changing by batch size (`num_speculative_tokens_per_batch_size`
+    in a `--speculative-config` of engine_args) `k_schedule`, and per-position figures over only
+    the drafts that reached each position, or `per_position_note` saying they are not knowable. Reply: the job; its `progress` (in job events) is `{state:
     starting-baseline|baseline|starting-speculative|speculative|done|failed, k, done, total,
     result?}` with result `{baseline_tps, spec_tps, speedup, accept_length, per_position,
     per_k, cycle_ms, break_even_accept_length, verdict, k}`; a sweep's result gives those of
@@ -335,6 +345,11 @@ def serving_bench(call):
     prompts = call.param("prompts", list)
     if prompts is not None and not all(isinstance(p, (str, list)) for p in prompts):
         raise BadRequest("prompts must be strings or lists of token ids")
+    kinds = call.param("categories", list)
+    if kinds is not None and (prompts is None or len(kinds) != len(prompts) or not all(isinstance(c, str) for c in kinds)
+                              or len(set(kinds)) > bench.categories.MAX_CATEGORIES):
+        raise BadRequest("categories must be one string per prompt, at most %d distinct" % bench.categories.MAX_CATEGORIES)
+    spec["kinds"] = [c[:bench.categories.MAX_CATEGORY_CHARS] for c in kinds] if kinds else None
     spec.update(python=_interpreter(call), prompts=prompts, requests=call.param("requests", int, 16),
                 max_tokens=call.param("max_tokens", int, 64))
     if spec["requests"] < 1 or spec["max_tokens"] < 1:
@@ -382,5 +397,6 @@ def serving_advise(call):
     reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
     line = sampler(call).break_even(job_id)
     advice.judge_against(reply, line, sweep_id)
-    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line)
+    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line,
+                 **dict((key, figures.get(key)) for key in positions.FIGURE_KEYS if key in figures))
     return reply

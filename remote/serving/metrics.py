@@ -14,6 +14,8 @@ writes `<counter>_created` samples (creation times, ~1.8e9) in the same family: 
 
 import re
 
+from .positions import conditional as conditional_rates
+
 VLLM_COUNTERS = {
     "vllm:spec_decode_num_drafts": "drafts",
     "vllm:spec_decode_num_draft_tokens": "draft_tokens",
@@ -181,7 +183,7 @@ def window(old, new):
     gauges then). Keys are those of `spec HOST JOB --json`, plus running, waiting,
     kv_cache_usage and `reset` (a counter went down inside the window)."""
     result = {
-        "accept_length": None, "per_position": [], "draft_acceptance_rate": None, "num_drafts": None,
+        "accept_length": None, "per_position": [], "per_position_conditional": [], "draft_acceptance_rate": None, "num_drafts": None,
         "accepted_tps": None, "drafted_tps": None, "generation_tps": None, "window_s": None,
         "running": new["gauges"].get("running"), "waiting": new["gauges"].get("waiting"),
         "kv_cache_usage": new["gauges"].get("kv_cache_usage"), "reset": False,
@@ -204,6 +206,8 @@ def window(old, new):
             result["reset"] = result["reset"] or new["counters"][field] < before
     drafts = deltas.get("drafts")
     result["num_drafts"] = int(drafts) if drafts is not None else None
+    if deltas.get("draft_tokens") is not None:
+        result["num_draft_tokens"] = int(deltas["draft_tokens"])  # K x drafts unless K changed (positions.both_ways)
     if drafts:
         result["accept_length"] = 1.0 + deltas.get("accepted_tokens", 0.0) / drafts
         positions = sorted(new["per_position"])
@@ -211,6 +215,7 @@ def window(old, new):
             _delta(old["per_position"].get(p, 0.0), new["per_position"][p]) / drafts for p in positions
         ]
         result["per_k"] = per_k(result["per_position"])
+        result["per_position_conditional"] = conditional_rates(result["per_position"])
     if deltas.get("draft_tokens"):
         result["draft_acceptance_rate"] = deltas.get("accepted_tokens", 0.0) / deltas["draft_tokens"]
     if span_s > 0:
@@ -253,6 +258,7 @@ def parse_log_line(line):
             "accepted_tokens": int(match.group("accepted")),
             "drafted_tokens": int(match.group("drafted")),
             "per_position": per_position, "per_k": per_k(per_position),
+            "per_position_conditional": conditional_rates(per_position),
             "draft_acceptance_rate": float(match.group("rate")) / 100.0,
         }
     match = _SGLANG_LINE.search(line)

@@ -144,6 +144,7 @@ class ServerSource(FeedSource):
         figures["source"] = "log"
         figures["per_position"] = figures["per_position"][: metrics.MAX_POSITIONS]
         figures["per_k"] = figures["per_k"][: metrics.MAX_POSITIONS]
+        figures["per_position_conditional"] = figures["per_position_conditional"][: metrics.MAX_POSITIONS]
         return figures
 
     def history_points(self, record):

@@ -14,6 +14,7 @@ from .. import config
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit
 from ..display import safe_text
 from .model import line_of
+from . import position_text
 
 def wait_for_result(client, job, quiet, status):
     """Follow a host job (a benchmark, a coverage count) until it ends, writing `JOB  STATUS` on
@@ -153,6 +154,8 @@ def advice_lines(advice):
     if advice.get("k_current"):
         lines.append("K' > %d: beyond what this server measured (it drafts %d); those rows come from a sweep or are estimates, as said"
                      % (advice["k_current"], advice["k_current"]))
+    if advice.get("per_position") or advice.get("per_position_note"):
+        lines += position_text.lines(advice, 14)
     lines.append(("advice: use " if advice.get("best_k") and not advice["reason"].startswith("no K") else "advice: ") + advice["reason"])
     return lines
 
@@ -164,6 +167,7 @@ def cmd_advise(args):
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     result = dict((key, advice.get(key)) for key in ADVICE_KEYS)
+    result.update(position_text.json_part(advice))
     result["per_k"] = [dict((key, row.get(key)) for key in ADVICE_ROW_KEYS) for row in advice["per_k"]]
     emit(args, result, lambda: "\n".join(advice_lines(advice)))
     return 0

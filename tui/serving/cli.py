@@ -24,10 +24,10 @@ from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.stall_options import add_stall_option, stall_params
 from ..display import safe_text
 from ..freshness import stale_text
-from . import advisor, baseline_cli
+from . import advisor, baseline_cli, bench_categories, position_text
 from .advisor import line_text
 from .baseline_text import against_text, positions_against
-from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k, per_position
+from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -90,7 +90,8 @@ def add_commands(commands):
     p.set_defaults(func=cmd_bench)
     _server_options(p, k_list=True)
     p.add_argument("--drafter", required=True, metavar="PATH")
-    p.add_argument("--prompts", metavar="FILE", help="one prompt a line (default: a built-in set)")
+    p.add_argument("--prompts", metavar="FILE", help="one prompt a line, or a JSON object {\"prompt\", \"category\"} a line: "
+                   "figures per category (default: a built-in set in categories code, maths, chat, long context)")
     p.add_argument("--requests", type=int, default=16, metavar="N", help="requests per server (default 16)")
     p.add_argument("--max-tokens", type=int, default=64, metavar="N", help="tokens per request (default 64)")
     add_slurm_options(p)
@@ -191,7 +192,8 @@ def format_figures(figures):
     stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
-        "per position      %s%s" % (per_position(figures), positions_against(figures.get("baseline"))),
+        *position_text.lines(figures),
+        *[" " * 18 + said.strip() for said in [positions_against(figures.get("baseline"))] if said],
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),
         "drafts            %s" % figure(figures, "num_drafts"),
@@ -232,6 +234,7 @@ def cmd_spec(args):
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     result = dict((key, figures.get(key)) for key in SPEC_KEYS)
+    result.update(position_text.json_part(figures))
     result["break_even"] = line_of(figures.get("break_even"))
     result["baseline"] = figures.get("baseline")
     emit(args, result, lambda: format_figures(figures))
@@ -310,8 +313,14 @@ def cmd_bench(args):
     if len(ks) > 1:
         params["ks"] = ks
     if args.prompts:
-        with open(args.prompts) as f:
-            params["prompts"] = [line.rstrip("\n") for line in f if line.strip()]
+        try:
+            params["prompts"], kinds = bench_categories.read_prompts(args.prompts)
+        except OSError as exc:
+            raise CommandError("cannot read %s: %s" % (args.prompts, exc.strerror))
+        except ValueError as exc:
+            raise CommandError(str(exc))
+        if kinds:
+            params["categories"] = kinds
     client = connect(args, args.host, reconnect=True)
     try:
         job = client.call("serving.bench", params, timeout=120)
@@ -333,7 +342,8 @@ def cmd_bench(args):
         sweep = dict(((key, result.get(key)) for key in keys + ("best_k", "margin", "cost_model", "requests")), baseline=baseline)
         sweep["per_k"] = [dict((key, row.get(key)) for key in ("k", "tokens_per_s", "noise", "accept_length", "cycle_ms", "speedup",
                                                               "break_even_accept_length")) for row in result["sweep"]]
-        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result) + against))
+        sweep.update(bench_categories.json_part(result))
+        emit(args, sweep, lambda: "\n".join(advisor.sweep_lines(result) + bench_categories.lines(result) + against))
         return 0
 
     def human():
@@ -346,7 +356,9 @@ def cmd_bench(args):
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
             result["verdict"],
-        ] + against)
+        ] + position_text.lines(result, 14) + bench_categories.lines(result) + against)
 
-    emit(args, dict(((key, result.get(key)) for key in keys + ("noise",)), baseline=baseline), human)
+    reply = dict(((key, result.get(key)) for key in keys + ("noise",)), baseline=baseline)
+    reply.update(position_text.json_part(result), **bench_categories.json_part(result))
+    emit(args, reply, human)
     return 0

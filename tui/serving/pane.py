@@ -36,9 +36,11 @@ from ..freshness import freshness, stale_text
 from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
+from ..widgets.position_heat import PositionHeat, series_of
 from .advisor import line_text
 from .baseline_text import against_text, under
 from .k_rows import k_text
+from .position_text import CONDITIONAL_NAME, rates
 from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, line_of, parse_break_even, per_k, target_key
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
@@ -76,6 +78,7 @@ class SpeculationPane(Pane):
         Binding("right_square_bracket", "next_server", "next server", tooltip="show the next server"),
         Binding("left_square_bracket", "previous_server", "previous", show=False, tooltip="show the previous server"),
         Binding("w", "next_window", "window", tooltip="window: 1 min, 5 min, 15 min, 1 h, 6 h"),
+        Binding("p", "toggle_positions", "positions", tooltip="position-by-time view: conditional rate or unconditional share"),
         Binding("b", "set_break_even", "break-even", tooltip="set break-even for the server's target: an accept length, or CYCLE_MS@BASELINE_TPS"),
     ]
 
@@ -90,6 +93,8 @@ class SpeculationPane(Pane):
     SpeculationPane.-compact #spec-bottom { layout: vertical; }
     SpeculationPane.-compact #spec-bars { width: 100%; margin-right: 0; }
     SpeculationPane.-compact #spec-k { max-height: 1; }
+    SpeculationPane #spec-positions { max-height: 12; }
+    SpeculationPane.-compact #spec-positions { display: none; }
     """
 
     def __init__(self, **kwargs):
@@ -119,6 +124,7 @@ class SpeculationPane(Pane):
             yield Static(Text(""), id="spec-bars")
             yield Static(Text(""), id="spec-throughput-text")
         yield Static(Text(""), id="spec-k")
+        yield PositionHeat(id="spec-positions")
         yield self.status_line()
 
     def on_mount(self):
@@ -218,6 +224,15 @@ class SpeculationPane(Pane):
                          done=lambda reply, server_id=server_id, metric=metric: self._history_loaded(server_id, metric, reply),
                          failed=lambda message: None, title="speculation history")
 
+    def _ask_positions(self, server_id):
+        resolution_s = max(float(RECENT_S), self.window_s / 60.0)  # about one cell a bucket
+        self.request("serving.history", {"id": server_id, "metric": "per_position", "since_s": self.window_s, "resolution_s": resolution_s},
+                     done=lambda reply: server_id == self.selected and self.query_one(PositionHeat).show(series_of(reply), self.window_s),
+                     failed=lambda message: None, title="per-position history")
+
+    def action_toggle_positions(self):
+        self.query_one(PositionHeat).toggle()
+
     def _history_loaded(self, server_id, metric, reply):
         points = reply["series"][0]["points"] if reply.get("series") else []
         self.backfill.setdefault(server_id, {})[metric] = points
@@ -251,6 +266,7 @@ class SpeculationPane(Pane):
             self.lines[server_id] = line_of(reply["break_even"])
         if server_id == self.selected:
             self.refresh_view()
+        self._ask_positions(server_id)
         if reply.get("per_k"):  # the rows of K, from the same window (and the newest sweep's cycle times)
             self._ask_advice(server_id)
 
@@ -400,8 +416,12 @@ class SpeculationPane(Pane):
         """The chosen window's per-position acceptance, else the last RECENT_S seconds' (a window
         asked before the first drafts)."""
         shown, gap = (bars_line, " ") if self.compact else (bars, "\n")
+        if window.get("per_position_note"):
+            return safe_text(window["per_position_note"])
         if window.get("per_position"):
-            return "per position over the last %s:%s%s" % (_span(window.get("window_s") or self.window_s), gap, shown(window["per_position"]))
+            return "per position over the last %s (unconditional share):%s%s%s%s %s" % (
+                _span(window.get("window_s") or self.window_s), gap, shown(window["per_position"]), gap, CONDITIONAL_NAME,
+                rates(window.get("per_position_conditional")))
         if latest.get("per_position"):
             return "per position over the last %d s:%s%s" % (RECENT_S, gap, shown(latest["per_position"]))
         return "no drafts in the last %s" % window_name(self.window_s) if window else "per position: asking the host…"
