@@ -10,7 +10,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from remote.training import checkpoints as training_checkpoints
+from remote.training import checkpoints as training_checkpoints, logparse
 from tests import checkpoint_fixtures
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
@@ -85,3 +85,15 @@ def test_speculators_interrupted_checkpoint_says_how_to_resume(tmp_path):
     hint = found["interrupted"]["hint"]
     assert "mv interrupted N" in hint and "--no-resume-from-checkpoint" in hint
     assert "hint" not in found["0"] and found["interrupted"]["verdict"] == found["0"]["verdict"]
+
+
+def test_specforge_lines_are_read_safely():
+    records = logparse.parse_text((DATA / "specforge-train.log").read_text())
+    assert [r["step"] for r in records if r["kind"] == "step"] == STEPS  # the recording's 16 logged steps
+    assert [r["step"] for r in records if r["kind"] == "validation"] == EVALUATED
+    hostile = ["step 1: {'loss': __import__('os').system('touch %s')}" % (DATA / "pwned"),  # literal_eval: no call
+               "step 1: {'loss': 1.0, 'x': " + "[" * 100 + "]" * 100 + "}",  # deeper than any metrics line
+               "step 1: {'loss': 1" + "0" * 100 + "}",  # no number is that long
+               "step 1: {'loss': " + "1.0, 'a': 1.0, " * 20000 + "}"]  # longer than a metrics line is
+    assert logparse.parse_text("\n".join(hostile)) == []
+    assert not (DATA / "pwned").exists()
