@@ -6,8 +6,6 @@ with best and latest, each saying it needs `specforge export` first (CLI --json 
 speculators' interrupted/ (a graceful stop) is listed saying how to resume from it."""
 
 import json
-import sys
-import textwrap
 from pathlib import Path
 
 from remote.training import checkpoints as training_checkpoints, logparse
