@@ -13,6 +13,16 @@ wins. An announcement writes one entry's line, never the whole list, so a run wi
 checkpoints costs a kilobyte or so per announcement; the journal is compacted when it is opened
 holding more than twice the lines it needs. A restarted daemon inspects nothing twice.
 
+SpecForge writes `SAVE/{run_id}-step{N}/` holding training_state.pt (and one per rank), links
+`{run_id}-latest` and `{run_id}-best` (best by eval/simulated_acc_len, said in
+`{run_id}.best_meta.json`). No safetensors: such a checkpoint is listed (its step from its name,
+best and latest from the links) with the verdict "needs export": `specforge export --to hf|sglang`
+makes the directory that can be inspected or served.
+
+speculators saves `SAVE/interrupted/` when a run is stopped gracefully (a signal). It resumes
+only from numbered epochs, so the entry says how: rename it to an epoch number and start the same
+command again (speculators resumes by default; --no-resume-from-checkpoint turns that off).
+
 Nothing is followed out of the save directory: a checkpoint directory that is a link, or that
 holds a link to a place outside the save directory, is never read (one that points outside is
 reported in the run's notices). Inspection takes at most INSPECT_BUDGET_S per look; the rest
@@ -32,6 +42,16 @@ INSPECT_BUDGET_S = 0.25
 MAX_LINKS_SHOWN = 10  # links out of the save directory named in the run's notices
 WEIGHT_NAMES = ("model.safetensors", "model.safetensors.index.json")
 LINKS = ("checkpoint_best",)
+BEST_SUFFIX, LATEST_SUFFIX = "-best", "-latest"  # SpecForge's links: {run_id}-best, {run_id}-latest
+SPECFORGE_STATE = "training_state.pt"
+SPECFORGE_STATES = (SPECFORGE_STATE, "training_state_rank0.pt")
+BEST_META_SUFFIX = ".best_meta.json"
+MAX_BEST_META_BYTES = 1 << 20
+INTERRUPTED = "interrupted"
+NEEDS_EXPORT = "needs export"
+EXPORT_HINT = "needs `specforge export --to hf|sglang` before it can be inspected or served"
+RESUME_HINT = ("left by a graceful stop; to resume from it: mv %s N (N: its epoch), then run the same command again "
+               "(speculators resumes from the highest numbered epoch unless --no-resume-from-checkpoint)")
 MAX_TARGET_CONFIG_BYTES = 16 * 1024 * 1024  # a target's config.json is a few kilobytes
 
 
@@ -118,23 +138,57 @@ def candidates(save_dir, known=(), links=None):
             continue
         if not os.path.isdir(path):
             continue
-        if any(os.path.exists(os.path.join(path, w)) for w in WEIGHT_NAMES) or os.path.exists(os.path.join(path, "config.json")):
+        if (any(os.path.exists(os.path.join(path, w)) for w in WEIGHT_NAMES) or os.path.exists(os.path.join(path, "config.json"))
+                or specforge_state(path)):
             found.append((name, path))
     return sorted(found, key=lambda item: (not item[0].isdigit(), int(item[0]) if item[0].isdigit() else 0, item[0]))
 
 
-def best_name(save_dir):
-    """The directory name `checkpoint_best` points at, or None."""
-    for link in LINKS:
+def specforge_state(path):
+    """Whether a directory holds SpecForge's training state (and no servable weights)."""
+    return os.path.isfile(os.path.join(path, SPECFORGE_STATE)) and not any(
+        os.path.exists(os.path.join(path, w)) for w in WEIGHT_NAMES)
+
+
+def _linked(save_dir, names, suffix):
+    """The directory name the first link of `names` (or the first `*suffix` link) points at, or None."""
+    try:
+        listed = sorted(os.listdir(save_dir)) if suffix else []
+    except OSError:
+        listed = []
+    for link in list(names) + [n for n in listed if n.endswith(suffix)]:
         path = os.path.join(save_dir, link)
         if os.path.islink(path):
             return os.path.basename(os.path.normpath(os.path.realpath(path)))
     return None
 
 
+def best_name(save_dir):
+    """The directory name `checkpoint_best` (SpecForge: `{run_id}-best`) points at, or None."""
+    return _linked(save_dir, LINKS, BEST_SUFFIX)
+
+
+def latest_name(save_dir):
+    """The directory name SpecForge's `{run_id}-latest` points at, or None."""
+    return _linked(save_dir, (), LATEST_SUFFIX)
+
+
+def best_meta(save_dir, run_id):
+    """SpecForge's `{run_id}.best_meta.json`: {step, metric, score}, or None."""
+    try:
+        with open_regular(os.path.join(save_dir, run_id + BEST_META_SUFFIX)) as f:
+            raw = f.read(MAX_BEST_META_BYTES + 1)
+        meta = json.loads(raw) if len(raw) <= MAX_BEST_META_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(meta, dict):
+        return None
+    return {key: meta.get(key) for key in ("step", "metric", "score")}
+
+
 def weights_mark(path):
-    """(size, mtime_ns) of the weights, or None while absent."""
-    for name in WEIGHT_NAMES:
+    """(size, mtime_ns) of the weights (SpecForge: its training state), or None while absent."""
+    for name in WEIGHT_NAMES + SPECFORGE_STATES:
         try:
             st = os.stat(os.path.join(path, name))
             return st.st_size, st.st_mtime_ns
@@ -189,16 +243,16 @@ class Watcher:
         complete (a run that saves its last checkpoint and exits is never looked at twice)."""
         now = time.time() if now is None else now
         new = []
-        best = best_name(self.save_dir)
+        best, latest = best_name(self.save_dir), latest_name(self.save_dir)
         for entry in self.entries:
-            if bool(entry.get("best")) != (entry["name"] == best):
-                entry["best"] = entry["name"] == best
+            if bool(entry.get("best")) != (entry["name"] == best) or bool(entry.get("latest")) != (entry["name"] == latest):
+                entry["best"], entry["latest"] = entry["name"] == best, entry["name"] == latest
                 self.save(entry)
         links = []
         save_real = os.path.realpath(self.save_dir)
         for name, path in candidates(self.save_dir, self._known.union(self._ready), links):
             mark = weights_mark(path)
-            if mark is None or not os.path.exists(os.path.join(path, "config.json")):
+            if mark is None or not (os.path.exists(os.path.join(path, "config.json")) or specforge_state(path)):
                 continue
             previous = self._seen.get(path)
             if not final and (previous is None or previous[0] != mark):
@@ -213,7 +267,7 @@ class Watcher:
             self._seen.pop(path, None)
             outside = links_out(save_real, path)
             entry = self.inspect(name, path, now) if not outside else self.refuse(name, path, now, outside)
-            entry["best"] = name == best
+            entry["best"], entry["latest"] = name == best, name == latest
             self._known.add(name)
             self.entries.append(entry)
             new.append(entry)
@@ -236,8 +290,12 @@ class Watcher:
                  "bytes": (weights_mark(path) or (0, 0))[0], "format": None, "problems": [], "verdict": None, "reasons": [],
                  "against_start": None, "against_target": None, "step": None, "validation": None,
                  "predicted_accept_length": None, "measured_accept_length": None, "measure_job": None}
+        if name == INTERRUPTED:
+            entry["hint"] = RESUME_HINT % name
         if not read:
             return entry
+        if specforge_state(path):
+            return self._specforge(entry)
         try:
             report = checkpoint_report.inspect(path)
         except Exception as exc:
@@ -268,6 +326,15 @@ class Watcher:
         entry["verdict"], entry["reasons"] = verdict, reasons
         return entry
 
+
+    def _specforge(self, entry):
+        """A SpecForge checkpoint: its step from its name, the best score its run recorded for it."""
+        run_id, _, step = entry["name"].rpartition("-step")
+        entry.update(format="specforge training state", verdict=NEEDS_EXPORT, reasons=[EXPORT_HINT], hint=EXPORT_HINT)
+        meta = best_meta(self.save_dir, run_id) if run_id and step.isdigit() else None
+        if meta is not None and meta.get("step") == int(step):
+            entry["best_meta"] = meta
+        return entry
 
 
 def judge(entry, break_even):

@@ -7,7 +7,9 @@ Three forms are read, line by line (feed() one line at a time, take records as t
   otherwise), the level, the message wrapped over several lines at the console's width, and the
   source (`trainer.py:587`) right-aligned on the first line. A record's lines are joined back
   whatever the width was; numbers come as `0.023`, `1.69e+03`, `8.33e-04`, `nan`.
-- SpecForge: `Train Epoch [1/10], position 0,  Acc: 0.52` and `..., pLoss: 2.31` (and `Eval
+- SpecForge 0.2: `step N: {'acc_0': ..., 'loss': ..., 'lr': ...}` per logged step and `step N:
+  {'eval/avg_loss': ..., 'eval/simulated_acc_len': ...}` per evaluation (specforge_log.py).
+- SpecForge before 0.2: `Train Epoch [1/10], position 0,  Acc: 0.52` and `..., pLoss: 2.31` (and `Eval
   Epoch ...`), one line per position, gathered into one record per epoch.
 - generic: a JSON object per line, or a line of `key=value` pairs, for anyone's script.
 A line that is none of these is left alone (no record comes of it).
@@ -29,6 +31,8 @@ import json
 import math
 import re
 import time as time_module
+
+from . import specforge_log
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_DEPTH = 64  # JSON nesting refused beyond this (a metrics line is two or three deep)
@@ -335,7 +339,9 @@ class Assembler:
             self._specforge_line(specforge, at)
             return
         self._end_specforge()
-        record = generic_record(line)
+        record = specforge_record(line) if line.startswith("step ") else None
+        if record is None:
+            record = generic_record(line)
         if record is not None:
             record["offset"] = at
             self._out.append(record)
@@ -356,6 +362,12 @@ class Assembler:
     def take(self):
         out, self._out = self._out, []
         return out
+
+
+def specforge_record(line):
+    """A record from SpecForge's `step N: {...}` line (specforge_log.py), or None."""
+    found = specforge_log.values_of(line)
+    return specforge_log.record(*found) if found else None
 
 
 def generic_record(line):

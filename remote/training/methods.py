@@ -88,7 +88,8 @@ def checkpoint_list(job_dir, meta):
         listed.append({
             "path": entry["path"], "name": entry["name"], "step": entry.get("step"), "epoch": entry.get("epoch"),
             "format": entry.get("format"), "verdict": checkpoints.judge(entry, break_even),
-            "reasons": entry.get("reasons", []), "best": entry.get("best", False), "bytes": entry.get("bytes"),
+            "reasons": entry.get("reasons", []), "best": entry.get("best", False), "latest": entry.get("latest", False),
+            "hint": entry.get("hint"), "best_meta": entry.get("best_meta"), "bytes": entry.get("bytes"),
             "validation": entry.get("validation"), "predicted_accept_length": entry.get("predicted_accept_length"),
             "predicted_from": entry.get("predicted_from"),
             "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
@@ -194,9 +195,12 @@ def training_checkpoints(call):
     """The checkpoints a run wrote, each inspected once complete. Params: `id`. Reply:
     `{checkpoints: [...]}`, each `{path, name, step (the last step its weights hold: from its
     training_state.json, else its name, else its epoch's last step), epoch, format, verdict (ok,
-    broken, incompatible, above break-even, below break-even: measured, else predicted), reasons,
-    best, bytes, validation (its epoch's), predicted_accept_length, predicted_from (validation:
-    its epoch's validation; training steps: the step record at its step),
+    broken, incompatible, needs export (SpecForge's training state), above break-even, below
+    break-even: measured, else predicted), reasons, best, latest (SpecForge's `-latest` link),
+    hint (what to do first: `specforge export`, or how to resume from speculators' interrupted/;
+    null otherwise), best_meta (SpecForge's {step, metric, score} when this is its best), bytes,
+    validation (its epoch's, SpecForge: its step's), predicted_accept_length, predicted_from
+    (validation: its epoch's validation; training steps: the step record at its step),
     measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
     reasons}, complete_at, measure: {state (queued, running, done, failed, skipped), job (the
     benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,

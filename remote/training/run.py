@@ -197,10 +197,12 @@ class Run:
         that wrote both before the look, a restarted daemon) each keep their own step."""
         entry["step"] = self.saved_step(entry)
         validation = None
-        if self.validation and self.validation.get("epoch") == entry.get("epoch"):
+        if entry.get("epoch") is not None and self.validation and self.validation.get("epoch") == entry["epoch"]:
             validation = self.validation
         elif self.writer is not None and entry.get("epoch") is not None:
             validation = self.writer.validation_of(entry["epoch"])
+        elif self.writer is not None and entry["step"] is not None:
+            validation = self.writer.validation_at(entry["step"])  # SpecForge evaluates at steps, not epochs
         at_step = None
         if self.writer is not None and entry["step"] is not None:
             at_step = self.writer.step_at(entry["step"])

@@ -80,6 +80,11 @@ class StepWriter:
         return self._one("SELECT * FROM records WHERE kind = 1 AND epoch = ? ORDER BY offset DESC LIMIT 1", (epoch,),
                          _validation_entry)
 
+    def validation_at(self, step):
+        """The newest validation record at `step` (SpecForge's evaluations), or None."""
+        return self._one("SELECT * FROM records WHERE kind = 1 AND step = ? ORDER BY offset DESC LIMIT 1", (step,),
+                         _validation_entry)
+
     def step_at(self, step):
         """The step record of `step` (the newest, should the log repeat it), or None."""
         return self._one("SELECT * FROM records WHERE kind = 0 AND step = ? ORDER BY offset DESC LIMIT 1", (step,), _step_entry)

@@ -98,7 +98,9 @@ def cmd_curves(args):
         latest = reply.get("latest") or {}
         predicted = reply.get("prediction") or {}
         said = model.number(predicted.get("accept_length"))
-        if predicted.get("from") == "validation":
+        if predicted.get("from") == "validation" and predicted.get("epoch") is None:
+            said += " (validation, step %s)" % predicted.get("step", "-")
+        elif predicted.get("from") == "validation":
             said += " (validation, epoch %s)" % predicted.get("epoch", "-")
         elif predicted.get("from"):
             said += " (training steps, step %s)" % predicted.get("step", "-")
@@ -113,8 +115,9 @@ def cmd_curves(args):
             lines.append("break-even %.2f (%s): %s" % (reply["break_even"], reply.get("break_even_source"), (
                 "%s (%s %.2f)" % (judged["verdict"], judged["judged"], judged["accept_length"]) if judged else "-")))
         for entry in reply.get("validation", []):
-            lines.append("validation epoch %s: loss %s, predicted accept length %s" % (
-                entry.get("epoch"), model.loss_text(entry.get("loss")), model.number(entry.get("predicted_accept_length"))))
+            at = "epoch %s" % entry["epoch"] if entry.get("epoch") is not None else "step %s" % entry.get("step")
+            lines.append("validation %s: loss %s, predicted accept length %s" % (
+                at, model.loss_text(entry.get("loss")), model.number(entry.get("predicted_accept_length"))))
         for alert in reply.get("alerts", []):
             lines.append("alert: " + alert)
         for notice in reply.get("notices") or []:
@@ -140,6 +143,10 @@ def _checkpoint_line(entry):
         shown["path"], shown["step"], shown["format"], predicted, shown["measured"], shown["verdict"])
     if entry.get("best"):
         line += "  (best)"
+    if entry.get("latest"):
+        line += "  (latest)"
+    if entry.get("hint"):
+        line += "  - " + entry["hint"]  # SpecForge's export, speculators' interrupted/ resume
     if shown["measure_error"]:
         line += "  (%s)" % shown["measure_error"]
     return line
