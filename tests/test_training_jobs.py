@@ -12,14 +12,8 @@ import textwrap
 import pytest
 
 from tests.conftest import daemon_pid, run_cli
+from tests.helpers.training import curves, start
 from tests.helpers.waits import wait_for
-
-
-def start(home, tmp_path, name, body, *options):
-    script = tmp_path / ("%s.py" % name)
-    script.write_text(textwrap.dedent(body))
-    started = run_cli("train", "local", "--name", name, *options, "--json", "--", sys.executable, "-u", str(script), home=home, check=0)
-    return json.loads(started.stdout)["id"]
 
 
 def job_of(home, job_id):
@@ -32,11 +26,6 @@ def job_of(home, job_id):
 def ended(home, job_id):
     job = job_of(home, job_id)
     return job if job and job["process_state"] not in ("running", "starting") else None
-
-
-def curves(home, job_id, *options):
-    answered = run_cli("curves", "local", job_id, "--json", *options, home=home)
-    return json.loads(answered.stdout) if answered.returncode == 0 else None
 
 
 STEPS = """

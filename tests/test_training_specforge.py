@@ -12,7 +12,7 @@ from remote.training import checkpoints as training_checkpoints, logparse
 from tests import checkpoint_fixtures
 from tests.conftest import run_cli
 from tests.helpers.waits import wait_for
-from tests.test_training_jobs import curves, start
+from tests.helpers.training import curves, start
 
 DATA = Path(__file__).parent / "data" / "specforge-0.2.0-h200"
 STEPS = [8 * i for i in range(1, 17)]

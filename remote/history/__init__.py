@@ -3,4 +3,4 @@
 it through the daemon and read it through `call.history()` (remote/core/wire.py)."""
 
 # What another area may import from here (tests/test_core_layers.py holds every area to it).
-PUBLIC = ()
+PUBLIC = ("query",)

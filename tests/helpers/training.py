@@ -1,7 +1,10 @@
 """The speculators venv the real training tests run (built by .ci/speculators-env) and the
 script that makes a tiny run for them."""
 
+import json
 import os
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -20,3 +23,22 @@ def speculators_python():
             pytest.fail("the speculators venv is missing under CI: .ci/speculators-env should have built %s" % VENV)
         pytest.skip("no speculators venv (build it with .ci/speculators-env)")
     return python
+
+
+# A training job on the local agent, and its curves, as the CLI gives them.
+
+
+def start(home, tmp_path, name, body, *options):
+    script = tmp_path / ("%s.py" % name)
+    script.write_text(textwrap.dedent(body))
+    from tests.conftest import run_cli
+
+    started = run_cli("train", "local", "--name", name, *options, "--json", "--", sys.executable, "-u", str(script), home=home, check=0)
+    return json.loads(started.stdout)["id"]
+
+
+def curves(home, job_id, *options):
+    from tests.conftest import run_cli
+
+    answered = run_cli("curves", "local", job_id, "--json", *options, home=home)
+    return json.loads(answered.stdout) if answered.returncode == 0 else None
