@@ -18,7 +18,6 @@ desktop alert of the console's own (its daemon cannot say it is gone), and its r
 import os
 import threading
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -34,7 +33,7 @@ from .client import ConnectError
 from .downloads.pane import DownloadsPane
 from .fleet.hosts import HostLink
 from .fleet.pane import FleetPane
-from .jobs.book import JobBook
+from .host.model import Answered, HostModel
 from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
@@ -200,12 +199,9 @@ class SpecdeckApp(PaneHost):
         tabs = self.query_one(TabbedContent)
         tab = tab or tabs.active
         if link is not self.current:
-            events, self._events = self._events, None
-            if events is not None:  # the old host's job events: not for these panes
-                threading.Thread(target=events.cancel, name="specdeck-cancel", daemon=True).start()
+            self.model.close()  # the old host's job events: not for these panes
+            self.model = HostModel(self, link.client)
             self.current, self.host = link, link.name
-            self.book = JobBook()
-            self.client = link.client
             self.connection_state = link.state
             self._show_header(link)
             self.call_later(self._remake_panes, tab)
@@ -259,7 +255,7 @@ class SpecdeckApp(PaneHost):
         hello = link.hello if link.client is not None else {}
         if hello.get("user"):
             self._label_host(hello.get("hostname", ""), hello.get("user"))
-        header.state, header.detail = self.connection_state, dict(link.detail)
+        self._show_connection(self.connection_state, link.detail)
         header.rtt_s = link.rtt_s
 
     def action_host_info(self):
@@ -268,16 +264,12 @@ class SpecdeckApp(PaneHost):
         if self.client is None:
             self.notify("not connected to the host yet", severity="warning")
             return
-        self._show_host_info(self.client)
+        self.model.ask(self, "daemon.info", done=lambda info: self.push_screen(HostInfoScreen(info)), title="host info",
+                       timeout=15, group="host-info", exclusive=True)
 
-    @work(thread=True, exclusive=True, group="host-info", exit_on_error=False)
-    def _show_host_info(self, client):
-        try:
-            info = client.call("daemon.info", timeout=15)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(AgentError(getattr(exc, "message", None) or str(exc), "host info"))
-            return
-        self.call_from_thread(self.push_screen, HostInfoScreen(info))
+    def on_answered(self, message: Answered):
+        message.stop()
+        message.callback(message.result)
 
     def action_notifications(self):
         """The host's notification channels: `n` on the host screen asks for them."""
@@ -339,9 +331,7 @@ class SpecdeckApp(PaneHost):
         if message.state == "connected" and self.client is None:
             return  # the first link, before the client was in place: ClientReady says it
         self.connection_state = message.state
-        header = self.header
-        header.state = message.state
-        header.detail = message.detail
+        self._show_connection(message.state, message.detail)
         self._show_rtt()
         if message.state == "failed":
             reason = message.detail.get("error") or "the connection failed"
@@ -358,14 +348,18 @@ class SpecdeckApp(PaneHost):
             return
         self.client = link.client
         self.connection_state = "connected"
-        header = self.header
-        header.state, header.detail = "connected", {}
+        self._show_connection("connected", {})
         self._label_host(message.hostname, message.user)
         for pane_class in self.pane_classes:
             for pane in self.query(pane_class):
                 pane.post_message(ClientReady(message.hostname, message.user, host=link.name))
         self.follow_job_events()
         self.refresh_bindings()
+
+    def _show_connection(self, state, detail):
+        header = self.header
+        header.state, header.detail = state, dict(detail or {})
+        self.show_connection(state, detail)
 
     def _label_host(self, hostname, user):
         header = self.header
@@ -437,8 +431,7 @@ class SpecdeckApp(PaneHost):
     def action_reconnect(self):
         self.client = None
         self.connection_state = "connecting"
-        header = self.header
-        header.state, header.detail = "connecting", {}
+        self._show_connection("connecting", {})
         self.refresh_bindings()
         self.current.reconnect()
 
