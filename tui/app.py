@@ -138,10 +138,16 @@ class SpecdeckApp(PaneHost):
         content = TabbedContent(id="panes", initial=initial)
         for number, pane_class in enumerate(classes, 0 if self.fleet else 1):
             tab_id = pane_id(pane_class)
-            children = [pane_class()] if only in (None, tab_id) else []
+            children = [self._make_pane(pane_class)] if only in (None, tab_id) else []
             # As `with TabbedContent():` would in compose.
             content.compose_add_child(TabPane("%d %s" % (number, pane_class.PANE_TITLE), *children, id=tab_id))
         return content
+
+    def _make_pane(self, pane_class):
+        """A pane of the shown host; the Fleet pane is given every host (attributes down)."""
+        if pane_class is FleetPane:
+            return FleetPane(links=self.links, current=self.current)
+        return pane_class()
 
     def notify(self, message, *, title="", **kwargs):
         """Every toast, from every pane: a host's text in it (a job name, an error line, an
@@ -232,7 +238,7 @@ class SpecdeckApp(PaneHost):
         classes = {pane_id(c): c for c in ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes)}
         empty = next((tab for tab in self.query(TabPane) if tab.id in classes and not tab.query(Pane)), None)
         if empty is not None:
-            pane = classes[empty.id]()
+            pane = self._make_pane(classes[empty.id])
             await empty.mount(pane)
             if self.query_one(TabbedContent).active == empty.id:  # its tab was chosen before it was there
                 self.activate(empty.id)
@@ -257,6 +263,17 @@ class SpecdeckApp(PaneHost):
             self._label_host(hello.get("hostname", ""), hello.get("user"))
         self._show_connection(self.connection_state, link.detail)
         header.rtt_s = link.rtt_s
+
+    def on_fleet_pane_show_host(self, message: FleetPane.ShowHost):
+        link = self.link_of(message.name)
+        if link is not None:
+            self.show_host(link, tab=self.first_host_tab())
+
+    def on_fleet_pane_reconnect(self, message: FleetPane.Reconnect):
+        if self.link_of(message.name) is self.current:
+            self.action_reconnect()
+        for pane in self.query(FleetPane):
+            pane.refresh_rows()
 
     def action_host_info(self):
         if isinstance(self.screen, HostInfoScreen):

@@ -141,6 +141,8 @@ class Pane(Requests, Widget):
         if items:
             stream.on_data(items)
         if message.ended is not None:
+            if model.cut_off(stream):
+                return  # the link it came on was closed (r): it goes on, on the new client
             model.unfollow(stream)
             if stream.on_end is not None:
                 stream.on_end(message.ended)

@@ -78,6 +78,17 @@ class HostModel:
         stream.ended = True
         stream.pause()
 
+    def cut_off(self, stream):
+        """`stream` ended on a client that is no longer the host's (r closed it, and its agent
+        ended its streams): not an end to show, but a stream to resume on the host's client."""
+        subscription = stream.subscription
+        if subscription is None or subscription.client is self.client:
+            return False
+        stream.pause()
+        stream.ended = False
+        self.resume(stream.pane, [stream])
+        return True
+
     def streams_of(self, owner):
         return [stream for stream in self.streams if stream.pane is owner]
 
