@@ -7,10 +7,10 @@ named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes a
 for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
 step their servers and runs with them, and a log's search, which steps its matches: the help
 says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives
-the number keys, the tabs and the help screen. The app holds the one subscription to the shown host's job events and hands every
-pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
-each other. Panes read `app.client` (the shown host's, None until connected) and do their
-own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
+the number keys, the tabs and the help screen. The shown host's model (tui/host/) holds the one subscription to its job
+events, every stream the panes follow and the link's state; the app hands every pane the job
+book and that state (attributes down), the Fleet pane its hosts; panes post messages up
+(OpenCheckpoint, the Fleet pane's ShowHost and Reconnect) and never call each other. Alerts of every host reach the desktop with the
 host's name, and with several hosts one that stays unreachable for UNREACHABLE_AFTER_S is a
 desktop alert of the console's own (its daemon cannot say it is gone), and its return another.
 """
