@@ -7,10 +7,10 @@ named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes a
 for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
 step their servers and runs with them, and a log's search, which steps its matches: the help
 says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives
-the number keys, the tabs and the help screen. The app holds the one subscription to the shown host's job events and hands every
-pane the job book (attributes down); panes post messages up (OpenCheckpoint) and never call
-each other. Panes read `app.client` (the shown host's, None until connected) and do their
-own requests in workers (tui/pane.py). Alerts of every host reach the desktop with the
+the number keys, the tabs and the help screen. The shown host's model (tui/host/) holds the one subscription to its job
+events, every stream the panes follow and the link's state; the app hands every pane the job
+book and that state (attributes down), the Fleet pane its hosts; panes post messages up
+(OpenCheckpoint, the Fleet pane's ShowHost and Reconnect) and never call each other. Alerts of every host reach the desktop with the
 host's name, and with several hosts one that stays unreachable for UNREACHABLE_AFTER_S is a
 desktop alert of the console's own (its daemon cannot say it is gone), and its return another.
 """
@@ -18,7 +18,6 @@ desktop alert of the console's own (its daemon cannot say it is gone), and its r
 import os
 import threading
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.css.query import NoMatches
@@ -34,7 +33,7 @@ from .transport.client import ConnectError
 from .downloads.pane import DownloadsPane
 from .fleet.hosts import HostLink
 from .fleet.pane import FleetPane
-from .jobs.book import JobBook
+from .host.model import Answered, HostModel
 from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
 from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
@@ -141,10 +140,16 @@ class SpecdeckApp(PaneHost):
         content = TabbedContent(id="panes", initial=initial)
         for number, pane_class in enumerate(classes, 0 if self.fleet else 1):
             tab_id = pane_id(pane_class)
-            children = [pane_class()] if only in (None, tab_id) else []
+            children = [self._make_pane(pane_class)] if only in (None, tab_id) else []
             # As `with TabbedContent():` would in compose.
             content.compose_add_child(TabPane("%d %s" % (number, pane_class.PANE_TITLE), *children, id=tab_id))
         return content
+
+    def _make_pane(self, pane_class):
+        """A pane of the shown host; the Fleet pane is given every host (attributes down)."""
+        if pane_class is FleetPane:
+            return FleetPane(links=self.links, current=self.current)
+        return pane_class()
 
     def notify(self, message, *, title="", **kwargs):
         """Every toast, from every pane: a host's text in it (a job name, an error line, an
@@ -202,12 +207,9 @@ class SpecdeckApp(PaneHost):
         tabs = self.query_one(TabbedContent)
         tab = tab or tabs.active
         if link is not self.current:
-            events, self._events = self._events, None
-            if events is not None:  # the old host's job events: not for these panes
-                threading.Thread(target=events.cancel, name="specdeck-cancel", daemon=True).start()
+            self.model.close()  # the old host's job events: not for these panes
+            self.model = HostModel(self, link.client)
             self.current, self.host = link, link.name
-            self.book = JobBook()
-            self.client = link.client
             self.connection_state = link.state
             self._show_header(link)
             self.call_later(self._remake_panes, tab)
@@ -238,7 +240,7 @@ class SpecdeckApp(PaneHost):
         classes = {pane_id(c): c for c in ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes)}
         empty = next((tab for tab in self.query(TabPane) if tab.id in classes and not tab.query(Pane)), None)
         if empty is not None:
-            pane = classes[empty.id]()
+            pane = self._make_pane(classes[empty.id])
             await empty.mount(pane)
             if self.query_one(TabbedContent).active == empty.id:  # its tab was chosen before it was there
                 self.activate(empty.id)
@@ -261,8 +263,19 @@ class SpecdeckApp(PaneHost):
         hello = link.hello if link.client is not None else {}
         if hello.get("user"):
             self._label_host(hello.get("hostname", ""), hello.get("user"))
-        header.state, header.detail = self.connection_state, dict(link.detail)
+        self._show_connection(self.connection_state, link.detail)
         header.rtt_s = link.rtt_s
+
+    def on_fleet_pane_show_host(self, message: FleetPane.ShowHost):
+        link = self.link_of(message.name)
+        if link is not None:
+            self.show_host(link, tab=self.first_host_tab())
+
+    def on_fleet_pane_reconnect(self, message: FleetPane.Reconnect):
+        if self.link_of(message.name) is self.current:
+            self.action_reconnect()
+        for pane in self.query(FleetPane):
+            pane.refresh_rows()
 
     def action_host_info(self):
         if isinstance(self.screen, HostInfoScreen):
@@ -270,16 +283,12 @@ class SpecdeckApp(PaneHost):
         if self.client is None:
             self.notify("not connected to the host yet", severity="warning")
             return
-        self._show_host_info(self.client)
+        self.model.ask(self, "daemon.info", done=lambda info: self.push_screen(HostInfoScreen(info)), title="host info",
+                       timeout=15, group="host-info", exclusive=True)
 
-    @work(thread=True, exclusive=True, group="host-info", exit_on_error=False)
-    def _show_host_info(self, client):
-        try:
-            info = client.call("daemon.info", timeout=15)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(AgentError(getattr(exc, "message", None) or str(exc), "host info"))
-            return
-        self.call_from_thread(self.push_screen, HostInfoScreen(info))
+    def on_answered(self, message: Answered):
+        message.stop()
+        message.callback(message.result)
 
     def action_notifications(self):
         """The host's notification channels: `n` on the host screen asks for them."""
@@ -348,9 +357,7 @@ class SpecdeckApp(PaneHost):
         if message.state == "connected" and self.client is None:
             return  # the first link, before the client was in place: ClientReady says it
         self.connection_state = message.state
-        header = self.header
-        header.state = message.state
-        header.detail = message.detail
+        self._show_connection(message.state, message.detail)
         self._show_rtt()
         if message.state == "failed":
             reason = message.detail.get("error") or "the connection failed"
@@ -368,14 +375,18 @@ class SpecdeckApp(PaneHost):
             return
         self.client = link.client
         self.connection_state = "connected"
-        header = self.header
-        header.state, header.detail = "connected", {}
+        self._show_connection("connected", {})
         self._label_host(message.hostname, message.user)
         for pane_class in self.pane_classes:
             for pane in self.query(pane_class):
                 pane.post_message(ClientReady(message.hostname, message.user, host=link.name))
         self.follow_job_events()
         self.refresh_bindings()
+
+    def _show_connection(self, state, detail):
+        header = self.header
+        header.state, header.detail = state, dict(detail or {})
+        self.show_connection(state, detail)
 
     def _label_host(self, hostname, user):
         header = self.header
@@ -447,8 +458,7 @@ class SpecdeckApp(PaneHost):
     def action_reconnect(self):
         self.client = None
         self.connection_state = "connecting"
-        header = self.header
-        header.state, header.detail = "connecting", {}
+        self._show_connection("connecting", {})
         self.refresh_bindings()
         self.current.reconnect()
 

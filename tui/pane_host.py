@@ -1,18 +1,14 @@
-"""An App that hosts panes: it keeps the host's job book from one `jobs.events` subscription and
-hands it to every pane, tells each pane whether its tab is shown, and opens a checkpoint in the
+"""An App that hosts panes: it holds the shown host's model (tui/host/), whose job book comes
+from one `jobs.events` subscription, hands the book to every pane and the link's state too, tells each pane whether its tab is shown, and opens a checkpoint in the
 Tensors pane when a pane asks. The console (tui/app.py) is one; tests that compose a few panes
 are another, so they run the same mechanism."""
 
-from textual import work
 from textual.app import App
-from textual.css.query import NoMatches
 from textual.widgets import TabbedContent, TabPane
 
-from remote.core.protocol import RemoteError
-
-from .transport.client import ConnectError
-from .jobs.book import JobBook
-from .messages import AgentError, JobEvents, JobEventsEnded, OpenCheckpoint
+from .host.model import HostModel
+from .host.records import Connection
+from .messages import JobEvents, JobEventsEnded, OpenCheckpoint
 from .pane import Pane
 
 RESUBSCRIBE_S = 2.0
@@ -21,32 +17,37 @@ RESUBSCRIBE_S = 2.0
 class PaneHost(App):
     def __init__(self, client=None, **kwargs):
         super().__init__(**kwargs)
-        self.client = client
-        self.book = JobBook()
-        self._events = None  # the jobs.events subscription, of self.client
+        self.model = HostModel(self, client)
+
+    @property
+    def client(self):
+        """The shown host's client (None until connected): the model's."""
+        return self.model.client
+
+    @client.setter
+    def client(self, client):
+        self.model.client = client
+
+    @property
+    def book(self):
+        return self.model.book
+
+    def show_connection(self, state, detail=None):
+        """The link's state, in the model and in every pane (attributes down)."""
+        self.model.connection = Connection(state, dict(detail or {}))
+        for pane in self.query(Pane):
+            pane.connection = self.model.connection
 
     # -- job events
 
     def follow_job_events(self):
-        """Subscribe once per client; the client resumes the stream itself after a cut link."""
-        if self.client is not None and (self._events is None or self._events.client is not self.client):
-            self._subscribe_job_events(self.client)
-
-    @work(thread=True, exclusive=True, group="job-events", exit_on_error=False)
-    def _subscribe_job_events(self, client):
-        try:
-            self._events = client.subscribe("jobs.events", {}, lambda data, seq: self.post_message(JobEvents(data)),
-                                            lambda data: self.post_message(JobEventsEnded(data)))
-        except RemoteError as exc:
-            self.post_message(AgentError(exc.message, "job events"))
-        except ConnectError:
-            pass  # the next connection tries again
+        self.model.follow_job_events()
 
     def on_job_events_ended(self, message: JobEventsEnded):
         """The host ended the stream (an error while it read the jobs): a console that stopped
         hearing about jobs would look current while it is not, so ask again, from now (a new
         snapshot comes first)."""
-        self._events = None
+        self.model.job_events_ended()
         if self.client is None or not self.is_running:
             return  # closing
         self.notify("job events stopped (%s): asking again" % (message.data.get("error") or "the stream ended"),
@@ -54,17 +55,11 @@ class PaneHost(App):
         self.set_timer(RESUBSCRIBE_S, self.follow_job_events)
 
     def on_job_events(self, message: JobEvents):
-        changed, records = self.book.apply(message.data)
+        changed, records = self.model.apply_job_events(message.data)
         if not changed and not records and message.data.get("snapshot") is None:
             return
         for pane in self.query(Pane):
-            if pane.is_attached and not pane._closing:
-                try:
-                    pane.jobs_changed(self.book, changed, records)
-                except NoMatches:
-                    # Its widgets are being removed (the app is closing; events still come from the
-                    # client's thread meanwhile): nothing to draw, and the book has the jobs.
-                    pass
+            pane.jobs_told(self.book, changed, records)
 
     # -- which pane is shown
 

@@ -1,20 +1,24 @@
 """The Fleet pane (key 0, first with more than one host): one row per host, its link, GPUs,
 jobs, servers against break-even, training runs and alerts not yet seen.
 
-It reads the hosts (app.links, tui/fleet/hosts.py) on its own clock, once a second, and
+It reads the hosts (`links`, tui/fleet/hosts.py, which the app gives it with the one shown,
+`current`) on its own clock, once a second, and
 rewrites only the cells that changed: its cost is the number of hosts, never how often they
 speak. The figures and their words are tui/fleet/model.py's, the same as `specdeck fleet`.
-Enter on a host makes it the one the other panes show. A host without figures has its reason
+Enter on a host asks the app to make it the one the other panes show (ShowHost; r on the
+shown host whose link failed, Reconnect). A host without figures has its reason
 where the GPUs go, cut to the room the other columns leave; a host without GPUs has a word
 there; the selected host's whole reasons are under the table. When columns are past the right
 edge, the key bar says so (`←/→ more columns`).
 """
 
 import time
+from dataclasses import dataclass
 
 from rich.cells import cell_len
 from rich.text import Text
 from textual.binding import Binding
+from textual.message import Message
 from textual.widgets import DataTable, Static
 
 from ..display import cut, safe_text
@@ -86,6 +90,23 @@ class FleetPane(Pane):
     FleetPane > #fleet-detail { height: auto; max-height: 4; padding: 0 1; border-top: solid $primary; }
     """
 
+    @dataclass
+    class ShowHost(Message):
+        """Show `name` in the other panes, on their first tab."""
+
+        name: str
+
+    @dataclass
+    class Reconnect(Message):
+        """Connect the shown host, `name`, again after a failure."""
+
+        name: str
+
+    def __init__(self, links=(), current=None, **kwargs):
+        super().__init__(**kwargs)
+        self.links = list(links)  # every host, as named (tui/fleet/hosts.py HostLink)
+        self.current = current  # the one the other panes show
+
     def compose(self):
         yield self.status_line()
         table = FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True, fixed_columns=2)  # ▶ and HOST stay
@@ -111,13 +132,13 @@ class FleetPane(Pane):
     def rows(self):
         """[(link, its JSON row)] in the order the hosts were named."""
         now = time.monotonic()
-        return [(link, host_row(link, now)) for link in self.app.links]
+        return [(link, host_row(link, now)) for link in self.links]
 
     def refresh_rows(self):
         if not self.active and self._cells:
             return  # hidden: nothing to draw; shown again, it reads the hosts at once
         table = self.query_one(DataTable)
-        current = self.app.current
+        current = self.current
         rows = self.rows()
         texts = {link.name: row_cells(link, row) for link, row in rows}
         width = reason_width(table, list(texts.values()))
@@ -158,7 +179,7 @@ class FleetPane(Pane):
         if table.row_count == 0:
             return None
         name = table.coordinate_to_cell_key((table.cursor_row, 0)).row_key.value
-        return self.app.link_of(name)
+        return next((link for link in self.links if link.name == name), None)
 
     def on_data_table_row_selected(self, event):
         self.show_selected_host()
@@ -166,7 +187,7 @@ class FleetPane(Pane):
     def show_selected_host(self):
         link = self.selected()
         if link is not None:
-            self.app.show_host(link, tab=self.app.first_host_tab())
+            self.post_message(self.ShowHost(link.name))
 
     def action_reconnect_host(self):
         link = self.selected()
@@ -175,10 +196,10 @@ class FleetPane(Pane):
         if link.state != "failed":
             self.notify("%s is %s: r is for a host whose connection failed" % (link.name, link.state), severity="warning")
             return
-        if link is self.app.current:
-            self.app.action_reconnect()
-        else:
-            link.reconnect()
+        if link is self.current:
+            self.post_message(self.Reconnect(link.name))  # the app's: its panes wait for the new client
+            return
+        link.reconnect()
         self.refresh_rows()
 
 

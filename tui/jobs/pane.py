@@ -16,10 +16,8 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.widgets import DataTable, Input
 
-from remote.core.protocol import RemoteError
-
 from .. import display
-from ..transport.client import ConnectError
+from ..host.asking import HostError
 from ..messages import AgentError, LogSaved
 from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
@@ -342,19 +340,19 @@ class JobsPane(Pane):
 
         def answered(path):
             if path:
-                self._save_log(self.client, job_id, path)
+                self._save_log(self.model, job_id, path)
 
         self.app.push_screen(PromptScreen("Save the whole log of %s to this file (on this computer):" % job_id, "./%s.log" % job_id), answered)
 
     @work(thread=True, group="jobs-save", exit_on_error=False)
-    def _save_log(self, client, job_id, path):
+    def _save_log(self, model, job_id, path):
         path = os.path.abspath(os.path.expanduser(path))
         part = path + ".part"
         offset = written = 0
         try:
             with open(part, "wb") as out:
                 while True:
-                    window = client.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": SAVE_WINDOW_BYTES}, timeout=120)
+                    window = model.call("jobs.tail", {"id": job_id, "offset": offset, "max_bytes": SAVE_WINDOW_BYTES}, timeout=120)
                     data = window["text"].encode("utf-8")
                     out.write(data)
                     written += len(data)
@@ -364,8 +362,8 @@ class JobsPane(Pane):
             os.replace(part, path)
         except OSError as exc:
             self.post_message(AgentError("cannot write %s: %s" % (path, exc.strerror or exc), "save log"))
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(AgentError(getattr(exc, "message", str(exc)), "save log of %s" % job_id))
+        except HostError as exc:
+            self.post_message(AgentError(str(exc.failure), "save log of %s" % job_id))
         else:
             self.post_message(LogSaved(job_id, path, written))
             return

@@ -7,18 +7,14 @@ window: the host keeps the channels and sends from its daemon, this screen only 
 import shlex
 
 from rich.text import Text
-from textual import on, work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.message import Message
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Input, Label, Static
 
-from remote.core.protocol import RemoteError
-
-from ..transport.client import ConnectError
 from ..display import safe_text
+from ..requests import Requests
 from .model import STATE_STYLES, channel_figures, status_text
 
 ADD_HINT = "ntfy topic URL, Slack/Mattermost/Discord/JSON webhook, or: command mail -s specdeck me@example.org"
@@ -45,7 +41,7 @@ def parse_add(text, on_text=""):
     return params
 
 
-class NotificationsScreen(ModalScreen[None]):
+class NotificationsScreen(Requests, ModalScreen[None]):
     """Asks the host (notify.list) when shown and after each change."""
 
     AUTO_FOCUS = "#channels"
@@ -68,21 +64,6 @@ class NotificationsScreen(ModalScreen[None]):
     NotificationsScreen #notify-said { height: auto; margin-top: 1; }
     NotificationsScreen #notify-said.busy { color: $text-muted; }
     """
-
-    class Loaded(Message):
-        """notify.list's reply."""
-
-        def __init__(self, reply):
-            super().__init__()
-            self.reply = reply
-
-    class Said(Message):
-        """One line to show under the table (a test's result, a refusal)."""
-
-        def __init__(self, text, error=False):
-            super().__init__()
-            self.text = text
-            self.error = error
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -108,45 +89,32 @@ class NotificationsScreen(ModalScreen[None]):
 
     # -- asking the host (threads; answers come back as messages)
 
-    def _client(self):
-        client = getattr(self.app, "client", None)
-        if client is None:
-            self.post_message(self.Said("not connected to the host", error=True))
-        return client
+    def not_connected(self, failed):
+        self._say("not connected to the host", error=True)
 
-    @work(thread=True, exclusive=True, exit_on_error=False, group="notify-list")
+    def _refused(self, failure):
+        self._say(failure, error=True)
+
     def reload(self):
-        client = self._client()
-        if client is None:
-            return
-        try:
-            self.post_message(self.Loaded(client.call("notify.list", timeout=30)))
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.Said(getattr(exc, "message", None) or str(exc), error=True))
+        self.request("notify.list", done=self._loaded, failed=self._refused, notify=False, timeout=30,
+                     group="notify-list", exclusive=True)
 
-    @work(thread=True, exit_on_error=False, group="notify-do")
     def _do(self, method, params, done_text):
-        client = self._client()
-        if client is None:
-            return
-        try:
-            reply = client.call(method, params, timeout=60)
-        except (RemoteError, ConnectError) as exc:
-            self.post_message(self.Said(getattr(exc, "message", None) or str(exc), error=True))
-            return
-        if method == "notify.test":
-            text, error = ("%s: test delivered" % reply["id"], False) if reply["delivered"] else (
-                "%s: test not delivered: %s" % (reply["id"], reply["error"]), True)
-            self.post_message(self.Said(text, error))
-        else:
-            self.post_message(self.Said(done_text(reply)))
-        self.reload()
+        def done(reply):
+            if method == "notify.test":
+                if reply["delivered"]:
+                    self._say("%s: test delivered" % reply["id"])
+                else:
+                    self._say("%s: test not delivered: %s" % (reply["id"], reply["error"]), error=True)
+            else:
+                self._say(done_text(reply))
+            self.reload()
+
+        self.request(method, params, done=done, failed=self._refused, notify=False, timeout=60, group="notify-do")
 
     # -- what came back
 
-    @on(Loaded)
-    def _loaded(self, message):
-        reply = message.reply
+    def _loaded(self, reply):
         self.channels = reply.get("channels") or []
         table = self.query_one("#channels", DataTable)
         table.clear()
@@ -162,10 +130,6 @@ class NotificationsScreen(ModalScreen[None]):
         recent = reply.get("recent") or []
         lines = [safe_text("%s  %s" % (alert.get("time_text", "?"), alert.get("message", ""))) for alert in recent[:12]]
         self.query_one("#recent", Static).update(Text("\n".join(lines) or "none yet"))
-
-    @on(Said)
-    def _said(self, message):
-        self._say(message.text, message.error)
 
     def _say(self, text, error=False):
         said = self.query_one("#notify-said", Static)

@@ -94,12 +94,11 @@ class GpusPane(Pane):
         yield Static(id="gpu-processes")
         yield self.status_line()
 
-    def _connection_changed(self, detail):
-        super()._connection_changed(detail)
+    def watch_connection(self, connection):
+        super().watch_connection(connection)
         if self.sample is None:  # the top line waits for the first sample: say why none comes
-            failed = self.app.header.state == "failed"
             self.query_one("#gpu-host", Static).update(
-                Text("not connected: %s" % display.safe_text((detail or {}).get("error") or "the connection failed"), style="red") if failed else Text("connecting…"))
+                Text("not connected: %s" % display.safe_text(connection.error), style="red") if connection.failed else Text("connecting…"))
 
     def on_mount(self):
         self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)
