@@ -14,6 +14,7 @@ writes `<counter>_created` samples (creation times, ~1.8e9) in the same family: 
 
 import re
 
+from . import sglang
 from .positions import conditional as conditional_rates
 
 VLLM_COUNTERS = {
@@ -233,14 +234,6 @@ _VLLM_LINE = re.compile(
     r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens, "
     r"Per-position acceptance rate: (?P<per_position>[\d., ]+?), Avg Draft acceptance rate: (?P<rate>[\d.]+)%"
 )
-_SGLANG_LINE = re.compile(r"Decode batch[.,] .*?accept len: (?P<accept_length>[\d.]+)")
-_SGLANG_FIELDS = {
-    "accept rate": ("draft_acceptance_rate", float),
-    "gen throughput (token/s)": ("generation_tps", float),
-    "#running-req": ("running", int),
-    "#queue-req": ("waiting", int),
-    "token usage": ("kv_cache_usage", float),
-}
 
 
 def parse_log_line(line):
@@ -261,18 +254,13 @@ def parse_log_line(line):
             "per_position_conditional": conditional_rates(per_position),
             "draft_acceptance_rate": float(match.group("rate")) / 100.0,
         }
-    match = _SGLANG_LINE.search(line)
-    if match:
-        result = {"engine": "sglang", "accept_length": float(match.group("accept_length"))}
-        for part in line[match.start():].split(", "):
-            key, _, value = part.partition(": ")
-            key = key.replace("Decode batch, ", "").replace("Decode batch. ", "").strip()
-            if key in _SGLANG_FIELDS:
-                field, kind = _SGLANG_FIELDS[key]
-                try:
-                    result[field] = kind(value.strip().rstrip(",").rstrip("%"))
-                except ValueError:
-                    pass
+    decode = sglang.parse_decode_line(line)  # linear in the line, and only lines of bounded length
+    if decode is not None and decode.get("accept_length") is not None:
+        result = {"engine": "sglang", "per_position": [], "per_k": [], "per_position_conditional": []}
+        for name, key in (("accept_length", "accept_length"), ("accept_rate", "draft_acceptance_rate"), ("generation_tps", "generation_tps"),
+                          ("running", "running"), ("waiting", "waiting"), ("kv_cache_usage", "kv_cache_usage")):
+            if name in decode:
+                result[key] = decode[name]
         return result
     return None
 

@@ -26,6 +26,7 @@ import calendar
 import collections
 import json
 import math
+import os
 import re
 import time
 
@@ -183,3 +184,83 @@ def read_server_info(base_url, budget, get):
         except (ValueError, RecursionError) as exc:
             raise SourceError("%s%s: not JSON (%s)" % (base_url, path, exc))
     raise SourceError("; ".join(errors))
+
+
+class LogWindows:
+    """A server's log followed from where it was last read (at most MAX_TAIL_BYTES a read, the
+    newest when more was written; a log that shrank is read again from its start), its decode
+    lines fed into Windows. `fed_at`: when a decode line last came (this clock, not the log's)."""
+
+    MAX_TAIL_BYTES = 65536
+
+    def __init__(self, path, window_s=5.0):
+        self.path = path
+        self.windows = Windows(window_s)
+        self.offset = None
+        self.partial = b""
+        self.fed_at = None
+        self.newest_line_time = None
+
+    def read(self):
+        try:
+            with open(self.path, "rb") as f:
+                size = os.fstat(f.fileno()).st_size
+                if self.offset is None or size < self.offset:
+                    self.offset, self.partial = max(0, size - self.MAX_TAIL_BYTES), b""
+                if size - self.offset > self.MAX_TAIL_BYTES:
+                    self.offset, self.partial = size - self.MAX_TAIL_BYTES, b""  # a flood: the newest only
+                f.seek(self.offset)
+                data = f.read(size - self.offset)
+        except OSError:
+            return
+        self.offset += len(data)
+        lines = (self.partial + data).split(b"\n")
+        self.partial = lines.pop()[-MAX_LINE_CHARS:]
+        for raw in lines:
+            line = raw.decode("utf-8", "replace")
+            if self.windows.feed(line):
+                self.fed_at = time.time()
+                moment = (parse_decode_line(line) or {}).get("time")
+                self.newest_line_time = moment if moment is not None else self.fed_at
+
+    def over(self, window_s=None):
+        """The figures of the decode lines within `window_s` of the newest one's moment now
+        (reckoned on the log's own clock: the time since the newest line came is added to its
+        stamp, so a log written in another time zone is windowed right): {accept_length,
+        draft_acceptance_rate, generation_tps (means over the lines), lines, window_s, running,
+        waiting, kv_cache_usage (the newest window's), windows (at most MAX_WINDOWS_SHOWN),
+        log_age_s (since the newest line came)}, or None when no decode line is in the window."""
+        if self.fed_at is None:
+            return None
+        now = time.time()
+        log_now = self.newest_line_time + (now - self.fed_at)
+        chosen = [w for w in self.windows.windows() if window_s is None or w["end"] > log_now - window_s]
+        if not chosen:
+            return None
+        out = {"lines": sum(w["lines"] for w in chosen), "log_age_s": round(max(0.0, now - self.fed_at), 3)}
+        for name, key in (("accept_length", "accept_length"), ("accept_rate", "draft_acceptance_rate"), ("generation_tps", "generation_tps")):
+            weighted = [(w[name], w["lines"]) for w in chosen if w[name] is not None]
+            out[key] = sum(v * n for v, n in weighted) / sum(n for _, n in weighted) if weighted else None
+        out["window_s"] = window_s if window_s is not None else chosen[-1]["end"] - chosen[0]["start"]
+        for name in ("running", "waiting", "kv_cache_usage"):
+            out[name] = chosen[-1][name]
+        out["windows"] = chosen[-MAX_WINDOWS_SHOWN:]
+        return out
+
+
+MAX_WINDOWS_SHOWN = 60
+
+
+def figures(base, snapshot, log_windows=None, settings=None, window_s=None):
+    """An SGLang server's figures, from `base` (metrics.window's keys, computed from its gauges):
+    with decode lines in the window, those lines' windows (`reading: window`, source `log
+    windows`); else its gauges, each the latest value (`reading: latest`, source `gauges`,
+    `window_s` None). Always `gauges` (latest_gauges, with their age), `engine: sglang` and
+    `speculative` (speculative_settings, None until /get_server_info answered)."""
+    out = dict(base, engine="sglang", speculative=settings, gauges=latest_gauges(snapshot))
+    windowed = log_windows.over(window_s) if log_windows is not None else None
+    if windowed is not None:
+        out.update(windowed, reading="window", source="log windows")
+    else:
+        out.update(reading="latest", source="gauges", window_s=None)
+    return out
