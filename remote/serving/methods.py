@@ -192,7 +192,19 @@ def serving_stats(call):
     per-position counts (the share of drafts reaching position i is its accepted count over
     the drafts, so K' drafts yield 1 + the sum of the first K' shares); a K' beyond the running
     K was not measured and is not given. A server job that is not running is NotFound, saying how it ended and
-    the engine's first error line."""
+    the engine's first error line.
+
+    An SGLang server (its /metrics has SGLang's gauges: a job of engine sglang, or an attached
+    URL) adds `engine: sglang`, `speculative` (the active settings its /get_server_info, else
+    /server_info, gives: `{algorithm, draft_model_path, num_steps, eagle_topk, num_draft_tokens,
+    avg_accept_length, version}`; null until it answered, `notes` then say why), `gauges` (its
+    gauges, each the latest value: `{accept_length, accept_rate, generation_tps, running,
+    waiting, kv_cache_usage, age_s}`) and `reading`: `window` when its log (a job's, or an
+    attached server's `log`) has decode lines in the window: accept_length,
+    draft_acceptance_rate and generation_tps are then the means over those lines (source `log
+    windows`, with `lines`, `log_age_s` since the newest came and `windows`, the 5-second
+    windows, at most 60); else `latest`: they are the gauges' latest values (source `gauges`,
+    `window_s` null), never a window."""
     return _window_figures(call, call.param("id", str, required=True), call.param("window_s", float))
 
 

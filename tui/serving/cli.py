@@ -27,7 +27,7 @@ from ..freshness import stale_text
 from . import advisor, baseline_cli, bench_categories, position_text
 from .advisor import line_text
 from .baseline_text import against_text, positions_against
-from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SPEC_KEYS, figure, line_of, parse_break_even, per_k
+from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SGLANG_KEYS, SPEC_KEYS, engine_lines, figure, line_of, parse_break_even, per_k
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -191,7 +191,8 @@ def format_figures(figures):
     """The figures `spec` prints: each as the Speculation pane writes it (model.py)."""
     stale = " %s" % stale_text(figures.get("age_s")) if figures.get("stale") else ""
     lines = [
-        "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, figures.get("source")),
+        "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, safe_text(str(figures.get("source")))),
+        *engine_lines(figures),
         *position_text.lines(figures),
         *[" " * 18 + said.strip() for said in [positions_against(figures.get("baseline"))] if said],
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
@@ -228,7 +229,7 @@ def cmd_spec(args):
         figures = client.call("serving.stats", {"id": server_id, "window_s": window_s}, timeout=30)
         deadline = time.monotonic() + 5.0
         # A server read for the first time has one snapshot: wait for a second to have a window.
-        while figures.get("source") == "metrics" and figures.get("window_s") is None and time.monotonic() < deadline:
+        while figures.get("source") == "metrics" and figures.get("window_s") is None and figures.get("engine") != "sglang" and time.monotonic() < deadline:
             time.sleep(0.5)
             figures = client.call("serving.stats", {"id": server_id, "window_s": window_s}, timeout=30)
     except RemoteError as exc:
@@ -237,6 +238,7 @@ def cmd_spec(args):
     result.update(position_text.json_part(figures))
     result["break_even"] = line_of(figures.get("break_even"))
     result["baseline"] = figures.get("baseline")
+    result.update((key, figures[key]) for key in SGLANG_KEYS if key in figures)
     emit(args, result, lambda: format_figures(figures))
     return 0
 

@@ -100,3 +100,33 @@ def line_of(value):
         return None
     return {"accept_length": float(length), "source": value.get("source") if isinstance(value.get("source"), str) else None,
             "how": value.get("how") if isinstance(value.get("how"), str) else None}
+
+
+# An SGLang server's own keys in `spec --json` (remote/serving/sglang.py figures): its engine,
+# whether the figures are a window of its decode lines or its gauges' latest value (`reading`),
+# the gauges with their age, the windows, and its speculative settings.
+SGLANG_KEYS = ("engine", "reading", "gauges", "windows", "speculative")
+SETTING_NAMES = (("algorithm", "algorithm"), ("num_steps", "num_steps"), ("eagle_topk", "eagle_topk"),
+                 ("num_draft_tokens", "num_draft_tokens"), ("draft_model_path", "draft model"))
+
+
+def engine_lines(figures):
+    """An SGLang server's lines: `engine: sglang   speculative: {algorithm: EAGLE3, ...}` and, for
+    figures read from its gauges, that each is the latest value and how old; none for vLLM."""
+    if figures.get("engine") != "sglang":
+        return []
+    settings = figures.get("speculative")
+    if isinstance(settings, dict):
+        said = "{%s}" % ", ".join("%s: %s" % (label, settings.get(key)) for key, label in SETTING_NAMES if settings.get(key) is not None) \
+            if settings.get("algorithm") else "off"
+    else:
+        said = "not known yet (its /get_server_info has not answered)"
+    lines = [display.safe_text("engine: sglang   speculative: %s" % said)]
+    gauges = figures.get("gauges") if isinstance(figures.get("gauges"), dict) else {}
+    if figures.get("reading") == "latest":
+        age = gauges.get("age_s")
+        lines.append("figures: the latest value of its gauges (%s old), not a window: no decode lines of its log in the window"
+                     % ("?" if not isinstance(age, (int, float)) else "%.0f s" % age))
+    elif figures.get("reading") == "window":
+        lines.append("figures: over %s decode lines of its log" % figures.get("lines"))
+    return lines

@@ -41,7 +41,7 @@ from .advisor import line_text
 from .baseline_text import against_text, under
 from .k_rows import k_text
 from .position_text import CONDITIONAL_NAME, rates
-from .model import RECENT_S, figure, how_it_ended, is_dead, is_live, line_of, parse_break_even, per_k, target_key
+from .model import RECENT_S, engine_lines, figure, how_it_ended, is_dead, is_live, line_of, parse_break_even, per_k, target_key
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 KEPT_S = 6 * 3600
@@ -388,6 +388,8 @@ class SpeculationPane(Pane):
         source = latest.get("source") or window.get("source") or "-"
         if not compact or source == "log":  # a short pane says only the unusual source: the engine's log lines
             summary.append("   source: %s" % safe_text(source))
+        for said in engine_lines(latest or window):  # an SGLang server: its settings, and whether its figures are a window
+            summary.append("\n" + said)
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
