@@ -85,10 +85,12 @@ def examine_serve(spec, argv, temperature=None):
 
 def gate(spec, argv, force):
     """Before a server starts (after engines.check_drafter, the loading checks in compare's
-    words): the doctor's findings (None without a drafter); its errors refuse the start
+    words): the doctor's findings (None without a drafter, or for one given by hub id); its errors refuse the start
     (DrafterMismatch, each with its symptom) unless `force`."""
     if not spec.get("drafter"):
         return None
+    if not engines.looks_like_path(spec["drafter"]) and not os.path.exists(os.path.expanduser(spec["drafter"])):
+        return None  # a hub id: the engine downloads it, nothing on this host to examine
     result = examine_serve(spec, argv)
     errors = [f["message"] for f in result["findings"] if f["severity"] == doctor.ERROR]
     if errors and not force:
