@@ -28,7 +28,9 @@ def read_prompts(path):
         if line.lstrip().startswith("{"):
             try:
                 item = json.loads(line)
-            except ValueError:
+            except ValueError as exc:
+                if '"prompt"' in line:  # meant as an object: a broken one is refused, not sent as a prompt's text
+                    raise ValueError("%s line %d: not a JSON object {\"prompt\", \"category\"} (%s)" % (path, number, exc))
                 item = None  # a plain prompt that happens to start with a brace
         if isinstance(item, dict) and "prompt" in item:
             if not isinstance(item["prompt"], str) or not isinstance(item.get("category", ""), str):
