@@ -90,3 +90,21 @@ def test_server_info_gives_the_active_speculative_settings():
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_followed_log_gives_windows_on_its_own_clock_and_refuses_overlong_lines(tmp_path):
+    log = tmp_path / "server.log"
+    # Stamped hours away from this machine's clock (a host in another time zone): still windowed.
+    log.write_text("[2025-10-02 03:00:01 TP0] Decode batch, accept len: 2.00, gen throughput (token/s): 10.00, \n")
+    follower = sglang.LogWindows(str(log))
+    follower.read()
+    with log.open("a") as f:
+        f.write("x" * (sglang.MAX_LINE_CHARS + 10))  # an unfinished line already too long ...
+    follower.read()
+    with log.open("a") as f:  # ... whose end plants a decode line: refused with it
+        f.write("Decode batch, accept len: 9.00, gen throughput (token/s): 1.00, \n")
+        f.write("[2025-10-02 03:00:02 TP0] Decode batch, accept len: 3.00, gen throughput (token/s): 20.00, \n")
+    follower.read()
+    figures = follower.over(10.0)
+    assert figures["lines"] == 2 and figures["accept_length"] == 2.5 and figures["generation_tps"] == 15.0
+    assert figures["log_age_s"] < 60 and [w["lines"] for w in figures["windows"]] == [2]

@@ -188,8 +188,8 @@ def read_server_info(base_url, budget, get):
 
 class LogWindows:
     """A server's log followed from where it was last read (at most MAX_TAIL_BYTES a read, the
-    newest when more was written; a log that shrank is read again from its start), its decode
-    lines fed into Windows. `fed_at`: when a decode line last came (this clock, not the log's)."""
+    newest whole lines when more was written; a log that shrank is read again from its start),
+    its decode lines fed into Windows. `fed_at`: when a decode line last came (this clock, not the log's)."""
 
     MAX_TAIL_BYTES = 65536
 
@@ -205,17 +205,19 @@ class LogWindows:
         try:
             with open(self.path, "rb") as f:
                 size = os.fstat(f.fileno()).st_size
-                if self.offset is None or size < self.offset:
-                    self.offset, self.partial = max(0, size - self.MAX_TAIL_BYTES), b""
-                if size - self.offset > self.MAX_TAIL_BYTES:
-                    self.offset, self.partial = size - self.MAX_TAIL_BYTES, b""  # a flood: the newest only
+                if self.offset is None or size < self.offset or size - self.offset > self.MAX_TAIL_BYTES:
+                    # First read, a log that shrank, or a flood: the newest only, from its first whole line.
+                    self.offset = max(0, size - self.MAX_TAIL_BYTES) if self.offset is None or size >= self.offset else 0
+                    self.partial = b"" if self.offset == 0 else b"\0" * (MAX_LINE_CHARS + 1)
                 f.seek(self.offset)
                 data = f.read(size - self.offset)
         except OSError:
             return
         self.offset += len(data)
         lines = (self.partial + data).split(b"\n")
-        self.partial = lines.pop()[-MAX_LINE_CHARS:]
+        # An unfinished line waits for its end; one already too long is kept too long (refused
+        # when it ends) but no longer: memory stays bounded, and its tail is never read as a line.
+        self.partial = lines.pop()[: MAX_LINE_CHARS + 1]
         for raw in lines:
             line = raw.decode("utf-8", "replace")
             if self.windows.feed(line):
