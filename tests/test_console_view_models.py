@@ -149,6 +149,18 @@ def test_a_servers_figures_read_with_one_precision_each():
     assert serving.per_position(figures) == "0.81 0.61 0.40" and serving.per_position({}) == "-"
 
 
+def test_an_sglang_server_says_its_settings_and_whether_its_figures_are_a_window():
+    settings = {"algorithm": "EAGLE3", "draft_model_path": "org/drafter\x1b[2J", "num_steps": 5, "eagle_topk": 1, "num_draft_tokens": 6}
+    latest = {"engine": "sglang", "speculative": settings, "reading": "latest", "gauges": {"age_s": 12.4}}
+    assert serving.engine_lines(latest) == [
+        "engine: sglang   speculative: {algorithm: EAGLE3, num_steps: 5, eagle_topk: 1, num_draft_tokens: 6, draft model: org/drafter\\x1b[2J}",
+        "figures: the latest value of its gauges (12 s old), not a window: no decode lines of its log in the window"]
+    windowed = dict(latest, reading="window", lines=6, speculative={"algorithm": None})
+    assert serving.engine_lines(windowed) == ["engine: sglang   speculative: off", "figures: over 6 decode lines of its log"]
+    assert "not known yet" in serving.engine_lines(dict(latest, speculative=None))[0]
+    assert serving.engine_lines({"engine": "vllm", "accept_length": 2.0}) == []  # a vLLM server's figures say it all
+
+
 def test_a_server_runs_while_its_job_runs_and_says_how_it_ended():
     assert serving.is_live(None)  # attached by URL: no job to end
     assert serving.is_live({"state": "running"}) and not serving.is_live({"state": "stopped"})
