@@ -6,6 +6,8 @@ and MAX_POSITIONS positions per server), and the last hour of snapshots kept so 
 figures can be computed exactly from the counters. A server whose metrics cannot be read is
 read from its log instead: vLLM's `SpecDecoding metrics` and SGLang's `accept len:` lines, with
 the source said so (and judged stale against the engine's log interval, not the scrape's).
+A server whose /metrics has SGLang's gauges is also read as sglang.Server reads it: its log's
+decode lines in windows, its gauges as the latest value with their age, its speculative settings.
 
 A server run through Slurm is read at its node (location.py): its source is made once Slurm
 runs the job, and asks the node's address (through the Slurm area's service) on its own thread
@@ -44,7 +46,6 @@ RECENT_S = 10.0
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
-SETTINGS_RETRY_S = 30.0  # an SGLang server's /get_server_info is asked again this often until it answers
 LINE_CACHE_S = 30.0  # a server's break-even is looked up again this often (a benchmark that ended; the job list is read), at once when one is set
 
 
@@ -87,12 +88,7 @@ class ServerSource(FeedSource):
         self.from_log = False
         self.metrics_error = None
         self._last_log_line = None
-        # An SGLang server: its decode lines' windows (from its log, when it has one) and the
-        # speculative settings its /get_server_info gave (asked once, again while it fails).
-        self.log_windows = None
-        self.speculative = None
-        self.speculative_error = None
-        self._settings_asked = None
+        self.sglang = None  # an SGLang server's log windows and settings (sglang.Server), from its first read
 
     @property
     def stale_after_s(self):
@@ -135,32 +131,11 @@ class ServerSource(FeedSource):
             record["notes"] = snapshot["notes"]
         record["recent"] = figures_over(list(self.snapshots), RECENT_S)
         if snapshot["engine"] == "sglang":
-            self._read_sglang(budget)
-            record = self.sglang_figures(record, snapshot, RECENT_S)  # its gauges are per interval: a second says nothing more
-            record["recent"] = self.sglang_figures(record["recent"], snapshot, RECENT_S)
+            self.sglang = self.sglang or sglang.Server(self.url, self.log_path)
+            self.sglang.read(budget, scrape.get)
+            record = self.sglang.figures(record, snapshot, RECENT_S)  # its gauges are per interval: a second says nothing more
+            record["recent"] = self.sglang.figures(record["recent"], snapshot, RECENT_S)
         return record
-
-    def _read_sglang(self, budget):
-        """Its new decode lines, and its settings while they are not known (within what is left
-        of this read's budget: a server slow to say them delays its next figures, no other's)."""
-        if self.log_path and self.log_windows is None:
-            self.log_windows = sglang.LogWindows(self.log_path)
-        if self.log_windows is not None:
-            self.log_windows.read()
-        now = time.monotonic()
-        if self.speculative is None and (self._settings_asked is None or now - self._settings_asked >= SETTINGS_RETRY_S):
-            self._settings_asked = now
-            try:
-                self.speculative, self.speculative_error = sglang.read_server_info(self.url, budget, scrape.get), None
-            except SourceError as exc:
-                self.speculative_error = "its speculative settings could not be read: %s" % exc
-
-    def sglang_figures(self, base, snapshot, window_s):
-        """`base` (figures from its gauges) as sglang.figures gives them, with why its settings are unknown."""
-        out = sglang.figures(base, snapshot, self.log_windows, self.speculative, window_s)
-        if self.speculative is None and self.speculative_error:
-            out["notes"] = list(out.get("notes") or ()) + [self.speculative_error]
-        return out
 
     def _from_log(self):
         try:
@@ -374,8 +349,8 @@ class ServingFeed(Feed):
         newest = snapshots[-1]
         now = time.time()
         age = max(0.0, now - newest["time"])
-        if newest["engine"] == "sglang":
-            figures = server.sglang_figures(figures, newest, window_s)
+        if newest["engine"] == "sglang" and server.sglang is not None:
+            figures = server.sglang.figures(figures, newest, window_s)
         figures.update(age_s=round(age, 3), stale=age > server.stale_after_s, break_even=self.break_even(server_id))
         if worker.error:
             figures["error"] = worker.error

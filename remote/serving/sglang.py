@@ -253,16 +253,47 @@ class LogWindows:
 MAX_WINDOWS_SHOWN = 60
 
 
-def figures(base, snapshot, log_windows=None, settings=None, window_s=None):
-    """An SGLang server's figures, from `base` (metrics.window's keys, computed from its gauges):
-    with decode lines in the window, those lines' windows (`reading: window`, source `log
-    windows`); else its gauges, each the latest value (`reading: latest`, source `gauges`,
-    `window_s` None). Always `gauges` (latest_gauges, with their age), `engine: sglang` and
-    `speculative` (speculative_settings, None until /get_server_info answered)."""
-    out = dict(base, engine="sglang", speculative=settings, gauges=latest_gauges(snapshot))
-    windowed = log_windows.over(window_s) if log_windows is not None else None
-    if windowed is not None:
-        out.update(windowed, reading="window", source="log windows")
-    else:
-        out.update(reading="latest", source="gauges", window_s=None)
-    return out
+SETTINGS_RETRY_S = 30.0  # /get_server_info asked again this often until it answers
+
+
+class Server:
+    """What the sampler keeps of one SGLang server: its log's windows (when it has a log) and the
+    speculative settings its /get_server_info gave (asked at its first read, again every
+    SETTINGS_RETRY_S while that fails)."""
+
+    def __init__(self, url, log_path=None):
+        self.url = url
+        self.log_windows = LogWindows(log_path) if log_path else None
+        self.settings = None
+        self.settings_error = None
+        self._asked = None
+
+    def read(self, budget, get):
+        """Its new decode lines, and its settings while they are not known, within what is left
+        of this read's budget (`get`: scrape.get): a server slow to say them delays its own next
+        figures, no other server's."""
+        if self.log_windows is not None:
+            self.log_windows.read()
+        now = time.monotonic()
+        if self.settings is None and (self._asked is None or now - self._asked >= SETTINGS_RETRY_S):
+            self._asked = now
+            try:
+                self.settings, self.settings_error = read_server_info(self.url, budget, get), None
+            except SourceError as exc:
+                self.settings_error = "its speculative settings could not be read: %s" % exc
+
+    def figures(self, base, snapshot, window_s=None):
+        """The server's figures, from `base` (metrics.window's keys, computed from its gauges):
+        with decode lines in the window, those lines' windows (`reading: window`, source `log
+        windows`); else its gauges, each the latest value (`reading: latest`, source `gauges`,
+        `window_s` None). Always `gauges` (latest_gauges, with their age), `engine: sglang` and
+        `speculative` (speculative_settings; None until /get_server_info answered, a note says why)."""
+        out = dict(base, engine="sglang", speculative=self.settings, gauges=latest_gauges(snapshot))
+        windowed = self.log_windows.over(window_s) if self.log_windows is not None else None
+        if windowed is not None:
+            out.update(windowed, reading="window", source="log windows")
+        else:
+            out.update(reading="latest", source="gauges", window_s=None)
+        if self.settings is None and self.settings_error:
+            out["notes"] = list(out.get("notes") or ()) + [self.settings_error]
+        return out
