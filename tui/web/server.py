@@ -134,7 +134,7 @@ class WebConsole(Server):
             return web.Response(status=403, text="403: this console needs the URL it printed, with its key\n")
         if request.path == "/ws" and not self._same_origin(request):
             return web.Response(status=403, text="403: a websocket from another origin\n")
-        if request.query.get("key"):
+        if request.query.get("key") and request.path != "/ws":
             # The key becomes the cookie and leaves the address bar (and the browser's history).
             query = {k: v for k, v in request.query.items() if k != "key"}
             response = web.HTTPFound(request.rel_url.with_query(query).path_qs if query else request.path)
