@@ -104,6 +104,17 @@ def press(driver, keys):
     box.send_keys(keys)
 
 
+def jobs_pane(driver, *texts):
+    """Open the Jobs pane (2) once the console answers keys, and wait for `texts` in it."""
+    shows(driver, "1 GPUs")
+
+    def opened():
+        press(driver, "2")
+        return all(t in rows(driver) for t in texts)
+
+    wait_for(opened, interval_s=0.5, message="%r in the Jobs pane" % (texts,))
+
+
 def click_text(driver, text):
     """Click the middle of `text` where the terminal shows it (a tap on a phone is the same click)."""
     lines = rows(driver).split("\n")
@@ -161,8 +172,7 @@ def test_the_console_in_the_page(web, browser):
     # The page asked nothing of elsewhere.
     loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert loaded and all(url.startswith(web.base) or url.startswith("ws://127.0.0.1") for url in loaded), loaded
-    press(browser, "2")
-    shows(browser, cli_job)
+    jobs_pane(browser, cli_job)
     click_text(browser, "3 Downloads")
     wait_for(lambda: cli_job not in rows(browser), message="the Downloads pane")
     click_text(browser, "2 Jobs")
@@ -171,18 +181,16 @@ def test_the_console_in_the_page(web, browser):
     press(browser, "n")
     shows(browser, "command")
     press(browser, "sleep 601\n")
-    page_job = wait_for(lambda: next((j["id"] for j in jobs(web) if j["argv"] == ["sleep", "601"]), None),
-                        message="the page's job on the host")
+    page_job = wait_for(lambda: next((j["id"] for j in jobs(web) if "sleep 601" in json.dumps(j)), None),
+                        message="the page's job on the host (the page shows %r)" % rows(browser))
     shows(browser, page_job)
     # A reload and a second tab: the same jobs, each tab a console of its own.
     browser.refresh()
-    press(browser, "2")
-    shows(browser, cli_job, page_job)
+    jobs_pane(browser, cli_job, page_job)
     first = browser.current_window_handle
     browser.switch_to.new_window("tab")
     browser.get(web.base)
-    press(browser, "2")
-    shows(browser, cli_job, page_job)
+    jobs_pane(browser, cli_job, page_job)
     # An alert: a job that fails. Headless chromium refuses notifications: the title tells.
     failed = web.cli("run", "local", "--", "sh", "-c", "exit 3").stdout.strip()
     wait_for(lambda: failed in browser.title and "failed" in browser.title, message="the alert in the title")
@@ -191,8 +199,7 @@ def test_the_console_in_the_page(web, browser):
     # A phone: 390x844 CSS pixels.
     browser.set_window_size(390, 844)
     browser.refresh()
-    press(browser, "2")
-    shows(browser, cli_job, "quit", "help")
+    jobs_pane(browser, cli_job, "quit", "help")
     for job in (cli_job, page_job):
         web.cli("stop", "local", job)
 
