@@ -426,8 +426,9 @@ class SpecdeckApp(PaneHost):
                       toast=not shown or any("gpu" not in (a.get("categories") or ()) for a in alerts))
 
     def _desktop(self, title, body, urgent, toast=True):
-        text = sequence(title, body, kind_for())
-        if text and self._driver is not None:
+        if getattr(self._driver, "is_web", False):  # in a browser: the page shows it (tui/web)
+            self._driver.write_meta({"type": "notify", "title": title, "body": body, "urgent": urgent})
+        elif (text := sequence(title, body, kind_for())) and self._driver is not None:
             self._driver.write(text)  # between frames, through the driver's own writer
         if toast:
             self.notify(body, title=title, severity="error" if urgent else "information", timeout=20, markup=False)

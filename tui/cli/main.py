@@ -56,6 +56,7 @@ AREAS = (
     ("tui.fleet.cli", ("fleet",)),
     ("tui.cli.daemon", ("daemon",)),
     ("tui.cli.links", ("disconnect",)),
+    ("tui.web.cli", ("web",)),
 )
 COMMAND_NAMES = frozenset(name for _, names in AREAS for name in names)
 

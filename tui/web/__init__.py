@@ -1,0 +1,1 @@
+"""`specdeck web`: the console in a browser (textual-serve), behind a secret."""
