@@ -250,11 +250,11 @@ def test_the_layer_guard_names_planted_imports(tmp_path):
     shutil.copytree(REPO_ROOT / "remote", tmp_path / "remote", ignore=shutil.ignore_patterns("__pycache__"))
     (tmp_path / "remote" / "core" / "planted.py").write_text('"""Planted."""\n\nfrom ..jobs.store import JobStore\n')
     (tmp_path / "remote" / "fleet" / "planted.py").write_text(
-        '"""Planted."""\n\nfrom ..jobs import store, supervisor\n\n\ndef f():\n    from remote.history.query import HistoryReader\n'
+        '"""Planted."""\n\nfrom ..jobs import store, supervisor\n\n\ndef f():\n    from remote.history.upkeep import HistoryReader\n'
         '    from ..jobs.store import _events\n')
     assert layer_problems(tmp_path) == [
         "remote/core/planted.py:3 imports remote.jobs.store: the core imports no area",
         "remote/fleet/planted.py:3 imports remote.jobs.supervisor, a private module of the jobs area",
-        "remote/fleet/planted.py:7 imports remote.history.query, a private module of the history area",
+        "remote/fleet/planted.py:7 imports remote.history.upkeep, a private module of the history area",
         "remote/fleet/planted.py:8 imports _events from remote.jobs.store, a private name",
     ]

@@ -81,7 +81,7 @@ def host(tmp_path_factory):
         try:
             host.cli("config", "local", "--ml-python", python, check=0)
             # No --python anywhere: the engine must run under the remembered ML interpreter.
-            host.dead_serve = host.cli("serve", "local", models["target"], "--drafter", broken, "--port", free_port(), "--wait",
+            host.dead_serve = host.cli("serve", "local", models["target"], "--drafter", broken, "--force", "--port", free_port(), "--wait",
                                        "--json", *engine_options(), timeout=600)
             host.dead = json.loads(host.dead_serve.stdout)["id"]
             started = host.cli("serve", "local", models["target"], "--drafter", models["drafter_agree"], "--port", free_port(),
