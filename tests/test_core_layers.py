@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, daemon_pid, python39
+from tests.helpers.cli import REPO_ROOT, daemon_pid, python39
 from tests.helpers.waits import wait_for
 from tui.transport.bootstrap import CARRIED
 from tui.transport.connection import open_client
