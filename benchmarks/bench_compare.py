@@ -23,7 +23,7 @@ sys.path.insert(0, ROOT)
 
 from remote.checkpoints import compatibility  # noqa: E402 (after the path that finds it)
 from tests.checkpoint_fixtures import cached_moe_target, write_drafter, write_moe_target  # noqa: E402
-from tests.conftest import stop_daemon  # noqa: E402
+from tests.helpers.cli import stop_daemon  # noqa: E402
 from tests.checkpoint_fixtures import FIXTURE_CACHE  # noqa: E402
 
 RUNS = 3

@@ -28,7 +28,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from tests.conftest import daemon_pid  # noqa: E402 (after the path that finds it)
+from tests.helpers.cli import daemon_pid  # noqa: E402 (after the path that finds it)
 STREAM = "import time\nfor i in range(10**7):\n    print('step %d loss 1.23 acc 0.71' % i, flush=True)\n    time.sleep(0.0003)\n"
 # key, the bytes that show it was answered, the key that undoes it and what shows that
 KEYS = [

@@ -12,7 +12,7 @@ on loopback and once with 150 ms of round trip in front of each host (an ocean a
 import statistics
 import time
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.fleet_fixtures import fleet_factory, fleet_sshd, fleet_users  # noqa: F401 (fixtures)
 
 HOSTS = 8
@@ -51,7 +51,7 @@ def test_summary_figures(tmp_path, monkeypatch):
     telemetry sample, each server's figures, each run's curves, the jobs and the alerts."""
     from tests.helpers.metrics import AFTER, MetricsServer
     from tests.fleet_fixtures import RECORDING
-    from tests.conftest import stop_daemon
+    from tests.helpers.cli import stop_daemon
     from tests.helpers.waits import wait_for
     from tui.transport.connection import open_client
 

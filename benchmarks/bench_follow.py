@@ -35,7 +35,7 @@ def share_of_core(pid, window_s):
 
 def main():
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
-    from tests.conftest import daemon_pid, stop_daemon
+    from tests.helpers.cli import daemon_pid, stop_daemon
     from tui.transport.connection import open_client
 
     client = open_client("local")

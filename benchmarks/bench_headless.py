@@ -19,7 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli
 from tests.delay_proxy import DelayProxy
 from tests.helpers.keepers import end_keepers
 from tui.transport import bootstrap

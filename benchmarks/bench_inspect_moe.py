@@ -100,7 +100,7 @@ def median_run(method, directory, repeat, *extra):
 
 def stop_daemon(home):
     try:
-        from tests.conftest import stop_daemon as stop
+        from tests.helpers.cli import stop_daemon as stop
     except ImportError:
         return
     stop(home)

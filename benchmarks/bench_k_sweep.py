@@ -132,7 +132,7 @@ def main():
     args = parser.parse_args()
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     from tests import serving_fixtures
-    from tests.conftest import stop_daemon
+    from tests.helpers.cli import stop_daemon
     from tui.transport.connection import open_client
 
     python = serving_fixtures.vllm_python()

@@ -47,7 +47,7 @@ def grown(factor):
 def delay_and_cpu():
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     from remote.serving import metrics
-    from tests.conftest import daemon_pid, stop_daemon
+    from tests.helpers.cli import daemon_pid, stop_daemon
     from tests.test_serving_metrics import MetricsServer
     from tui.transport.connection import open_client
 
@@ -106,7 +106,7 @@ def delay_and_cpu():
 def vllm_ab(requests=8, max_tokens=64):
     from remote.serving import bench, engines
     from tests import serving_fixtures
-    from tests.conftest import stop_daemon
+    from tests.helpers.cli import stop_daemon
     from tui.transport.connection import open_client
 
     python = serving_fixtures.vllm_python()

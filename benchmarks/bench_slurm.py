@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from tests.conftest import daemon_pid
+from tests.helpers.cli import daemon_pid
 from tests.slurm_fixtures import slurm_cluster, slurm_host  # noqa: F401 (fixtures)
 from tui.transport.connection import open_client
 

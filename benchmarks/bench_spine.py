@@ -18,7 +18,7 @@ import time
 
 
 from tests.checkpoint_fixtures import write_k2_drafter
-from tests.conftest import laptop_for
+from tests.helpers.cli import laptop_for
 from tui.transport import bootstrap
 from tui.transport.client import AgentClient
 from tui.transport.connection import link_factory, open_client

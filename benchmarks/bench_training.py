@@ -64,7 +64,7 @@ def percentile(values, share):
 def follow_and_cpu(work):
     os.environ["SPECDECK_HOME"] = os.path.join(work, "home")
     os.makedirs(os.environ["SPECDECK_HOME"], mode=0o700)
-    from tests.conftest import daemon_pid, stop_daemon
+    from tests.helpers.cli import daemon_pid, stop_daemon
     from tui.transport.connection import open_client
 
     client = open_client("local")

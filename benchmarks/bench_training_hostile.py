@@ -103,7 +103,7 @@ def ping_phase(client, daemon, seconds):
 def daemon_phases(work, seconds):
     os.environ["SPECDECK_HOME"] = os.path.join(work, "home")
     os.makedirs(os.environ["SPECDECK_HOME"], mode=0o700)
-    from tests.conftest import daemon_pid, stop_daemon
+    from tests.helpers.cli import daemon_pid, stop_daemon
     from tui.transport.connection import open_client
 
     client = open_client("local")

@@ -1,6 +1,6 @@
 """Real parts for tests of several hosts: a fleet on one machine.
 
-tests/conftest.py does ``from tests.fleet_fixtures import *``; everything in ``__all__`` is then
+tests/conftest.py loads it as a plugin (``pytest_plugins``); everything in ``__all__`` is then
 visible to every test. All need root (real users, a real sshd).
 
 ``fleet_users`` (session)

@@ -1,6 +1,6 @@
 """The `hub` pytest fixture: a real fake hub (tests/hubserver.py) on 127.0.0.1, one per test.
 
-The central conftest imports it:  from tests.hub_fixtures import hub  # noqa
+The central conftest loads it as a plugin (``pytest_plugins``).
 """
 
 import hashlib

@@ -1,6 +1,6 @@
 """Real parts for tests of Slurm: a two-node Slurm cluster on this machine.
 
-tests/conftest.py does ``from tests.slurm_fixtures import *``; everything in ``__all__`` is then
+tests/conftest.py loads it as a plugin (``pytest_plugins``); everything in ``__all__`` is then
 visible to every test. All need root (Slurm's daemons run as root and start jobs as the user who
 submitted them) and Debian's packages ``slurmctld slurmd slurm-client`` (a test that asks for
 the cluster is skipped where they are missing).

@@ -1,6 +1,6 @@
 """Real parts for tests: a non-root host user, real OpenSSH servers, a host Python.
 
-The central tests/conftest.py does ``from tests.sshd_fixtures import *``; everything in
+The central tests/conftest.py loads it as a plugin (``pytest_plugins``); everything in
 ``__all__`` is then visible to every test.
 
 Fixtures (all need root; the test process runs as root):

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from remote.checkpoints import report as ck
-from tests.conftest import python39
+from tests.helpers.cli import python39
 from tui.checkpoints.view import format_compare, format_inspect, format_size
 
 sys.path.insert(0, os.path.dirname(__file__))

@@ -7,7 +7,7 @@ import shutil
 
 from remote.checkpoints import comparison, listing, tensor_values
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 WEIGHTS = 13  # a drafter's tensors beside d2t and t2d, which follow the vocabulary, not the weights
 

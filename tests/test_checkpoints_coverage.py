@@ -10,7 +10,7 @@ import json
 import pytest
 
 from tests import serving_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.coverage import TEXT, client, coverage_of, home, made  # noqa: F401 (client, home, made: fixtures)
 
 pytestmark = pytest.mark.timeout(900)

@@ -5,7 +5,7 @@ says that costs, on the targets and drafters test_checkpoints_coverage.py builds
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.coverage import TEXT, client, coverage_of, home, made  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.timeout(900)

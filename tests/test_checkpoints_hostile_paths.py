@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from remote.core.protocol import RemoteError
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 
 

@@ -11,7 +11,7 @@ import pytest
 from textual.app import App
 from textual.widgets import Checkbox, Input
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_until
 from tui import config
 from tui.transport.connection import open_client

@@ -213,7 +213,7 @@ async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_n
 
 
 async def test_sizes_are_not_bracketed_twice_in_the_log_the_verdict_and_the_cli(client, hub, tmp_path):
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
     from tests.hub_fixtures import blob
 
     hub.add_repo("team/weights", {"config.json": b"{}", "data.bin": blob(1_500_000, 1)})  # over 1 MB: a size in two units

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from remote.core.protocol import FrameReader, encode
-from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 
 FLOOD_REQUESTS = 3000

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import daemon_pid, python39
+from tests.helpers.cli import daemon_pid, python39
 
 SPECDECK = Path(sys.executable).with_name("specdeck")  # installed by `pip install -e .`
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, daemon_pid, python39
+from tests.helpers.cli import REPO_ROOT, daemon_pid, python39
 from tests.helpers.waits import wait_for
 from tui.transport.bootstrap import CARRIED
 from tui.transport.connection import open_client
@@ -134,7 +134,8 @@ def imports_of_test_modules(root):
     """Every import of a test module (tests/test_*.py) by another file under root/tests: what they
     share belongs in tests/helpers/."""
     found = []
-    for path in sorted((Path(root) / "tests").rglob("*.py")):
+    paths = sorted((Path(root) / "tests").rglob("*.py")) + sorted((Path(root) / "benchmarks").glob("conftest.py"))
+    for path in paths:
         relative = path.relative_to(root).as_posix()
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), relative)):
             if isinstance(node, ast.Import):
@@ -145,6 +146,10 @@ def imports_of_test_modules(root):
                 continue
             if any(name.startswith("tests.test_") for name in names):
                 found.append("%s:%d imports a test module" % (relative, node.lineno))
+            if any(name == "tests.conftest" or name.startswith("tests.conftest.") for name in names):
+                found.append("%s:%d imports tests.conftest" % (relative, node.lineno))
+            if path.name == "conftest.py" and isinstance(node, ast.ImportFrom) and any(a.name == "*" for a in node.names):
+                found.append("%s:%d star-imports fixtures (name them in pytest_plugins)" % (relative, node.lineno))
     return found
 
 
@@ -158,7 +163,12 @@ def test_the_guard_names_a_test_module_imported_by_another(tmp_path):
     (tmp_path / "tests" / "test_a.py").write_text("def test_a():\n    pass\n")
     (tmp_path / "tests" / "test_b.py").write_text("from tests.helpers.waits import wait_for\nfrom tests.test_a import test_a\n")
     (tmp_path / "tests" / "helpers" / "c.py").write_text("def f():\n    from tests import test_a\n")
-    assert imports_of_test_modules(tmp_path) == ["tests/helpers/c.py:2 imports a test module", "tests/test_b.py:2 imports a test module"]
+    (tmp_path / "tests" / "test_d.py").write_text("from tests.conftest import run_cli\n")
+    (tmp_path / "tests" / "conftest.py").write_text("from tests.sshd_fixtures import *\n")
+    assert imports_of_test_modules(tmp_path) == [
+        "tests/conftest.py:1 star-imports fixtures (name them in pytest_plugins)", "tests/helpers/c.py:2 imports a test module",
+        "tests/test_b.py:2 imports a test module", "tests/test_d.py:1 imports tests.conftest",
+    ]
 
 
 def test_daemon_stops_when_its_home_is_removed(tmp_path, monkeypatch):

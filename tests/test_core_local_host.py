@@ -16,7 +16,7 @@ import sys
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 
 pytestmark = [pytest.mark.install, pytest.mark.timeout(900)]
 

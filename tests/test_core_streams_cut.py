@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from remote.training import logparse
-from tests.conftest import laptop_for
+from tests.helpers.cli import laptop_for
 from tests.helpers.waits import wait_for
 from tui.transport.client import AgentClient
 from tui.transport.connection import link_factory

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from tests.checkpoint_fixtures import _t, raw_file
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import connected, job_rows, screen_lines, to_pane
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import REPO_ROOT, laptop_for, run_cli
+from tests.helpers.cli import REPO_ROOT, laptop_for, run_cli
 from tests.helpers.waits import wait_for
 from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub

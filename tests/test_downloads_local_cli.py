@@ -14,7 +14,7 @@ import pytest
 
 from remote.downloads.output import fmt_size
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli
 from tests.hub_fixtures import blob
 
 MB = 1000 * 1000

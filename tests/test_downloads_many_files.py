@@ -12,7 +12,7 @@ import pytest
 from textual.widgets import DataTable, Static
 
 from remote.core.protocol import RemoteError
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 from tests.helpers.pilot import DownloadsHost, text_of
 from tests.helpers.waits import wait_for, wait_until
 from tui.downloads.pane import FILES_PAGE, DownloadsPane, FileProgress

@@ -6,7 +6,7 @@ nothing, a host whose key nobody knows, a host an ocean away (a delay proxy)."""
 import json
 import time
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tui.fleet import model
 

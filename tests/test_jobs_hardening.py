@@ -14,7 +14,7 @@ import pytest
 from remote.core.words import LIVE_STATES as LIVE
 from remote.core.protocol import RemoteError
 from remote.jobs.processes import process_start_ticks
-from tests.conftest import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 

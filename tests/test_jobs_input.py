@@ -11,7 +11,7 @@ import sys
 import pytest
 
 from remote.core.protocol import FrameReader, RemoteError
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 from tests.helpers.waits import wait_for
 
 ARG_MAX = os.sysconf("SC_ARG_MAX")

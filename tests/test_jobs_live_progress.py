@@ -6,7 +6,7 @@ import sys
 import threading
 import time
 
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 from tests.helpers.pilot import SIZE, connected
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp

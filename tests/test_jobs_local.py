@@ -11,7 +11,7 @@ import pytest
 
 from remote.jobs.processes import process_start_ticks
 from remote.core.protocol import MAX_FRAME_BYTES, FrameReader, RemoteError, encode
-from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 from tui.jobs.follow import follow_job
 from tui.transport.connection import open_client

@@ -15,7 +15,7 @@ import pytest
 
 from remote.core.words import LIVE_STATES as LIVE
 from remote.jobs import containment
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 

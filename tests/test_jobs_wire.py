@@ -8,7 +8,7 @@ import sys
 import threading
 
 from remote.core.words import LIVE_STATES as LIVE
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
 from tui.transport import bootstrap

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
 
@@ -262,7 +262,7 @@ def test_the_console_takes_the_keepers_link_only_when_warm(laptop_user, monkeypa
 
 
 def test_spare_relay_never_brings_a_stopped_daemon_back(laptop_user, host_user, monkeypatch):
-    from tests.conftest import daemon_pid
+    from tests.helpers.cli import daemon_pid
 
     jobs_ok(laptop_user)
     stopped = laptop_user.cli("daemon", "stop", "gpuhost", "--json", check=0)

@@ -9,7 +9,7 @@ import signal
 
 import pytest
 
-from tests.conftest import daemon_pid
+from tests.helpers.cli import daemon_pid
 from tests.helpers.notify import status
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver

@@ -8,7 +8,7 @@ import stat
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.notify import status
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver

@@ -21,7 +21,7 @@ import pytest
 from textual.drivers.headless_driver import HeadlessDriver
 
 from remote.notify import heartbeat
-from tests.conftest import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.fleet import LocalFleet
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver

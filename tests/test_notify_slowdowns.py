@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver

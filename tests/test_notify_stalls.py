@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.metrics import MetricsServer
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver

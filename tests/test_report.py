@@ -7,7 +7,7 @@ import json
 import time
 
 from remote.report import history_figures, presence
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
 

@@ -15,7 +15,7 @@ import pytest
 from textual.widgets import Static
 
 from tests import serving_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane
 from tests.helpers.waits import wait_for
 from tests.helpers.waits import wait_until

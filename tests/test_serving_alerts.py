@@ -8,7 +8,7 @@ import json
 from textual.widgets import Static
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
 from tui.transport.connection import open_client

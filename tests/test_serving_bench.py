@@ -9,7 +9,7 @@ import os
 import pytest
 
 from tests import serving_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(900)  # two vLLM start-ups on a 2-core machine (~55 s each when idle)

@@ -6,7 +6,7 @@ judged (advise, the K rows, the Fleet pane), which line it is is said."""
 import json
 
 from remote.serving import advice
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.sweeps import known_sweep as sweep
 from tui.fleet import model as fleet_model
 from tui.serving import advisor

@@ -21,7 +21,7 @@ import pytest
 from textual.widgets import Static
 
 from tests import serving_fixtures
-from tests.conftest import run_cli, stop_daemon
+from tests.helpers.cli import run_cli, stop_daemon
 from tests.helpers.waits import wait_for
 from tests.helpers.waits import wait_until
 from tui.transport.connection import open_client

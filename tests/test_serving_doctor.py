@@ -7,7 +7,7 @@ and the regression rule's follow-up once a server is back within its baseline.""
 import json
 
 from tests.checkpoint_fixtures import vocab_maps, write_drafter, write_json
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from remote.notify.regressions import Regressions
 from remote.serving.baselines import BaselineStore, pair_key
 

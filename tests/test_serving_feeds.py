@@ -8,7 +8,7 @@ import json
 import pytest
 
 from remote.serving.sampler import RECORDED
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, BEHAVIOURS, RawServer, healthy, trickle
 

@@ -15,7 +15,7 @@ import threading
 import pytest
 from textual.widgets import Static
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_for, wait_until
 from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)

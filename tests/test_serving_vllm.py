@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests import serving_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from remote.serving import engines
 from tests.helpers.waits import wait_for
 from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)

@@ -5,7 +5,7 @@ then cancels it through Slurm."""
 
 import json
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import job_rows, screen_text
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp

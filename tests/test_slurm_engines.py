@@ -19,7 +19,7 @@ import pytest
 
 from remote.training import logparse
 from tests import serving_fixtures
-from tests.conftest import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli
 from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
 from tests.helpers.vllm import free_port, models  # noqa: F401 (models: the fixture)
 from tests.helpers.waits import wait_for

@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 
 

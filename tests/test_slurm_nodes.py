@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from textual.widgets import Static
 
-from tests.conftest import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
 from tui.transport.connection import open_client

@@ -10,7 +10,7 @@ import pytest
 
 from remote.training import logparse
 from remote.training.run import Run
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 
 LOG = REPO_ROOT / "tests" / "data" / "speculators-train-80cols.log"
 

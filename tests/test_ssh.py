@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from tests.conftest import laptop_for, run_cli
+from tests.helpers.cli import laptop_for, run_cli
 from tests.helpers.waits import wait_for
 from tui.transport import bootstrap
 from tui.transport.client import AgentClient

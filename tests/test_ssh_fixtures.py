@@ -15,7 +15,7 @@ _ROOT = str(Path(__file__).resolve().parents[1])
 if _ROOT not in sys.path:  # `pytest` (not `python -m pytest`) does not put the root there
     sys.path.insert(0, _ROOT)
 
-# The central conftest star-imports the fixtures; import them here only when it did not,
+# The central conftest loads the fixtures as a plugin; import them here only when it did not,
 # else this module would get its own second set of session fixtures (a second sshd).
 _FROM_CONFTEST = "tests.sshd_fixtures" in sys.modules
 from tests import sshd_fixtures as fx  # noqa: E402

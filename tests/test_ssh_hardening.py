@@ -28,7 +28,7 @@ import pytest
 
 from remote import AGENT_VERSION
 from remote.core.protocol import encode
-from tests.conftest import REPO_ROOT, run_cli, stop_daemon
+from tests.helpers.cli import REPO_ROOT, run_cli, stop_daemon
 from tests.helpers.waits import wait_for, wait_until
 from tests.sshd_fixtures import _free_port, _start_sshd
 from tui.app import SpecdeckApp

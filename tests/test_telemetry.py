@@ -22,7 +22,7 @@ from remote.telemetry.nvml import Nvml
 from remote.telemetry.recording import ReplayNvml, load
 from remote.telemetry.sample import apply_delta
 from remote.telemetry.sampler import TelemetrySampler
-from tests.conftest import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 

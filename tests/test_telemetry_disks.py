@@ -11,7 +11,7 @@ import textwrap
 import pytest
 from textual.widgets import Static
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for, wait_until

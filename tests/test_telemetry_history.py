@@ -18,7 +18,7 @@ import pytest
 from remote.core import paths
 from remote.history.store import HistoryStore, StoreUnavailable, default_tiers
 from remote.core.protocol import FrameReader, encode
-from tests.conftest import REPO_ROOT, daemon_pid
+from tests.helpers.cli import REPO_ROOT, daemon_pid
 from tests.helpers.waits import wait_for
 from tests.history_fixtures import SimulatedGpus
 

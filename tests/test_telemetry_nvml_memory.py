@@ -14,7 +14,7 @@ import pynvml
 
 from remote.telemetry.nvml import Nvml
 from remote.telemetry.recording import RecordingNvml, ReplayNvml, load, to_json
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 
 ONE_GPU = REPO_ROOT / "tests" / "data" / "nvml-h200.json.gz"
 TWO_GPUS = REPO_ROOT / "tests" / "data" / "nvml-h200x2.json.gz"

@@ -8,7 +8,7 @@ import time
 from textual.widgets import Static
 
 from remote.core.protocol import RemoteError
-from tests.conftest import REPO_ROOT
+from tests.helpers.cli import REPO_ROOT
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
 from tui.transport.connection import open_client

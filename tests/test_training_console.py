@@ -17,7 +17,7 @@ from textual.widgets import DataTable, Static
 
 from remote.training import logparse
 from tests import checkpoint_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane
 from tests.helpers.snapshot import SnapshotApp, freeze
 from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)

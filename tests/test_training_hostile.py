@@ -18,7 +18,7 @@ import threading
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 
 pytestmark = pytest.mark.timeout(600)

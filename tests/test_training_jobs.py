@@ -11,7 +11,7 @@ import textwrap
 
 import pytest
 
-from tests.conftest import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.training import curves, start
 from tests.helpers.waits import wait_for
 

@@ -17,7 +17,7 @@ import pytest
 
 from remote.training import logparse
 from tests import serving_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tests.helpers.vllm import free_port
 

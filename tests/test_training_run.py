@@ -13,7 +13,7 @@ import subprocess
 import pytest
 
 from remote.training import logparse
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
 from tests.helpers.waits import wait_for
 

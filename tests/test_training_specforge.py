@@ -10,7 +10,7 @@ from pathlib import Path
 
 from remote.training import checkpoints as training_checkpoints, logparse
 from tests import checkpoint_fixtures
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tests.helpers.training import curves, start
 

@@ -5,7 +5,7 @@ every daemon it started."""
 
 import os
 
-from tests.conftest import stop_daemon
+from tests.helpers.cli import stop_daemon
 from tui.transport.client import AgentClient
 from tui.transport.connection import LocalLink
 

@@ -31,14 +31,14 @@ def speculators_python():
 def start(home, tmp_path, name, body, *options):
     script = tmp_path / ("%s.py" % name)
     script.write_text(textwrap.dedent(body))
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     started = run_cli("train", "local", "--name", name, *options, "--json", "--", sys.executable, "-u", str(script), home=home, check=0)
     return json.loads(started.stdout)["id"]
 
 
 def curves(home, job_id, *options):
-    from tests.conftest import run_cli
+    from tests.helpers.cli import run_cli
 
     answered = run_cli("curves", "local", job_id, "--json", *options, home=home)
     return json.loads(answered.stdout) if answered.returncode == 0 else None
