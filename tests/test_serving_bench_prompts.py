@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.helpers.cli import run_cli
 from tui.serving.bench_categories import read_prompts
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests import sglang_server
-from tests.conftest import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli
 from tests.helpers.vllm import free_port
 from tests.helpers.waits import wait_for
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO_ROOT, run_cli, stop_daemon
+from tests.helpers.cli import REPO_ROOT, run_cli, stop_daemon
 from tests.helpers.keepers import end_keepers, short_runtime_dir
 from tests.helpers.vllm import free_port
 from tests.helpers.waits import wait_for
