@@ -11,7 +11,7 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 HF_DATASETS_OF
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$R"/whl/*.whl || exit 3
 PYTHONPATH=/tmp/site python3 -c 'import specforge.cli' || exit 4
-PYTHONPATH=/tmp/site python3 "$R/make_data.py" --out /tmp/sfdata > "$OUT/make_data.log" 2>&1 || { tail -20 "$OUT/make_data.log"; exit 5; }
+PYTHONPATH=/tmp/site python3 "$R/make_data.py" --out /tmp/sfdata > /tmp/make_data.log 2>&1 || { tail -20 /tmp/make_data.log; exit 5; }
 export HOME=/tmp/sdhome; mkdir -p "$HOME"
 PY=$(command -v python3); echo "python: $PY"; "$PY" -c "import yaml, torch; print(torch.__version__)"
 sd() { python3 -m tui.cli "$@"; }
@@ -25,16 +25,14 @@ echo "$started"
 job=$(echo "$started" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])') || exit 6
 for i in $(seq 1 90); do
     sleep 5
-    state=$(sd jobs local --json | python3 -c "import json,sys; print(next(j['state'] for j in json.load(sys.stdin) if j['id']=='$job'))")
-    [ $((i % 6)) = 0 ] && { echo "t=$((i*5)) s: $state"; sd curves local "$job" --json > "$OUT/curves-during.json" 2>&1; sd gpus local --json > "$OUT/gpus-during.json" 2>&1; }
-    case "$state" in running|starting|queued) ;; *) break ;; esac
+    state=$(sd jobs local --json | python3 -c "import json,sys; print(next(j['process_state'] for j in json.load(sys.stdin) if j['id']=='$job'))")
+    [ $((i % 6)) = 0 ] && { echo "t=$((i*5)) s: $state"; [ $i = 6 ] && sd gpus local --json > "$OUT/gpus-during.json" 2>&1; }
+    case "$state" in running|starting|queued|pending) ;; *) break ;; esac
 done
 sleep 3
-sd jobs local --json > "$OUT/jobs.json"
 sd curves local "$job" --json > "$OUT/curves.json" 2>&1
-sd curves local "$job" > "$OUT/curves.txt" 2>&1
 sd checkpoints local "$job" --json > "$OUT/checkpoints.json" 2>&1
 sd checkpoints local "$job" > "$OUT/checkpoints.txt" 2>&1
 sd logs local "$job" --raw > "$OUT/specforge-train.log" 2>&1
 (cd /tmp/sfout && ls -la . */) > "$OUT/save-listing.txt" 2>&1
-cat "$OUT/curves.txt" "$OUT/checkpoints.txt"; tail -5 "$OUT/specforge-train.log"
+sd curves local "$job"; cat "$OUT/checkpoints.txt"; tail -5 "$OUT/specforge-train.log"

@@ -94,3 +94,19 @@ def test_specforge_lines_are_read_safely():
                "step 1: {'loss': " + "1.0, 'a': 1.0, " * 20000 + "}"]  # longer than a metrics line is
     assert logparse.parse_text("\n".join(hostile)) == []
     assert not (DATA / "pwned").exists()
+
+
+def test_the_h200_job_recording_agrees_with_the_log_it_came_from():
+    """A real SpecForge run as a specdeck job on an H200 (benchmarks/record_specforge.sh): the
+    curves and checkpoints the agent gave there are what its log and save directory say."""
+    job = Path(__file__).parent / "data" / "specforge-0.2.0-h200-job"
+    records = logparse.parse_text((job / "specforge-train.log").read_text())
+    curves_there = json.loads((job / "curves.json").read_text())
+    assert [s["step"] for s in curves_there["steps"]] == [r["step"] for r in records if r["kind"] == "step"] == STEPS
+    assert curves_there["process_state"] == "succeeded" and curves_there["exit_code"] == 0
+    assert abs(curves_there["predicted_accept_length"] - (1 + BEST_SCORE)) < 1e-9  # 1 + eval/simulated_acc_len
+    listed = json.loads((job / "checkpoints.json").read_text())["checkpoints"]
+    assert sorted(c["name"] for c in listed) == ["tiny-eagle3-step%d" % n for n in (128, 32, 64, 96)]
+    assert all(c["verdict"] == "needs export" for c in listed)
+    assert [c["name"] for c in listed if c["best"] and c["latest"]] == ["tiny-eagle3-step128"]
+    assert "needs `specforge export" in (job / "checkpoints.txt").read_text()
