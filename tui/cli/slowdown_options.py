@@ -3,7 +3,7 @@ remote/notify/pace.py), else what `specdeck config HOST --slowdown` remembers fo
 else the host's default (under 0.5 of its hour's median for 10 min)."""
 
 from .. import config
-from .common import CommandError
+from .stall_options import given_or_remembered
 
 HELP = ("alert (category slowdown) when its steps/s stay under FRACTION of its median over SPAN for DURATION: "
         "FRACTION/DURATION/SPAN, e.g. 0.5/10m/1h (the default; a part may be left out: 0.3, 0.5/20m), or off; "
@@ -16,12 +16,5 @@ def add_slowdown_option(parser):
 
 def slowdown_params(args):
     """{} for the host's default; else `{slowdown: {fraction, for_s?, median_s?}}` (fraction 0: never)."""
-    text, where = args.slowdown, "--slowdown"
-    if text is None:
-        text, where = config.remembered(args.host, "slowdown"), "config %s --slowdown" % config.host_key(args.host)
-    if text is None:
-        return {}
-    try:
-        return {"slowdown": config.slowdown_limits(text)}
-    except ValueError as exc:
-        raise CommandError("%s: %s" % (where, exc))
+    value = given_or_remembered(args, "slowdown", config.slowdown_limits)
+    return {} if value is None else {"slowdown": value}

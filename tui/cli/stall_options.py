@@ -15,14 +15,22 @@ def add_stall_option(parser):
     parser.add_argument("--stall-after", metavar="DURATION", help=HELP)
 
 
-def stall_params(args):
-    """{} for the host's default; else `{stall_after_s}` (0: never)."""
-    text, where = args.stall_after, "--stall-after"
+def given_or_remembered(args, name, parse):
+    """`parse` of the option `name` as given, else as `config HOST --NAME` remembers it, else None
+    (the host's default); a bad value is one line naming where it came from."""
+    flag = "--" + name.replace("_", "-")
+    text, where = getattr(args, name), flag
     if text is None:
-        text, where = config.remembered(args.host, "stall_after"), "config %s --stall-after" % config.host_key(args.host)
+        text, where = config.remembered(args.host, name), "config %s %s" % (config.host_key(args.host), flag)
     if text is None:
-        return {}
+        return None
     try:
-        return {"stall_after_s": config.stall_after_s(text)}
+        return parse(text)
     except ValueError as exc:
         raise CommandError("%s: %s" % (where, exc))
+
+
+def stall_params(args):
+    """{} for the host's default; else `{stall_after_s}` (0: never)."""
+    value = given_or_remembered(args, "stall_after", config.stall_after_s)
+    return {} if value is None else {"stall_after_s": value}
