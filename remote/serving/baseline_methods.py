@@ -1,11 +1,8 @@
-"""Wire methods of acceptance baselines (save a server's figures as its pair's, list, remove) and
-of the pre-serve checks (`serving.doctor`, and the gate `serving.start` passes through)."""
+"""Wire methods of acceptance baselines: save a server's figures as its pair's, list, remove."""
 
-import os
-
-from ..core.protocol import BadRequest, NotFound, RemoteError
+from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
-from . import baselines, doctor, engines
+from . import baselines
 from .baselines import STORE
 
 
@@ -71,55 +68,3 @@ def serving_remove_baseline(call):
     if not STORE.remove(key):
         raise NotFound("no baseline kept for %s" % (server_id or url or "%s + %s" % (target, drafter)))
     return {"removed": True}
-
-
-def examine_serve(spec, argv, temperature=None):
-    from ..checkpoints import report
-
-    try:
-        drafter_report = report.inspect(os.path.expanduser(spec["drafter"]))
-    except (OSError, ValueError) as exc:
-        raise RemoteError("DrafterMismatch", "could not read the drafter to check it: %s" % exc)
-    return doctor.examine(spec["engine"], argv, spec["target"], spec["drafter"], drafter_report, temperature)
-
-
-def gate(spec, argv, force):
-    """Before a server starts (after engines.check_drafter, the loading checks in compare's
-    words): the doctor's findings (None without a drafter, or for one given by hub id); its errors refuse the start
-    (DrafterMismatch, each with its symptom) unless `force`."""
-    if not spec.get("drafter"):
-        return None
-    if not engines.looks_like_path(spec["drafter"]) and not os.path.exists(os.path.expanduser(spec["drafter"])):
-        return None  # a hub id: the engine downloads it, nothing on this host to examine
-    result = examine_serve(spec, argv)
-    errors = [f["message"] for f in result["findings"] if f["severity"] == doctor.ERROR]
-    if errors and not force:
-        raise RemoteError("DrafterMismatch", "refused (serve --force starts it anyway): %s" % "; ".join(errors))
-    return result
-
-
-@method("serving.doctor")
-def serving_doctor(call):
-    """Check how a drafter would be served, without starting anything. Params: `target`,
-    `drafter` (required), `engine` (vllm|sglang), `k`, `engine_args` (as `serving.start` takes
-    them: a method or context given there is what is checked), `max_model_len` (the served
-    context), `method` (the speculative method the engine would be told; default what
-    `serving.start` tells it: eagle3), `temperature` (what the requests will send). Reply:
-    `{status: ok|warning|error, findings: [{check, severity, message}]}`: the loading checks
-    `compare` makes (hidden_size, vocab_size, aux_layer_ids, ...), `method`,
-    `max_position_embeddings`, `temperature` / `top_p_top_k`, each message naming the symptom;
-    `serving.start` refuses a drafter with an error finding unless `force`."""
-    from .methods import _server_params
-
-    spec = _server_params(call)
-    if not spec["drafter"]:
-        raise BadRequest("doctor needs a drafter")
-    engines.check_paths(spec["target"], spec["drafter"])
-    argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], engine_args=spec["engine_args"])
-    if call.param("method", str):
-        flag = "--speculative-algorithm" if spec["engine"] == "sglang" else "--speculative-config"
-        told = call.param("method", str) if spec["engine"] == "sglang" else '{"method": "%s"}' % call.param("method", str).replace('"', "")
-        argv += [flag, told]
-    if call.param("max_model_len", int) is not None:
-        argv += ["--max-model-len", str(call.param("max_model_len", int))]
-    return examine_serve(spec, argv, call.param("temperature", float))

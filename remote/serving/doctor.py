@@ -23,6 +23,8 @@ import os
 
 from ..checkpoints import compatibility
 from ..checkpoints.formats import effective_config, int_field
+from ..core.protocol import RemoteError
+from . import engines
 
 EAGLE3_METHODS = ("eagle3", "EAGLE3")
 ERROR, WARNING, OK = "error", "warning", "ok"
@@ -177,3 +179,28 @@ def examine(engine, argv, target, drafter, drafter_report, temperature=None):
     severities = [f["severity"] for f in findings]
     status = ERROR if ERROR in severities else (WARNING if WARNING in severities else OK)
     return {"status": status, "findings": findings}
+
+
+def examine_serve(spec, argv, temperature=None):
+    from ..checkpoints import report
+
+    try:
+        drafter_report = report.inspect(os.path.expanduser(spec["drafter"]))
+    except (OSError, ValueError) as exc:
+        raise RemoteError("DrafterMismatch", "could not read the drafter to check it: %s" % exc)
+    return examine(spec["engine"], argv, spec["target"], spec["drafter"], drafter_report, temperature)
+
+
+def gate(spec, argv, force):
+    """Before a server starts (after engines.check_drafter, the loading checks in compare's
+    words): the doctor's findings (None without a drafter, or for one given by hub id); its errors refuse the start
+    (DrafterMismatch, each with its symptom) unless `force`."""
+    if not spec.get("drafter"):
+        return None
+    if not engines.looks_like_path(spec["drafter"]) and not os.path.exists(os.path.expanduser(spec["drafter"])):
+        return None  # a hub id: the engine downloads it, nothing on this host to examine
+    result = examine_serve(spec, argv)
+    errors = [f["message"] for f in result["findings"] if f["severity"] == ERROR]
+    if errors and not force:
+        raise RemoteError("DrafterMismatch", "refused (serve --force starts it anyway): %s" % "; ".join(errors))
+    return result

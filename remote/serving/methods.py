@@ -11,7 +11,7 @@ from ..jobs.store import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound
 from ..core.wire import method
 from ..core.words import LIVE_STATES as LIVE
-from . import advice, baseline_methods, baselines, bench, breakeven, engines, location, positions, root_cause
+from . import advice, baselines, bench, breakeven, doctor, engines, location, positions, root_cause
 from .sampler import RECORDED, ServingFeed, attached_entries, how_it_ended
 
 # The daemon starts these with itself (see remote/core/wire.py, area_services).
@@ -82,7 +82,7 @@ def serving_start(call):
     listen = location.listen_host(job_engine)
     argv = engines.server_argv(spec["engine"], spec["target"], spec["drafter"], spec["k"], spec["port"], host=listen,
                                engine_args=spec["engine_args"] + engines.quiet_scrape_args(spec["engine"], interpreter, spec["engine_args"]))
-    checked = baseline_methods.gate(spec, argv, force)
+    checked = doctor.gate(spec, argv, force)
     url = engines.base_url(spec["port"]) if listen == location.LOCAL_HOST else None
     meta = {"engine": spec["engine"], "target": spec["target"], "drafter": spec["drafter"], "k": spec["k"] if spec["drafter"] else None,
             "port": spec["port"], "url": url, "listen": listen, "gpus": spec["gpus"], "python": interpreter, "engine_args": spec["engine_args"]}

@@ -58,7 +58,7 @@ def add_commands(commands):
 
 
 def _duration(text):
-    from .cli import parse_duration
+    from ..cli.common import parse_duration
 
     return parse_duration(text)
 
