@@ -17,7 +17,8 @@ feed's 16) for each followed data generation (the slowdown module's, at most its
 import time
 
 from ..downloads.output import fmt_gb
-from .evaluate import clock_text, label, make_alert, minutes
+from ..core.words import minutes
+from .alert import clock_text, label, make_alert
 
 CHECK_EVERY_S = 1.0
 FIRST_SAMPLES = 5

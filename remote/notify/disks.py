@@ -20,7 +20,7 @@ import time
 
 from ..downloads.output import fmt_gb
 from ..core.words import minutes
-from .evaluate import clock_text, label, make_alert
+from .alert import clock_text, label, make_alert
 
 CHECK_EVERY_S = 1.0
 FOLLOWED_MAX = 64  # disks remembered (their episodes); the feed shows at most 16

@@ -34,7 +34,7 @@ import os
 import time
 
 from ..core.words import how_it_ended, minutes
-from .formats import cut
+from .alert import KIND_CATEGORY, label, make_alert
 
 PLATEAU_S = 1800.0
 # How long accept length stays under break-even before it is told; the environment can shorten it
@@ -43,30 +43,8 @@ BELOW_S = float(os.environ.get("SPECDECK_BELOW_BREAK_EVEN_S") or 300.0)
 DOWN_S = 60.0
 LOG_TAIL_LINES = 10
 LOG_TAIL_BYTES = 8192
-NAME_MAX = 80  # characters of a job's name in an alert
 CATCH_UP_S = 86400.0  # at start, job ends this recent that have no alert yet get one
 GPU_KINDS = ("gpu_idle", "memory_full", "temperature", "throttle")
-KIND_CATEGORY = {"training": "training", "datagen": "training", "download": "downloads", "server": "speculation",
-                 "benchmark": "speculation"}
-
-
-def clock_text(epoch):
-    return time.strftime("%H:%M", time.localtime(epoch))
-
-
-def make_alert(key, kind, categories, host, title, message, when, job=None, urgent=False, watched=False, log_tail=None):
-    return {"id": key, "kind": kind, "categories": list(categories), "urgent": urgent, "watched": watched, "host": host,
-            "job_id": (job or {}).get("id"), "job_name": (job or {}).get("name"), "title": title, "message": message,
-            "time": when, "time_text": clock_text(when), "log_tail": log_tail or []}
-
-
-def label(job):
-    """`j9 (finetune aq-k2)`: the id and, when it has one, the job's name (a long one cut with
-    "…", so what follows it is not read as its end)."""
-    name = (job.get("name") or "").strip()
-    return "%s (%s)" % (job["id"], cut(name, NAME_MAX)) if name else job["id"]
-
-
 def job_end_alert(job, host, watched, log_tail):
     """The alert a job's end raises, or None when nobody needs to hear about it."""
     state, process_state = job.get("state"), job.get("process_state")

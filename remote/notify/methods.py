@@ -9,7 +9,7 @@ from ..core.protocol import BadRequest, NotFound
 from ..core.streams import TopicSource
 from ..core.wire import method
 from .channels import CATEGORIES, public, quiet_until
-from .evaluate import make_alert
+from .alert import make_alert
 from . import heartbeat, send
 from .heartbeat import HeartbeatService
 from .service import NotifyService

@@ -6,7 +6,8 @@ over. Read from the `serving` topic's records the evaluator already follows: the
 """
 
 from ..serving.baselines import STORE, floor_of
-from .evaluate import label, make_alert, minutes
+from ..core.words import minutes
+from .alert import label, make_alert
 
 MAX_SERVERS = 2000
 

@@ -150,7 +150,7 @@ class NotifyService(Service):
     def send_test(self, channel):
         """Send a test alert to `channel` now, on the caller's thread: None when delivered, else why not."""
         now = time.time()
-        from .evaluate import make_alert
+        from .alert import make_alert
 
         alert = make_alert("test:%s:%d" % (channel["id"], int(now * 1000)), "test", [], self.host, "specdeck test on %s" % self.host,
                            "a test alert from specdeck on %s: this channel works" % self.host, now)

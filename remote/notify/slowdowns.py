@@ -17,7 +17,8 @@ import os
 import time
 
 from ..core.records import read_json
-from .evaluate import KIND_CATEGORY, label, make_alert, minutes
+from ..core.words import minutes
+from .alert import KIND_CATEGORY, label, make_alert
 from .pace import Pace, limits
 from .stalls import LIVE
 

@@ -24,7 +24,7 @@ import time
 
 from ..downloads.output import fmt_gb
 from ..core.words import minutes
-from .evaluate import KIND_CATEGORY, label, make_alert
+from .alert import KIND_CATEGORY, label, make_alert
 from ..core.words import LIVE_STATES as LIVE
 
 CHECK_EVERY_S = 1.0

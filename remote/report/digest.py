@@ -14,7 +14,7 @@ import time
 from ..core.records import read_json, write_json
 from ..core.services import Service
 from ..notify.channels import ChannelStore
-from ..notify.evaluate import make_alert
+from ..notify.alert import make_alert
 from ..notify.send import deliver
 from . import build, presence, text
 

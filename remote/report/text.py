@@ -4,7 +4,7 @@ console's "while you were away" screen shows it and the daily digest sends it.""
 
 import time
 
-from ..notify.evaluate import minutes
+from ..core.words import minutes
 
 MAX_LINES_PER_SECTION = 12
 

@@ -19,6 +19,7 @@ import time
 from ..core import paths
 from ..core.records import read_json, write_json
 from .break_even_store import MAX_KEY, target_key, valid_length
+from .location import attached_entries
 
 MAX_ENTRIES = 256
 MAX_POSITIONS = 32
@@ -144,8 +145,6 @@ class BaselineStore:
         cached = self._pairs.get(server_id)
         if cached is not None and now - cached[0] < PAIR_CACHE_S:
             return cached[1]
-        from .sampler import attached_entries
-
         try:
             if server_id.startswith("u"):
                 key = pair_key(url=(attached_entries().get(server_id) or {}).get("url"))

@@ -7,7 +7,11 @@ run), asked of the engine's area through the service registry, never by importin
 then the server is `starting`, with the scheduler's pending reason.
 """
 
+import os
+
+from ..core import paths
 from ..core.protocol import RemoteError
+from ..core.records import read_json
 from .engines import base_url
 
 LOCAL_HOST = "127.0.0.1"
@@ -66,3 +70,13 @@ def server_url(daemon, job):
         return node_url(daemon, node, meta["port"]), None
     except RemoteError as exc:
         return None, exc.message
+
+
+def attached_path():
+    """Where the servers attached by URL are kept (`serving.attach`), in the state directory."""
+    return os.path.join(paths.state_dir(), "attached.json")
+
+
+def attached_entries():
+    """{uN: {url, ...}}: the servers attached by URL."""
+    return read_json(attached_path()) or {}

@@ -26,11 +26,12 @@ import os
 import threading
 import time
 
-from ..core import paths, words
+from ..core import words
 from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.protocol import RemoteError
-from ..core.records import read_json, write_json
+from ..core.records import write_json
 from . import baselines, location, metrics, root_cause, scrape, sglang
+from .location import attached_entries, attached_path
 from .break_even_store import BreakEvenStore, clean_entry, target_key, valid_length
 
 log = logging.getLogger("specdeck.serving")
@@ -53,14 +54,6 @@ def how_it_ended(job, first_error=None):
     """`exited 1: ValueError: ...`: how a server job ended, with the engine's first error line."""
     ended = words.how_it_ended(job)
     return "%s: %s" % (ended, first_error) if first_error else ended
-
-
-def attached_path():
-    return os.path.join(paths.state_dir(), "attached.json")
-
-
-def attached_entries():
-    return read_json(attached_path()) or {}
 
 
 class ServerSource(FeedSource):

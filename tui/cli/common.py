@@ -220,8 +220,9 @@ def guard_terminal(as_json):
 
 
 def log_path():
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "specdeck", "specdeck.log")
+    from ..transport.keeper_socket import state_dir
+
+    return os.path.join(state_dir(), "specdeck.log")
 
 
 class _QuietParamiko(logging.Filter):

@@ -9,7 +9,7 @@ from textual.containers import VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from remote.notify.evaluate import minutes
+from remote.core.words import minutes
 from remote.report.text import render
 
 from ..display import safe_text

@@ -32,7 +32,7 @@ def under(accept_length, baseline):
 
 def rule_text(baseline):
     """`alert under 2.79 (10% margin) for 10 min; saved 2026-12-03 10:40`."""
-    from remote.notify.evaluate import minutes
+    from remote.core.words import minutes
 
     floor = baseline["accept_length"] * (1.0 - baseline["margin"])
     saved = time.strftime("%Y-%m-%d %H:%M", time.localtime(baseline["saved_at"])) if baseline.get("saved_at") else "?"

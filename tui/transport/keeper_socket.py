@@ -56,11 +56,15 @@ def private_directory(path):
     return not_private(path, directory=True)
 
 
+def state_dir():
+    """This machine's specdeck state ($XDG_STATE_HOME/specdeck): the log, the links pointer."""
+    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return os.path.join(base, "specdeck")
+
+
 def pointer_path():
     """The file naming the fresh directory our keepers use when the usual one may not be used."""
-    from ..cli.common import log_path
-
-    return os.path.join(os.path.dirname(log_path()), "links-dir")
+    return os.path.join(state_dir(), "links-dir")
 
 
 def fresh_directory():
