@@ -420,6 +420,10 @@ class SpeculationPane(Pane):
         shown, gap = (bars_line, " ") if self.compact else (bars, "\n")
         if window.get("per_position_note"):
             return safe_text(window["per_position_note"])
+        if window.get("per_position") and self.compact:  # one line of 80 columns: K=3 whole
+            return "share (%s): %s  conditional %s" % (_span(window.get("window_s") or self.window_s), "  ".join(
+                "pos %d %.1f%%" % (position, 100.0 * rate) for position, rate in enumerate(window["per_position"])),
+                rates(window.get("per_position_conditional")))
         if window.get("per_position"):
             return "per position over the last %s (unconditional share):%s%s%s%s %s" % (
                 _span(window.get("window_s") or self.window_s), gap, shown(window["per_position"]), gap, CONDITIONAL_NAME,
