@@ -88,7 +88,9 @@ def test_a_two_node_jobs_nodes_are_both_sampled_and_reach_the_daemon_by_node(clu
                           message="%s's series" % node)
         assert sorted(s["gpu_index"] for s in series) == list(range(8)) and all(s["points"] for s in series)
     assert cluster.call("telemetry.history", {"metric": "power_w", "since_s": 600})["series"] == []  # this host has no GPU
-    host_cpu = cluster.call("telemetry.history", {"metric": "cpu_percent", "host": True, "node": "n2", "since_s": 600})
+    # A node's host figures reach the store on its flush, like its GPUs' above: waited for the same way.
+    host_cpu = wait_for(lambda: (lambda reply: reply if reply["series"] else None)(cluster.call(
+        "telemetry.history", {"metric": "cpu_percent", "host": True, "node": "n2", "since_s": 600})), message="n2's host series")
     assert host_cpu["node"] == "n2" and len(host_cpu["series"]) == 1
     # The command line shows the job's nodes.
     shown = run_cli("gpus", "--python", host_python, "gpuhost", "--job", job["id"], home=laptop, check=0).stdout
