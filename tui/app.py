@@ -350,6 +350,10 @@ class SpecdeckApp(PaneHost):
                 return False
         return answer["accept"]
 
+    def refresh_bindings(self):
+        if self.screen_stack:  # none while the app closes: a host's late news changes no keys then
+            super().refresh_bindings()
+
     def on_connection_changed(self, message: ConnectionChanged):
         link = self.link_of(message.host) or self.current
         if link is not self.current:
