@@ -10,7 +10,10 @@ import pytest
 from tests.helpers.cli import laptop_for, stop_daemon
 from tests.helpers.keepers import end_keepers, short_runtime_dir
 
-pytest_plugins = ["tests.fleet_fixtures", "tests.hub_fixtures", "tests.slurm_fixtures", "tests.sshd_fixtures"]
+pytest_plugins = [
+    "tests.fleet_fixtures", "tests.hostile_servers", "tests.hub_fixtures", "tests.notify_receiver", "tests.slurm_fixtures", "tests.sshd_fixtures",
+    "tests.helpers.coverage", "tests.helpers.metrics", "tests.helpers.training", "tests.helpers.vllm",
+]
 
 
 @pytest.fixture(autouse=True)

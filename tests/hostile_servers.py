@@ -11,6 +11,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 DATA = Path(__file__).parent / "serving_data"
 IDLE = (DATA / "vllm_metrics_idle.txt").read_text()
 AFTER = (DATA / "vllm_metrics_after.txt").read_text()  # 62 drafts, 186 drafted, 180 accepted
@@ -147,3 +149,18 @@ def empty(sock, server):
 
 
 BEHAVIOURS = {"html": html, "gzip_bomb": gzip_bomb, "empty": empty, "healthy": healthy, "trickle": trickle, "huge": huge, "nan": nan, "flood": flood, "redirect": redirect}
+
+
+@pytest.fixture
+def servers():
+    """servers(behaviour=healthy): a RawServer with that behaviour, each closed after the test."""
+    made = []
+
+    def make(behaviour=healthy):
+        server = RawServer(behaviour)
+        made.append(server)
+        return server
+
+    yield make
+    for server in made:
+        server.close()

@@ -7,6 +7,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 
 class Receiver:
     def __init__(self, mode="ok"):
@@ -81,3 +83,11 @@ class Receiver:
 
     def json_bodies(self):
         return [json.loads(r["body"]) for r in self.requests]
+
+
+@pytest.fixture
+def receiver():
+    """A loopback receiver of the host's alerts, closed after the test."""
+    found = Receiver()
+    yield found
+    found.close()

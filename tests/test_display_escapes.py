@@ -10,7 +10,7 @@ import pytest
 
 from tests.checkpoint_fixtures import _t, raw_file
 from tests.helpers.cli import run_cli
-from tests.helpers.pilot import connected, job_rows, screen_lines, to_pane
+from tests.helpers.pilot import connected, job_rows, notifications, screen_lines, to_pane
 from tests.helpers.waits import wait_for, wait_until
 from tests.notify_receiver import Receiver
 from tui.app import SpecdeckApp
@@ -111,6 +111,9 @@ async def test_the_jobs_pane_shows_a_hosts_name_with_visible_escapes(evil_job):
         await wait_until(pilot, lambda: evil_job in job_rows(app), message="the job listed")
         assert job_rows(app)[evil_job]["name"].startswith("evil\\x1b]52;c;ZWNobyBwd25lZA==\\x07\\x1b]0;owned")
         app.notify("started %s: %s" % (evil_job, EVIL_NAME))  # a toast with a host's name in it
+        await wait_until(pilot, lambda: any(evil_job in message for _title, message, _severity in notifications(app)), message="the toast")
+        toast = notifications(app)[-1][1]  # what the toast says, as the rack renders it
+        assert not controls_in(toast) and toast.startswith("started %s: evil\\x1b]52" % evil_job), toast
         await pilot.pause()
         lines = screen_lines(app)
         shown = "\n".join(lines)

@@ -9,7 +9,7 @@ import pytest
 
 from remote.fleet.methods import BUSY_UTILIZATION_PERCENT, SLOWING_THROTTLES
 from tests.helpers.waits import wait_for
-from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, RawServer, healthy, trickle
+from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, trickle
 from tui.transport.connection import open_client
 
 RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
@@ -22,20 +22,6 @@ def gpu_host(agent_home, monkeypatch):
     client = open_client("local")
     yield client
     client.close()
-
-
-@pytest.fixture
-def servers():
-    made = []
-
-    def make():
-        server = RawServer(healthy)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def summary(client):

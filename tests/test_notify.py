@@ -7,7 +7,6 @@ import json
 import os
 import signal
 
-import pytest
 
 from tests.helpers.cli import daemon_pid
 from tests.helpers.notify import status
@@ -22,13 +21,6 @@ def add(client, url, **params):
 def failing_job(client, code=3, name="finetune aq-k2", **params):
     return client.call("jobs.submit", dict(params, argv=["sh", "-c", "echo step 1840 loss 1.23; echo CUDA error: out of memory; exit %d" % code],
                                              name=name))
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def test_each_format_gets_what_its_service_documents(client, receiver):

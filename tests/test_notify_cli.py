@@ -17,13 +17,6 @@ SECRET = "tk_9f3e7a51c2d84b06"
 
 
 @pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
-
-
-@pytest.fixture
 def laptop_home(tmp_path):
     home = tmp_path / "laptop"
     home.mkdir()

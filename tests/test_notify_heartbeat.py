@@ -24,19 +24,11 @@ from remote.notify import heartbeat
 from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.fleet import LocalFleet
 from tests.helpers.waits import wait_for, wait_until
-from tests.notify_receiver import Receiver
 from tui.app import UNREACHABLE_AFTER_S, SpecdeckApp
 
 PERIOD_S = 1.0
 CHECK = "/ping/5f2c0b9e-7d3a-4c1e-9b8f-2a6d4e1c0f37"
 PUSH = "/api/push/kQ7uptime?status=up"
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def pings(receiver, path):

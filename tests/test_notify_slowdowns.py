@@ -23,7 +23,6 @@ import pytest
 from tests.helpers.cli import run_cli
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for
-from tests.notify_receiver import Receiver
 from tui.transport.connection import open_client
 
 RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
@@ -67,13 +66,6 @@ def gpu_client(agent_home, monkeypatch):
     client = open_client("local")
     yield client
     client.close()
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def alerts_of(receiver, job_id):

@@ -10,12 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
 
 from tests.helpers.cli import run_cli
 from tests.helpers.metrics import MetricsServer
 from tests.helpers.waits import wait_for
-from tests.notify_receiver import Receiver
 
 METRICS = (Path(__file__).parent / "serving_data" / "vllm_metrics_full.txt").read_text()
 STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
@@ -33,13 +31,6 @@ TRAINER = """\
     for n in range(15, 20):
         step(n)
 """ % STEP_LINE
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def stall_channel(client, receiver):

@@ -20,7 +20,7 @@ from tests.helpers.pilot import OnePane
 from tests.helpers.waits import wait_for
 from tests.helpers.waits import wait_until
 from tests.notify_receiver import Receiver
-from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)
+from tests.helpers.vllm import free_port
 from tui.serving.advisor import advice_lines
 from tui.serving.pane import SpeculationPane
 

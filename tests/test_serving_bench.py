@@ -4,7 +4,6 @@ drafts, so its accept length is exactly 1.00, each cycle pays for K drafts and a
 to yield one token, and the benchmark must say it is slower, below break-even."""
 
 import json
-import os
 
 import pytest
 
@@ -13,12 +12,6 @@ from tests.helpers.cli import run_cli
 from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(900)  # two vLLM start-ups on a 2-core machine (~55 s each when idle)
-
-
-@pytest.fixture
-def models():
-    python = serving_fixtures.require_vllm()
-    return serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
 
 
 # Two categories of the user's own (bench --prompts), each request's figures filed under its prompt's.

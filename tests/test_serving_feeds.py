@@ -10,7 +10,7 @@ import pytest
 from remote.serving.sampler import RECORDED
 from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
-from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, BEHAVIOURS, RawServer, healthy, trickle
+from tests.hostile_servers import AFTER, AFTER_ACCEPT_LENGTH, BEHAVIOURS, healthy, trickle
 
 
 def service(client, name="serving"):
@@ -19,20 +19,6 @@ def service(client, name="serving"):
 
 def source_status(client, key):
     return next((s for s in service(client)["detail"].get("source_list", ()) if s["key"] == key), None)
-
-
-@pytest.fixture
-def servers():
-    made = []
-
-    def make(behaviour):
-        server = RawServer(behaviour)
-        made.append(server)
-        return server
-
-    yield make
-    for server in made:
-        server.close()
 
 
 def healthy_accept_length(client, server):

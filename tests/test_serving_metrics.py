@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry, Gauge, generate_latest
 
 from remote.serving import breakeven, engines, metrics
 from tests.helpers.cli import run_cli
-from tests.helpers.metrics import AFTER, IDLE, LOG_LINE, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
+from tests.helpers.metrics import AFTER, IDLE, LOG_LINE, scaled
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 

@@ -18,7 +18,7 @@ from textual.widgets import Static
 from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_for, wait_until
-from tests.helpers.metrics import AFTER, MetricsServer, metrics_server, scaled  # noqa: F401 (metrics_server: a fixture)
+from tests.helpers.metrics import AFTER, MetricsServer, scaled
 from tests.helpers.sweeps import known_sweep
 from tests.notify_receiver import Receiver
 from tui.transport.connection import open_client

@@ -18,7 +18,7 @@ from tests import serving_fixtures
 from tests.helpers.cli import run_cli
 from remote.serving import engines
 from tests.helpers.waits import wait_for
-from tests.helpers.vllm import free_port, models, gpuhost  # noqa: F401 (models, gpuhost: fixtures)
+from tests.helpers.vllm import free_port
 
 pytestmark = pytest.mark.timeout(900)  # the first test waits for the module's vLLM to start
 K = 3

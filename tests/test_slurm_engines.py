@@ -20,8 +20,8 @@ import pytest
 from remote.training import logparse
 from tests import serving_fixtures
 from tests.helpers.cli import REPO_ROOT, run_cli
-from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
-from tests.helpers.vllm import free_port, models  # noqa: F401 (models: the fixture)
+from tests.helpers.training import MAKER, PATCH
+from tests.helpers.vllm import free_port
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 

@@ -15,7 +15,6 @@ from tests.helpers.cli import run_cli
 from tests.helpers.pilot import GpusApp
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for, wait_until
-from tests.notify_receiver import Receiver
 from tui.transport.connection import open_client
 from tui.telemetry.pane import GpusPane
 
@@ -44,13 +43,6 @@ WRITER = """\
 def tiny_fs(tmp_path):
     with small_tmpfs(tmp_path / "tiny", SIZE) as mnt:
         yield mnt
-
-
-@pytest.fixture
-def receiver():
-    found = Receiver()
-    yield found
-    found.close()
 
 
 def disk_alerts(receiver):

@@ -20,7 +20,7 @@ from tests import checkpoint_fixtures
 from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane
 from tests.helpers.snapshot import SnapshotApp, freeze
-from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tests.helpers.training import MAKER, PATCH
 from tests.helpers.waits import wait_for, wait_until
 from tui.app import PANES
 from tui.training.pane import TrainingPane

@@ -6,8 +6,6 @@ generation's progress (samples done of total, rate, ETA) from its real tqdm bars
 import json
 import os
 import signal
-import sys
-import textwrap
 
 import pytest
 

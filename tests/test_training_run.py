@@ -14,7 +14,7 @@ import pytest
 
 from remote.training import logparse
 from tests.helpers.cli import run_cli
-from tests.helpers.training import MAKER, PATCH, speculators_python  # noqa: F401 (the fixture)
+from tests.helpers.training import MAKER, PATCH
 from tests.helpers.waits import wait_for
 
 def test_real_training_job_curves_match_its_log(speculators_python, agent_home, tmp_path):

@@ -20,22 +20,20 @@ disk, which is what lets a restarted daemon re-adopt running jobs.
 """
 
 import errno
-import json
 import logging
 import os
 import re
 import shutil
 import signal
-import subprocess
 import threading
 import time
 
-from . import containment, engines
+from . import containment, engines, launch
 from . import log as job_log
 from ..core import paths
 from .counter import raise_counter, read_counter
-from .input import check_command, check_cwd, check_env, check_exec_size, disk_error
-from .login_env import login_environment, login_path, resolve_executable
+from .input import disk_error
+from .login_env import login_path, resolve_executable
 from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json, reserve, write_json
 from ..core.words import LIVE_STATES
@@ -47,7 +45,6 @@ log = logging.getLogger("specdeck.jobs")
 TAIL_MAX_BYTES = 1024 * 1024
 PROGRESS_MAX_BYTES = 256 * 1024  # a job's progress.json, as its record carries it
 SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json", "engine.json")
-KIND_PATTERN = re.compile(r"[a-z][a-z0-9_-]{0,31}\Z")  # any kind: command, download, server, training, ...
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
 
 
@@ -78,27 +75,12 @@ class JobStore:
 
         The job's environment is the user's login environment on this host plus `env` and
         `secret_env`; nothing of the daemon's own."""
-        if not isinstance(kind, str) or not KIND_PATTERN.match(kind):
-            raise BadRequest("a job kind is a short lower-case word (command, download, server, training), not %r" % (kind,))
-        if meta is not None and not isinstance(meta, dict):
-            raise BadRequest("meta must be an object")
         if engine is None:
             engine, engine_options = engines.requested_engine()
         runner = None if engine in (None, engines.LOCAL) else engines.get(engine)
         if runner is not None:
             engine_options = runner.check_options(engine_options)
-        check_command(argv, interpreter)
-        env = check_env(env or {}, "env")
-        secret_env = check_env(secret_env or {}, "secret env")
-        cwd = check_cwd(cwd)
-        environment = login_environment()
-        environment.update(env)
-        environment.update(secret_env)
-        if interpreter:
-            argv = [resolve_executable(interpreter, cwd, environment["PATH"])] + list(argv)
-        else:
-            argv = [resolve_executable(argv[0], cwd, environment["PATH"])] + list(argv[1:])
-        check_exec_size(argv, environment)
+        argv, cwd, env, environment = launch.checked(argv, cwd, env, interpreter, kind, meta, secret_env)
         job_id, job_dir = reserved or self._new_job_dir()
         spec = {
             "id": job_id,
@@ -122,20 +104,11 @@ class JobStore:
         except OSError as exc:
             self._undo(job_id, job_dir, whole=reserved is None)
             raise disk_error(exc, "a new job", self.root)
-        # The supervisor forks itself away and returns at once; waiting for it reaps it.
-        launcher = subprocess.Popen(
-            paths.agent_argv() + ["supervise", job_dir],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            env=paths.agent_env(),
-            close_fds=True,
-        )
-        _, errors = launcher.communicate(json.dumps(environment).encode("utf-8", "surrogatepass"))
-        if launcher.returncode != 0:
+        try:
+            launch.start_supervisor(job_dir, environment)
+        except RemoteError:
             self._undo(job_id, job_dir, whole=reserved is None)
-            lines = errors.decode("utf-8", "replace").strip().splitlines()
-            raise RemoteError("InternalError", "the job's supervisor did not start: %s" % (lines[-1] if lines else "exit %d" % launcher.returncode))
+            raise
         return self.describe(job_id)
 
     def _submit_to_engine(self, runner, job_id, job_dir, spec, environment, options, whole):
@@ -357,17 +330,18 @@ class JobStore:
         try:
             write_json(stop_path, {"requested_at": time.time(), "grace_s": grace_s})
             stop_signal = signal.SIGUSR1
+            job["state"] = "stopping"  # as describe says of a live job with stop.json: described once per stop
         except OSError:
             stop_signal = signal.SIGTERM  # a full disk: the supervisor stops with its default grace
         run = _object(read_json(os.path.join(job_dir, "run.json")))
         if run is None:
-            return self.describe(job_id)  # the supervisor reads stop.json before it starts the job
+            return job  # the supervisor reads stop.json before it starts the job
         if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
             try:
                 os.kill(run["supervisor_pid"], stop_signal)
             except ProcessLookupError:
                 pass
-        return self.describe(job_id)
+        return job
 
     def forget(self, job_ids):
         """Remove ended jobs (directory and log). Refuses the whole request, removing nothing,

@@ -103,7 +103,7 @@ json.dump({
 
 
 @pytest.fixture(scope="module")
-def made():
+def coverage_made():
     python = serving_fixtures.require_vllm()
     models = serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
     out = Path(tempfile.mkdtemp(prefix="specdeck-coverage-"))  # the host's user reads it: not under root's pytest dir
@@ -119,15 +119,15 @@ def made():
 
 
 @pytest.fixture(scope="module")
-def home(sshd, tmp_path_factory):
+def coverage_home(sshd, tmp_path_factory):
     """The laptop's HOME, which knows the test sshd as `gpuhost`."""
     return sshd.client_home(tmp_path_factory.mktemp("laptop"))
 
 
 @pytest.fixture(scope="module")
-def client(home):
+def coverage_client(coverage_home):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
+        patch.setenv("HOME", str(coverage_home))
         patch.delenv("SSH_AUTH_SOCK", raising=False)
         connected = open_client("gpuhost")
         try:
