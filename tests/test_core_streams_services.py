@@ -9,6 +9,7 @@ import time
 from remote.core import streams
 from remote.core.services import Service, ServiceRunner, Services
 from remote.core.streams import Topic, TopicSource
+from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 
 
@@ -192,9 +193,7 @@ def test_following_the_last_bytes_of_a_log_starts_on_a_whole_line(agent_home):
     client = open_client("local")
     try:
         job = client.call("jobs.submit", {"argv": ["printf", "aaaa\\nbbbb\\ncccc\\n"]})
-        deadline = time.monotonic() + 30
-        while client.call("jobs.get", {"id": job["id"]})["log_bytes"] < 15 and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: client.call("jobs.get", {"id": job["id"]})["log_bytes"] >= 15, 30, message="the job's three lines")
         ended = threading.Event()
         texts = []
         client.subscribe("jobs.follow", {"id": job["id"], "after": -7}, lambda data, seq: texts.append(data["text"]), lambda data: ended.set())
@@ -238,12 +237,9 @@ def test_a_job_that_fails_at_once_is_announced_as_ended_and_raises_its_alert(age
         def ended(job_id):
             return [r for f in frames for r in f.get("records", []) if r["id"] == job_id and r["event"] == "ended"]
 
-        deadline = time.monotonic() + 30
-        while not all(ended(job["id"]) for job in jobs) and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert all(ended(job["id"]) for job in jobs), [(r["id"], r["event"]) for f in frames for r in f.get("records", [])]
-        while len(alerts) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: all(ended(job["id"]) for job in jobs), 30,
+                 message=lambda: "every end: %r" % [(r["id"], r["event"]) for f in frames for r in f.get("records", [])])
+        wait_for(lambda: len(alerts) >= 3, 30, message="three alerts")
         assert sorted(a["job_id"] for a in alerts if a["kind"] == "job_failed") == sorted(job["id"] for job in jobs)
     finally:
         client.close()

@@ -8,7 +8,7 @@ import time
 
 from tests.helpers.cli import REPO_ROOT
 from tests.helpers.pilot import SIZE, connected
-from tests.helpers.waits import wait_until
+from tests.helpers.waits import wait_for, wait_until
 from tui.app import SpecdeckApp
 from tui.transport.connection import open_client
 from tui.jobs.pane import JobsTable
@@ -26,10 +26,7 @@ def test_the_stream_carries_the_unfinished_line_as_it_is_redrawn(agent_home):
         job = client.call("jobs.submit", {"argv": [sys.executable, "-c", PROGRESS]})
         texts, ended = [], threading.Event()
         client.subscribe("jobs.follow", {"id": job["id"], "after": 0}, lambda data, seq: texts.append(data["text"]), lambda data: ended.set())
-        deadline = time.monotonic() + 60
-        while "\r 16%" not in "".join(texts):
-            assert time.monotonic() < deadline, "no redraw of the bar arrived: %r" % texts
-            time.sleep(0.05)
+        wait_for(lambda: "\r 16%" in "".join(texts), 60, interval_s=0.05, message=lambda: "a redraw of the bar: %r" % texts)
         seen_at = time.time()
         assert ended.wait(60)
         ended_at = client.call("jobs.get", {"id": job["id"]})["ended_at"]

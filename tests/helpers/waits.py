@@ -11,7 +11,7 @@ INTERVAL_S = 0.05
 
 
 def _timed_out(timeout_s, predicate, message, last_value, last_exc):
-    what = message or getattr(predicate, "__name__", repr(predicate))
+    what = (message() if callable(message) else message) or getattr(predicate, "__name__", repr(predicate))  # a callable: said as it is then
     seen = "last exception: %r" % (last_exc,) if last_exc is not None else "last value: %r" % (last_value,)
     return AssertionError("timed out after %s s waiting for %s; %s" % (timeout_s, what, seen))
 
