@@ -15,7 +15,9 @@ from remote.core.protocol import RemoteError
 from tests.helpers.cli import REPO_ROOT
 from tests.helpers.pilot import DownloadsHost, text_of
 from tests.helpers.waits import wait_for, wait_until
-from tui.downloads.pane import FILES_PAGE, DownloadsPane, FileProgress
+from tui.downloads.file_progress import FileProgress
+from tui.downloads.files_view import FILES_PAGE
+from tui.downloads.pane import DownloadsPane
 
 MANY = 1200  # enough for a record that carried every file to be 100 KB
 RECORD_MAX_BYTES = 16 * 1024  # one job's record, whatever the number of its files

@@ -18,7 +18,8 @@ from tests.hub_fixtures import blob
 from tui import config
 from tui.checkpoints.pane import TensorsPane
 from tui.downloads.form import DownloadForm
-from tui.downloads.pane import DownloadsPane, FileProgress
+from tui.downloads.file_progress import FileProgress
+from tui.downloads.pane import DownloadsPane
 from tui.screens.confirm import ConfirmScreen
 
 

@@ -14,7 +14,7 @@ failures), whatever their number; the per-file rows are a page the pane asks the
 from rich.text import Text
 from textual import on
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, ProgressBar, Static
 
 from .. import config
@@ -23,15 +23,14 @@ from ..jobs import model as jobs
 from ..messages import AgentError, OpenCheckpoint
 from ..pane import Pane
 from ..screens.confirm import ConfirmScreen
-from .file_progress import FileProgress
-from .form import DownloadForm, console_hint
-from .model import COLUMNS, VERDICT_STATES, action, bytes_total, figures, files_line, has_ended, is_active, local_dir, progress, repo
+from .files_view import FILES_PAGE, FilesView, verdict_text
+from .form import DownloadForm
+from .model import COLUMNS, VERDICT_STATES, action, bytes_total, figures, has_ended, is_active, local_dir, progress, repo
 from .repair import params_from_meta, repair_params
 
 CALL_TIMEOUT_S = 30.0
 START_TIMEOUT_S = 180.0
 HINT = "n new  x cancel  r retry/repair  v verify again  t open in Tensors  . , files"
-FILES_PAGE = 20  # file rows shown at once: a page of download.files
 
 
 def job_message(job):
@@ -54,8 +53,7 @@ class DownloadsPane(Pane):
     DownloadsPane #downloads-total-row { height: 1; }
     DownloadsPane #downloads-total-row > Label { width: 8; }
     DownloadsPane #downloads-verdict { height: auto; }
-    DownloadsPane #downloads-files-head { height: 1; color: $text-muted; }
-    DownloadsPane #downloads-files { height: 1fr; }
+    DownloadsPane #downloads-files-view { height: 1fr; }
     """
 
     BINDINGS = [
@@ -77,7 +75,6 @@ class DownloadsPane(Pane):
         self.book = None
         self.stopped_here = set()  # ids the user cancelled: their end is no news
         self.selected_id = None
-        self.shown_files = None  # (job id, file paths) the per-file bars were built for
         self.files_page = None  # the last download.files reply shown: {id, total, offset, files}
         self.files_offset = 0  # the first file of the page asked for, of the selected job
         self._files_asking = False  # a download.files request is on its way
@@ -97,8 +94,7 @@ class DownloadsPane(Pane):
                 yield Label("total")
                 yield ProgressBar(id="downloads-total", show_eta=False)
             yield Static(id="downloads-verdict")
-            yield Static(id="downloads-files-head")
-            yield VerticalScroll(id="downloads-files")
+            yield FilesView(id="downloads-files-view")
         yield self.status_line("asking the host for its downloads ...", id="downloads-status")
 
     def on_mount(self):
@@ -199,7 +195,7 @@ class DownloadsPane(Pane):
         self.query_one("#downloads-detail").display = job is not None
         if job is None:
             self.files_page = None
-            self._rebuild_files(None, [])
+            self.query_one(FilesView).show(None, None, None)
             return
         found = progress(job)
         shown = figures(job)
@@ -231,7 +227,7 @@ class DownloadsPane(Pane):
         # and a bar without a total would animate as if it were still working.
         self.query_one("#downloads-total-row").display = total is not None or not has_ended(job)
         total_bar.update(total=total, progress=found.get("bytes_done") or 0)
-        verdict.update(self._verdict_text(job))
+        verdict.update(verdict_text(job))
         self._ask_files(job)
         self._show_files()
 
@@ -273,25 +269,7 @@ class DownloadsPane(Pane):
     def _show_files(self):
         job = self.selected_job()
         page = self.files_page if job is not None and self.files_page is not None and self.files_page["id"] == job["id"] else None
-        head = self.query_one("#downloads-files-head", Static)
-        text = Text()
-        counts = files_line(job, of_total=page is None) if job is not None else ""
-        if page is not None and page["total"]:
-            first = page["offset"] + 1
-            text.append("files {:,}-{:,} of {:,}".format(first, page["offset"] + len(page["files"]), page["total"]))
-            if counts:
-                text.append("  (%s)" % counts, style="dim")
-            if page["total"] > FILES_PAGE:
-                text.append("  . next  , previous", style="dim")
-        elif counts:
-            text.append(counts, style="dim")
-        if self._files_error:
-            text.append("  files not read: %s" % self._files_error, style="red")
-        head.update(text)
-        files = page["files"] if page is not None else []
-        self._rebuild_files(job["id"] if job is not None else None, files)
-        for widget, entry in zip(self.query(FileProgress), files):
-            widget.show(entry)
+        self.query_one(FilesView).show(job, page, self._files_error)
 
     def action_files_page(self, step):
         job = self.selected_job()
@@ -306,37 +284,6 @@ class DownloadsPane(Pane):
             return
         self.files_offset = offset
         self._ask_files(job)
-
-    @staticmethod
-    def _verdict_text(job):
-        found = progress(job)
-        verdict = found.get("verdict")
-        if verdict and verdict.get("status") == jobs.STOPPED:  # asked for: no failure, and what is kept
-            text = Text("stopped: ", style=STATE_STYLES.get(jobs.STOPPED, ""))
-            text.append(verdict.get("message") or "")
-            text.append("  (r %s)" % ("continues it" if action(job) == "download" else "verifies again"), style="dim")
-            return text
-        if verdict:
-            good = verdict.get("status") == "verified"
-            text = Text("verdict: ", style="dim")
-            text.append(safe_text(verdict.get("status", "")), style="bold green" if good else "bold red")
-            text.append("  " + safe_text(console_next_step(verdict.get("message") or "")))
-            if verdict.get("file"):
-                text.append("  (%s)" % safe_text(verdict["file"]), style="red")
-            return text
-        error = found.get("error") or job.get("error")
-        if error:
-            return Text("error: " + safe_text(console_hint(error.partition(":")[0], console_next_step(error))), style="red")
-        return Text("")
-
-    def _rebuild_files(self, job_id, files):
-        key = (job_id, tuple(entry.get("path") for entry in files))
-        if key == self.shown_files:
-            return
-        self.shown_files = key
-        container = self.query_one("#downloads-files", VerticalScroll)
-        container.remove_children()
-        container.mount_all([FileProgress(entry) for entry in files])
 
     # -- keys
 
