@@ -107,11 +107,15 @@ def _disk(disk):
     return text + ", %s free now" % size(disk["free_bytes_now"])
 
 
-def render(report):
-    """The report's text, one screen."""
-    span = minutes(report["until"] - report["since"])
-    lines = ["specdeck report %s: the last %s (%s to %s)" % (report.get("host") or "", span, day_clock(report["since"]),
-                                                              day_clock(report["until"]))]
+def heading(report):
+    """`9 h 00 min (Thu 11:26 to Thu 20:26)`: the report's span, said once."""
+    return "%s (%s to %s)" % (minutes(report["until"] - report["since"]), day_clock(report["since"]), day_clock(report["until"]))
+
+
+def render(report, titled=True):
+    """The report's text, one screen; `titled`: with its first line naming the host and the span
+    (a screen that has its own title leaves it out)."""
+    lines = ["specdeck report %s: the last %s" % (report.get("host") or "", heading(report))] if titled else []
     _section(lines, "Jobs", report["jobs"], _job, "no job started, ended or ran")
     _section(lines, "Training", report["training"], _training, "no training run")
     _section(lines, "Servers", report["servers"], _server, "no server")
