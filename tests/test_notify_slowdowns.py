@@ -5,7 +5,8 @@ CUDA_VISIBLE_DEVICES):
 - a real training job that prints speculators' step lines at a steady pace, then at a quarter
   of it (`train --slowdown 0.5/2s/60s` from `config local`, the limits in seconds): one
   `slowdown` alert with both figures and GPU 0's figures, then one `pace_back` when it is fast
-  again;
+  again; beside it a run whose steps keep their pace while its tokens/s (speculators'
+  `profile/tokens_per_s`) fall to a quarter: its `slowdown` names both figures in tokens/s;
 - at the same time a data generation (training.start, kind datagen) that says it will write
   1000 samples and writes 128 kB each into a small tmpfs (its working directory) that holds
   about 60 of them: from its first samples' size `gpus --json` gives that disk's forecast (the
@@ -46,6 +47,22 @@ TRAINER = """\
     while True:  # fast again, until the test ends it
         step(0.1)
 """ % STEP_LINE
+TOKENS_LINE = STEP_LINE.replace("epoch=0,", "epoch=0, profile/tokens_per_s=%.1f,")
+TOKENS_TRAINER = """\
+    import os, sys, time
+    n = 0
+    def step(tokens):
+        global n
+        print(%r %% (1.0 / (n + 1), tokens, n), flush=True)
+        n += 1
+        time.sleep(0.1)
+    for _ in range(30):  # 10 steps/s at 4000 tokens/s for 3 s
+        step(4000.0)
+    while not os.path.exists(sys.argv[1]):  # the same steps, a quarter of the tokens (shorter sequences, a slow packer)
+        step(1000.0)
+    while True:
+        step(4000.0)
+""" % TOKENS_LINE
 
 
 GENERATOR = """\
@@ -76,8 +93,10 @@ def receiver():
     found.close()
 
 
-def alerts_of(receiver, job_id):
-    return [a for body in receiver.json_bodies() for a in body["alerts"] if a["job_id"] == job_id]
+def alerts_of(receiver, job_id, kinds=("slowdown", "pace_back", "datagen_disk_full")):
+    """The receiver's alerts about the job of these kinds (the host's own disk may fill under a
+    run's working directory while it runs: told too, and not what these assert)."""
+    return [a for body in receiver.json_bodies() for a in body["alerts"] if a["job_id"] == job_id and a["kind"] in kinds]
 
 
 def test_a_run_at_a_quarter_of_its_pace_and_a_datagen_that_will_not_fit_are_told_once_each(gpu_client, receiver, tmp_path):
@@ -100,10 +119,13 @@ def slowed_down_and_back(client, receiver, tmp_path):
     bad = run_cli("config", "local", "--slowdown", "half", check=2)
     assert "--slowdown: the fraction is a number from 0 to 1" in bad.stderr
     run_cli("config", "local", "--slowdown", "0.5/2s/60s", check=0)  # the host's default: train sends it
-    script, go = tmp_path / "trainer.py", tmp_path / "go"
+    script, tokens_script, go = tmp_path / "trainer.py", tmp_path / "tokens_trainer.py", tmp_path / "go"
     script.write_text(textwrap.dedent(TRAINER))
+    tokens_script.write_text(textwrap.dedent(TOKENS_TRAINER))
     job_id = run_cli("train", "local", "--name", "eagle3 slow", "--env", "CUDA_VISIBLE_DEVICES=0", "--",
                      sys.executable, "-u", str(script), str(go), check=0).stdout.strip()
+    tokens_job = run_cli("train", "local", "--name", "eagle3 short seqs", "--", sys.executable, "-u", str(tokens_script), str(go),
+                         check=0).stdout.strip()
     assert client.call("jobs.get", {"id": job_id})["meta"]["slowdown"] == {"fraction": 0.5, "for_s": 2.0, "median_s": 60.0}
 
     slow, = wait_for(lambda: alerts_of(receiver, job_id) or None, message="the slowdown's alert")
@@ -118,14 +140,27 @@ def slowed_down_and_back(client, receiver, tmp_path):
     assert re.search(r"GPU 0: .*(not throttled|throttled \(.+\))", slow["message"]), slow["message"]
     assert slow["gpu_figures_age_s"] is not None and "global_step" in slow["log_tail"][-1]
 
+    tokens_slow, = wait_for(lambda: alerts_of(receiver, tokens_job) or None, message="the tokens/s slowdown's alert")
+    found = re.match(r"%s \(eagle3 short seqs\) at ([\d.]+) tokens/s, its hour's median ([\d.]+) tokens/s, for \d+ s; "
+                     % tokens_job, tokens_slow["message"])
+    assert found and tokens_slow["kind"] == "slowdown" and tokens_slow["unit"] == "tokens/s", tokens_slow["message"]
+    assert 900 <= float(found.group(1)) < 2000 and 3000 <= float(found.group(2)) <= 4000, tokens_slow["message"]  # ~1000 against 4000
+    assert round(tokens_slow["pace"]) == float(found.group(1)) and round(tokens_slow["median_pace"]) == float(found.group(2))
+
     go.write_text("")
+    _, tokens_back = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(alerts_of(receiver, tokens_job)),
+                              message="the tokens/s follow-up")
+    assert tokens_back["kind"] == "pace_back" and " tokens/s (its median " in tokens_back["message"]
+    client.call("jobs.stop", {"id": tokens_job, "grace_s": 0})
+    # Its steps kept their pace: told once, by its tokens/s alone.
+    assert [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == tokens_job and a["kind"] != "disk_filling"] == ["pace_back", "slowdown"]
     _, back = wait_for(lambda: (lambda found: found if len(found) >= 2 else None)(alerts_of(receiver, job_id)),
                        message="the follow-up")
     assert back["kind"] == "pace_back" and not back["urgent"] and back["categories"] == ["slowdown", "training"]
     assert re.match(r"%s \(eagle3 slow\) back to pace after \d+ s: [\d.]+ steps/s \(its median [\d.]+ steps/s, at its slowest [\d.]+\)"
                     % job_id, back["message"]), back["message"]
     client.call("jobs.stop", {"id": job_id, "grace_s": 0})
-    assert [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == job_id] == ["pace_back", "slowdown"]
+    assert [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == job_id and a["kind"] != "disk_filling"] == ["pace_back", "slowdown"]
     assert len(alerts_of(receiver, job_id)) == 2
 
 
