@@ -11,12 +11,17 @@ CUDA_VISIBLE_DEVICES):
   1000 samples and writes 128 kB each into a small tmpfs (its working directory) that holds
   about 60 of them: from its first samples' size `gpus --json` gives that disk's forecast (the
   sample it fills at) and one `datagen_disk_full` alert comes, before the disk's own fill rate
-  says it fills."""
+  says it fills;
+- and a data generation that does not say how many samples it will write (a tqdm bar with no
+  total), writing into a second tmpfs and then stopping with its process alive (`stall_after_s`
+  3 s): its forecast in `gpus --json` is the disk's fill rate alone, the `disk_filling` alert
+  says its total is not known, and it is told as `job_stalled` once its progress stops."""
 
 import json
 import re
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -78,6 +83,19 @@ GENERATOR = """\
 """ % SAMPLE
 
 
+OPEN_GENERATOR = """\
+    import time
+    began = time.monotonic()
+    for n in range(1, 101):  # 5 samples a second for 20 s, no total said; then it hangs (the test ends it)
+        with open("sample_%%04d.bin" %% n, "wb") as f:
+            f.write(b"h" * %d)
+        print("Generating: %%dit [00:01, 5.00it/s]" %% n, flush=True)
+        time.sleep(max(0.0, began + n / 5.0 - time.monotonic()))
+    print("waiting on the tokenizer pool", flush=True)
+    time.sleep(600)
+""" % (SAMPLE // 2)
+
+
 @pytest.fixture
 def gpu_client(agent_home, monkeypatch):
     monkeypatch.setenv("SPECDECK_NVML_REPLAY", "%s:1" % RECORDING)
@@ -101,16 +119,21 @@ def alerts_of(receiver, job_id, kinds=("slowdown", "pace_back", "datagen_disk_fu
 
 def test_a_run_at_a_quarter_of_its_pace_and_a_datagen_that_will_not_fit_are_told_once_each(gpu_client, receiver, tmp_path):
     client = gpu_client
-    client.call("notify.add", {"url": receiver.url + "/hook", "format": "json", "on": "slowdown,disks"})
-    with small_tmpfs(tmp_path / "tiny", 8 * MIB) as disk:
+    client.call("notify.add", {"url": receiver.url + "/hook", "format": "json", "on": "slowdown,disks,stalled"})
+    with small_tmpfs(tmp_path / "tiny", 8 * MIB) as disk, small_tmpfs(tmp_path / "open", 32 * MIB) as open_disk:
         datagen = client.call("training.start", {"kind": "datagen", "name": "hidden states", "cwd": str(disk),
                                                  "argv": [sys.executable, "-c", textwrap.dedent(GENERATOR)]})["id"]
+        open_ended = client.call("training.start", {"kind": "datagen", "name": "stream shards", "cwd": str(open_disk),
+                                                    "stall_after_s": 3,
+                                                    "argv": [sys.executable, "-c", textwrap.dedent(OPEN_GENERATOR)]})["id"]
         try:
             slowed_down_and_back(client, receiver, tmp_path)
             forecast_told_and_shown(client, receiver, datagen, disk)
+            rate_alone_and_stalled(client, receiver, open_ended, open_disk)
         finally:
-            client.call("jobs.stop", {"id": datagen, "grace_s": 0})
-            wait_for(lambda: client.call("jobs.get", {"id": datagen})["process_state"] != "running", message="the job's end")
+            for job_id in (datagen, open_ended):
+                client.call("jobs.stop", {"id": job_id, "grace_s": 0})
+                wait_for(lambda: client.call("jobs.get", {"id": job_id})["process_state"] != "running", message="the job's end")
     kinds = [a["kind"] for a in client.call("notify.list")["recent"] if a["job_id"] == datagen][::-1]
     assert kinds[0] == "datagen_disk_full" and kinds.count("datagen_disk_full") == 1, kinds  # before the disk's own rate said so
 
@@ -188,3 +211,36 @@ def forecast_told_and_shown(client, receiver, datagen, disk):
     shown_forecast, = entry["datagen"]
     assert shown_forecast["job_id"] == datagen and shown_forecast["full_at_sample"] is not None
     assert 100000 <= shown_forecast["bytes_per_sample"] <= 160000
+
+
+def rate_alone_and_stalled(client, receiver, job_id, disk):
+    def filling():
+        told = [a for a in alerts_of(receiver, job_id, ("disk_filling",)) if a["disk"] == str(disk)]
+        return told or None
+
+    told, = wait_for(filling, message="the open-ended generation's disk_filling alert")
+    found = re.match(r"%s will be full at (\d\d:\d\d) \(in .+\): .+ free, filling at .+/s; written by %s \(stream shards\); "
+                     r"%s \(stream shards\) does not say how many samples it will write: the time is the fill rate's alone$"
+                     % (re.escape(str(disk)), job_id, job_id), told["message"])
+    assert found and told["totals_unknown"] == [job_id] and told["jobs"] == [job_id], told["message"]
+    assert time.strftime("%H:%M", time.localtime(told["full_at"])) == found.group(1)
+
+    def shown():
+        sample = json.loads(run_cli("gpus", "local", "--json", check=0).stdout)
+        entry = next((d for d in sample["host"]["disks"] if d["path"] == str(disk)), None)
+        return entry if entry and entry.get("datagen") else None
+
+    entry = wait_for(shown, message="the rate-alone forecast in gpus --json")
+    forecast, = entry["datagen"]
+    assert forecast["job_id"] == job_id and forecast["total_known"] is False and forecast["full_at_sample"] is None
+    # The disk's own figures (those of the check before this sample at most a second older).
+    full_at = entry["read_at"] + entry["full_in_s"]
+    assert forecast["full_in_s"] > 0 and abs(forecast["full_at"] - full_at) <= 0.1 * entry["full_in_s"] + 2, (forecast, entry)
+
+    stalled, = wait_for(lambda: alerts_of(receiver, job_id, ("job_stalled",)) or None, message="the generation's stall")
+    assert stalled["categories"] == ["stalled", "training"] and stalled["urgent"]
+    assert re.match(r"%s \(stream shards\): its progress has not moved for \d+ s \(stall limit 3 s\); before: 100 samples"
+                    % job_id, stalled["message"]), stalled["message"]
+    assert stalled["log_tail"][-1] == "waiting on the tokenizer pool"
+    progress = client.call("jobs.get", {"id": job_id})["progress"]
+    assert progress["done"] == 100 and progress["total"] is None and progress["rate"] == 5.0
