@@ -26,6 +26,10 @@ def day_clock(epoch):
     return time.strftime("%a %H:%M", time.localtime(epoch)) if epoch is not None else "?"
 
 
+def times(count):
+    return "once" if count == 1 else "%d times" % count
+
+
 def number(value, digits=2):
     return "?" if value is None else ("%.*f" % (digits, value)).rstrip("0").rstrip(".") if digits else "%d" % value
 
@@ -128,7 +132,8 @@ def render(report, titled=True):
     if daemon:
         restarts = daemon.get("restarts") or []
         lines.append("  up %s (since %s); %s" % (minutes(daemon["uptime_s"]), day_clock(daemon["started_at"]),
-                     "restarted %d times: %s" % (len(restarts), ", ".join(day_clock(r["at"]) for r in restarts[-5:]))
+                     "restarted %s: %s" % (times(daemon.get("restart_count") or len(restarts)),
+                                           ", ".join(day_clock(r["at"]) for r in restarts[-5:]))
                      if restarts else "no restart in the window"))
         for service in daemon.get("service_restarts") or []:
             lines.append("  service %s restarted %d times" % (service["name"], service["restarts"]))
