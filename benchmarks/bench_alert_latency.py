@@ -1,6 +1,6 @@
 """How long after the fact a stall's and a filling disk's alert reach a person, console closed.
 
-  python3 benchmarks/bench_alert_latency.py [--runs 3] [--stall-after 3]
+  python3 benchmarks/bench_alert_latency.py [--runs 3] [--stall-after 3] [--pings 6]
 
 1. Stall: training jobs that print speculators' step lines every 0.2 s, then hang with their
    process alive (`training.start` with `stall_after_s`); each writes the time of its last step
@@ -11,6 +11,8 @@
    rule's horizon 4 s and window 5 s (`telemetry.configure`); the job writes the time its disk's
    free bytes first fell to what 4 s at its rate fill (the moment the rate predicts it full
    within the horizon). From that moment to the `disk_filling` alert's request.
+3. Heartbeat: `notify.heartbeat` at the product's floor (5 s) to the same loopback receiver; the
+   period between pings as the receiver sees them (median, lowest, highest) over `--pings`.
 
 Runs the agent on this machine in a fresh state directory (root: the tmpfs is mounted), stopped
 and removed at the end.
@@ -46,6 +48,7 @@ TRAINER = """\
 RATE = 2 << 20
 SIZE = 32 << 20
 HORIZON_S = 4.0
+HEARTBEAT_S = 5.0  # the product's floor
 WRITER = """\
     import os, sys, time
     chunk = b"x" * (%d // 50)
@@ -80,6 +83,8 @@ def wait(predicate, timeout_s=120.0):
 def delivered(receiver, kind, job_id=None):
     """(the alert, when its request came) of the first `kind` alert (about `job_id`), or None."""
     for request in list(receiver.requests):
+        if request["method"] != "POST":
+            continue  # a heartbeat's GET
         for alert in json.loads(request["body"])["alerts"]:
             if alert["kind"] == kind and (job_id is None or alert["job_id"] == job_id):
                 return alert, request["at"]
@@ -123,10 +128,19 @@ def disk(client, receiver, scratch):
         subprocess.run(["umount", "-l", mnt], check=False)
 
 
+def heartbeat(client, receiver, pings):
+    path = "/ping/bench-heartbeat"
+    client.call("notify.heartbeat", {"url": receiver.url + path, "every": HEARTBEAT_S})
+    seen = wait(lambda: (lambda found: found if len(found) >= pings else None)(
+        [r["at"] for r in list(receiver.requests) if r["path"] == path]), timeout_s=HEARTBEAT_S * (pings + 4))
+    return [b - a for a, b in zip(seen, seen[1:])]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--stall-after", type=float, default=3.0)
+    parser.add_argument("--pings", type=int, default=6)
     args = parser.parse_args()
     home = tempfile.mkdtemp(prefix="specdeck-bench-alerts-")
     scratch = tempfile.mkdtemp(prefix="specdeck-bench-alerts-jobs-")
@@ -148,6 +162,9 @@ def main():
         print("\ndisk's rate predicts it full within the horizon (%g s at %.1f MiB/s) -> disk_filling alert at the receiver: %.2f s"
               % (HORIZON_S, RATE / float(1 << 20), late_s))
         print("  (%s)" % message)
+        gaps = heartbeat(client, receiver, args.pings)
+        print("\nheartbeat every %g s, the period as the receiver sees it over %d pings: median %.3f s, lowest %.3f s, highest %.3f s"
+              % (HEARTBEAT_S, args.pings, statistics.median(gaps), min(gaps), max(gaps)))
     finally:
         receiver.close()
         try:

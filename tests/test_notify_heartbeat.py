@@ -12,6 +12,7 @@ refused) for the app's threshold (120 s; shortened here through its constructor)
 alert of the console's own, once, and its return another."""
 
 import base64
+import json
 import os
 import signal
 import stat
@@ -21,6 +22,7 @@ import pytest
 from textual.drivers.headless_driver import HeadlessDriver
 
 from remote.notify import heartbeat
+from remote.report.text import render
 from tests.helpers.cli import daemon_pid, run_cli
 from tests.helpers.fleet import LocalFleet
 from tests.helpers.waits import wait_for, wait_until
@@ -112,8 +114,14 @@ def test_pings_at_the_period_fail_while_a_failure_is_open_stop_with_the_daemon_a
     # A new connection starts the daemon again; its heartbeats with it.
     client = open_client("local")
     try:
-        assert daemon_pid(agent_home) not in (None, pid)
+        restarted = daemon_pid(agent_home)
+        assert restarted not in (None, pid)
         receiver.wait_for(before + 2)
+        # The morning report counts the restart: the new daemon's start, after the first.
+        report = json.loads(run_cli("report", "local", "--since", "1h", "--json", home=laptop, check=0).stdout)
+        daemon = report["daemon"]
+        assert daemon["restart_count"] == 1 and [r["pid"] for r in daemon["restarts"]] == [restarted] and daemon["pid"] == restarted
+        assert "; restarted once: " in render(report)  # as `report` prints it
         assert pings(receiver, CHECK + "/fail")[-1]["at"] > receiver.requests[before - 1]["at"]  # the failure still open
         assert len(pings(receiver, PUSH)) > 0
     finally:

@@ -4,12 +4,25 @@ the disks the telemetry sampler follows, the daemon's start; `specdeck report` p
 lines; and the daily digest goes once, through the channels, at a time set a few seconds ahead."""
 
 import json
+import os
+import sys
 import time
+from pathlib import Path
+from types import SimpleNamespace
 
+import remote.areas  # noqa: F401 - the agent's areas, as its entry point installs them
+from remote.core.daemon import Daemon
+from remote.history.store import HistoryStore
 from remote.report import history_figures, presence
+from remote.report.build import build
+from remote.report.text import render
+from remote.telemetry.recording import ReplayNvml, load
+from remote.telemetry.sampler import TelemetrySampler
 from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
 from tests.notify_receiver import Receiver
+
+RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
 
 
 def test_the_report_tells_the_night_and_the_digest_sends_it_once(client, agent_home):
@@ -76,3 +89,70 @@ def test_a_damaged_record_line_is_skipped_and_time_under_a_line_counts_only_what
     # under 2.46 from 0 to 60 and from 120 for one step (then a gap), and from 3600 to the end
     assert history_figures.time_under(points, 2.46, 60, 3630) == 60 + 60 + 30
     assert history_figures.spread(points) == {"min": 1.0, "median": 1.6, "max": 2.6, "mean": 1.675}
+
+
+def gpu_job(daemon, device_file, name):
+    """A real job whose process holds `device_file` open, as a CUDA process holds /dev/nvidia*."""
+    job = daemon.jobs.submit([sys.executable, "-c", "import time; f = open(%r); time.sleep(120)" % str(device_file)], name=name)
+    pid = wait_for(lambda: daemon.jobs.describe(job["id"])["pid"], message="the job's process")
+    wait_for(lambda: any(os.readlink("/proc/%d/fd/%s" % (pid, fd)) == str(device_file) for fd in os.listdir("/proc/%d/fd" % pid)),
+             message="the job holding its GPU")
+    return job["id"], pid
+
+
+def test_a_day_of_history_from_real_jobs_and_a_replayed_h200_gives_each_job_its_gpu_use(agent_home, tmp_path):
+    """A day of history on the real sampler and store, its GPU the H200 recording replayed: the
+    day before the jobs idle and loaded by turns with no job on it, then a real job while the
+    recording's load phase plays (its GPU ~100% busy), one while its stall plays (0%: a hung
+    collective or a data loader that never came back looks like this) and one that holds no GPU.
+    The report over the day gives each its own GPU use, and its text says it."""
+    document = load(RECORDING)
+    phases = {p: [i for i, f in enumerate(document["frames"]) if f["phase"] == p] for p in ("idle", "load", "stall")}
+    recorded = next(p["pid"] for f in document["frames"] for p in f["sample"]["processes"])
+    device_file = tmp_path / "nvidia0"
+    device_file.write_text("")
+    began = time.time()
+    clock = [began - 86400]
+    store = HistoryStore(str(tmp_path / "history.sqlite"), clock=lambda: clock[0]).open()
+    daemon = Daemon("test")
+    daemon.history = SimpleNamespace(store=store, add_many=store.add_many)
+    replay = ReplayNvml(document)
+    sampler = TelemetrySampler(daemon, nvml_module=replay)
+    sampler.start()
+    sampler.mapper.device_prefix = str(device_file)
+    for n in range(288):  # the day, every 5 min: nobody's GPU use
+        replay.frame = phases["load" if n % 3 == 0 else "idle"][n % len(phases["idle"])]
+        clock[0] = began - 86400 + 300 * n
+        sampler.sample_once(clock[0], clock[0])
+
+    def ran(name, frames):
+        job_id, pid = gpu_job(daemon, device_file, name)
+        replay.pid_map = {recorded: pid}
+        for index in frames:
+            replay.frame = index
+            clock[0] = time.time()
+            sampler.sample_once(clock[0], clock[0])
+        daemon.jobs.stop(job_id, grace_s=1)
+        wait_for(lambda: daemon.jobs.describe(job_id)["ended_at"], message="the job's end")
+        return job_id
+
+    busy = ran("eagle3 train", phases["load"])
+    hung = ran("eagle3 train (hung)", phases["stall"])
+    cpu = daemon.jobs.submit(["sh", "-c", "echo tokenized"], name="tokenize")["id"]
+    wait_for(lambda: daemon.jobs.describe(cpu)["state"] == "succeeded", message="the CPU job's end")
+    clock[0] = time.time()
+    store.flush()
+
+    report = build(daemon, began - 86400, time.time() + 1)
+    assert not report["errors"] and not report["cut"]
+    jobs = {j["id"]: j for j in report["jobs"]}
+    loaded = [document["frames"][i]["sample"]["gpus"][0]["utilization_percent"] for i in phases["load"]]
+    assert jobs[busy]["gpu_utilization_percent"]["max"] == max(loaded) == 100
+    assert min(loaded) <= jobs[busy]["gpu_utilization_percent"]["mean"] <= max(loaded)
+    assert jobs[hung]["gpu_utilization_percent"] == {"mean": 0.0, "max": 0.0}  # the day's load before it is not its
+    assert jobs[cpu]["gpu_utilization_percent"] is None and jobs[cpu]["exit_code"] == 0
+    assert all(jobs[j]["signal"] or jobs[j]["state"] != "succeeded" for j in (busy, hung))
+    disk = report["disks"][0]
+    assert disk["lowest_at"] >= began - 86400 and 0 < disk["lowest_free_bytes"] <= disk["total_bytes"]
+    text = render(report)
+    assert "%s command eagle3 train: started" % busy in text and ", GPU 0% mean, 0% max" in text and "100% max" in text

@@ -7,6 +7,11 @@ own (kind `datagen_disk_full`, category `disks`, urgent) naming the size of a sa
 samples left need, what is free and the sample at which the disk fills; `forecasts()` gives the
 same figures to `telemetry.latest` (each disk's `datagen`), so `gpus --json` shows them.
 
+A data generation that does not say how many samples it will write (a tqdm bar with no total)
+has no samples left to weigh: its forecast is the disk's fill rate alone (`total_known` false,
+`full_in_s` and `full_at` from the rate, `full_at_sample` None), and the disk_filling alert
+(disks.py) says its total is not known.
+
 The size of a sample is the free bytes the disk lost over the samples written since the job was
 first seen there (at least FIRST_SAMPLES of them, over at least FIRST_S seconds, so the moment a
 sample and a progress line were read apart weighs little). `check` runs on the evaluator's
@@ -81,7 +86,11 @@ class DatagenDisks:
         job = run.job
         progress = job.get("progress") or {}
         done, total, free = progress.get("done"), progress.get("total"), disk["free_bytes"]
-        if not isinstance(done, int) or not isinstance(total, int) or total <= done:
+        if not isinstance(done, int):
+            return None
+        if total is None:
+            return rate_alone(job, disk, now)
+        if not isinstance(total, int) or total <= done:
             return None
         # The samples done when the disk was read (its reading and the progress line come apart).
         read_at = disk.get("read_at") or now
@@ -100,12 +109,13 @@ class DatagenDisks:
         needed = per_sample * left
         fits = int(free // per_sample)
         rate = progress.get("rate")
-        forecast = {"job_id": job["id"], "bytes_per_sample": int(round(per_sample)), "samples_measured": int(round(written)),
+        forecast = {"job_id": job["id"], "total_known": True, "bytes_per_sample": int(round(per_sample)), "samples_measured": int(round(written)),
                     "samples_left": left, "bytes_needed": int(round(needed)), "free_bytes": free,
                     "full_at_sample": done + fits if needed > free else None, "full_in_s": None}
         if forecast["full_at_sample"] is not None and rate:
             forecast["full_in_s"] = round(fits / rate, 1)
         return forecast
+
 
     def _tell(self, job, disk, forecast, now):
         when = ""
@@ -137,3 +147,20 @@ def with_forecasts(sample, services):
     host = dict(sample.get("host") or {})
     host["disks"] = [dict(disk, datagen=evaluator.datagen_disks.forecasts(disk.get("path"))) for disk in host.get("disks") or ()]
     return dict(sample, host=host)
+
+
+def rate_alone(job, disk, now):
+    """The forecast of a data generation whose total is not known: the disk's fill rate alone
+    (None while the disk has no rate)."""
+    full_in = disk.get("full_in_s")
+    if full_in is None:
+        return None
+    return {"job_id": job["id"], "total_known": False, "bytes_per_sample": None, "samples_measured": None, "samples_left": None,
+            "bytes_needed": None, "free_bytes": disk["free_bytes"], "full_at_sample": None, "full_in_s": full_in,
+            "full_at": round((disk.get("read_at") or now) + full_in, 1), "fill_rate_bytes_per_s": disk.get("fill_rate_bytes_per_s")}
+
+
+def total_unknown(job):
+    """Whether `job` is a data generation that does not say how many samples it will write."""
+    progress = job.get("progress") or {}
+    return job.get("kind") == "datagen" and isinstance(progress.get("done"), int) and progress.get("total") is None

@@ -10,7 +10,9 @@ running jobs writing to it (remote/telemetry/host.py).
 - `disk_nearly_full`: under `low_percent` (default 2%) of it left; once, again only after it
   went back over one and a half times that.
 
-Each names the disk, its free bytes, the rate, the time it fills and the jobs writing there.
+Each names the disk, its free bytes, the rate, the time it fills and the jobs writing there (a
+data generation that does not say how many samples it will write: that its total is not known,
+so the time is the fill rate's alone).
 `check` runs on the evaluator's poll, at most every CHECK_EVERY_S; its work is one look at each
 of the sample's disks (at most the feed's DISKS_MAX) and, for a disk filling slower than the
 horizon, the progress of its jobs (from the stall module's records, else one describe each).
@@ -21,6 +23,7 @@ import time
 from ..downloads.output import fmt_gb
 from ..core.words import minutes
 from .alert import clock_text, label, make_alert
+from .datagen_disks import total_unknown
 
 CHECK_EVERY_S = 1.0
 FOLLOWED_MAX = 64  # disks remembered (their episodes); the feed shows at most 16
@@ -100,12 +103,17 @@ class Disks:
         jobs = [self._job_of(job_id) for job_id in disk.get("jobs") or ()]
         if jobs:
             message += "; written by %s" % ", ".join(label(job) for job in jobs)
+            unknown = [job for job in jobs if total_unknown(job)]
+            if unknown:
+                message += "; %s %s not say how many samples %s will write: the time is the fill rate's alone" % (
+                    ", ".join(label(job) for job in unknown), "does" if len(unknown) == 1 else "do",
+                    "it" if len(unknown) == 1 else "they")
         alert = make_alert(key, kind, ["disks"], self.host, title, message, now, job=jobs[0] if len(jobs) == 1 else None,
                            urgent=True)
         alert.update(disk=disk["path"], free_bytes=disk.get("free_bytes"), total_bytes=disk.get("total_bytes"),
                      fill_rate_bytes_per_s=disk.get("fill_rate_bytes_per_s"), full_in_s=disk.get("full_in_s"),
                      full_at=now + disk["full_in_s"] if disk.get("full_in_s") is not None else None,
-                     jobs=[job["id"] for job in jobs])
+                     jobs=[job["id"] for job in jobs], totals_unknown=[job["id"] for job in jobs if total_unknown(job)])
         self.evaluator.raise_alert(alert)
 
     def _job_of(self, job_id):

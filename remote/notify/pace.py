@@ -1,5 +1,5 @@
 """A run's pace and its limits: the steps (or samples) per second a training or data-generation
-run keeps, the median of that pace over its last hour, and the limits that make a slowdown of
+run keeps (or the tokens per second its log gives), the median of that pace over its last hour, and the limits that make a slowdown of
 it (slowdowns.py): under FRACTION of the median for FOR_S. The limits are a job's meta
 `slowdown` `{fraction, for_s, median_s}` (`train --slowdown`, `config HOST --slowdown`;
 fraction 0: never told), else these defaults.
@@ -89,7 +89,20 @@ class Pace:
         if len(self.points) < 2:
             return None
         (first_at, first), (last_at, last) = self.points[0], self.points[-1]
-        pace = (last - first) / (last_at - first_at)
+        return self._keep(when, (last - first) / (last_at - first_at), median_s)
+
+    def add_rate(self, when, rate, median_s):
+        """A rate the run's log gives itself (tokens/s on a step line): its pace is the mean of
+        its last PACE_INTERVALS, so one slow step is not a slowdown."""
+        if self.points and when <= self.points[-1][0]:
+            return None
+        self.points.append((when, rate))
+        if len(self.points) < 2:
+            return None
+        recent = list(self.points)[1:]
+        return self._keep(when, sum(r for _, r in recent) / len(recent), median_s)
+
+    def _keep(self, when, pace, median_s):
         while self.kept and self.kept[0][0] < when - median_s:
             self.kept.popleft()
         if self.kept_at is None or when - self.kept_at >= median_s / PACES_KEPT:

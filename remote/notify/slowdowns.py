@@ -1,11 +1,13 @@
-"""Slowdowns: a training run whose steps per second (a data generation's samples per second)
-stayed under half of its own median of the last hour for 10 minutes, told as an alert of its own
+"""Slowdowns: a training run whose steps per second (a data generation's samples per second), or
+whose tokens per second where its log gives them (speculators' `profile/tokens_per_s`), stayed
+under half of its own median of the last hour for 10 minutes, told as an alert of its own
 (kind `slowdown`, category `slowdown` and the job kind's) naming both figures, with the figures
 of its GPUs at that moment from the telemetry feed's latest sample (throttle reasons,
 utilisation, clocks, the other processes on them), so the cause is on the same screen; and one
 follow-up (`pace_back`) when its pace is over the line again. Not urgent (quiet hours hold it: a
 run at half its pace is the morning's news, not a night's end, as a stall is). The limits are each job's
-(pace.py: meta `slowdown`, else 0.5, 10 min, 1 h).
+(pace.py: meta `slowdown`, else 0.5, 10 min, 1 h). Each figure is judged on its own; a run
+slow in both is told once, by the first (its follow-up when that one is back).
 
 Read from what the evaluator already follows: the `training` topic's steps, a data generation's
 progress counter on the `jobs` topic. A run that stops moving is the stall module's; this one
@@ -24,6 +26,7 @@ from .stalls import LIVE
 
 WATCHED_MAX = 2000
 UNITS = {"training": "steps/s", "datagen": "samples/s"}
+TOKENS = "tokens/s"
 OTHERS_MAX = 4  # other processes named per GPU
 
 
@@ -31,13 +34,34 @@ def fmt_pace(pace):
     return "%.2g" % pace if pace < 10 else "%.0f" % pace
 
 
+class Measure:
+    """One figure of a run's pace: its unit, its Pace and its slowdown while under the line."""
+
+    __slots__ = ("unit", "pace", "slow")
+
+    def __init__(self, unit):
+        self.unit = unit
+        self.pace = Pace()
+        self.slow = None  # {since, reference, told: key or None, low} while under the line
+
+
 class Run:
-    __slots__ = ("id", "kind", "job", "pace", "slow")
+    __slots__ = ("id", "kind", "job", "measures")
 
     def __init__(self, job_id, kind, job):
         self.id, self.kind, self.job = job_id, kind, job
-        self.pace = Pace()
-        self.slow = None  # {since, reference, told: key or None, low} while under the line
+        self.measures = {UNITS[kind]: Measure(UNITS[kind])}  # tokens/s added when its log gives them
+
+    @property
+    def pace(self):
+        """The steps' (samples') Pace."""
+        return self.measures[UNITS[self.kind]].pace
+
+    def measure(self, unit):
+        found = self.measures.get(unit)
+        if found is None:
+            found = self.measures[unit] = Measure(unit)
+        return found
 
 
 class Slowdowns:
@@ -59,8 +83,14 @@ class Slowdowns:
 
     def step_record(self, record):
         run = self._run(record["job"], "training")
-        if run is not None and isinstance(record.get("step"), (int, float)):
-            self._counted(run, record.get("time") or time.time(), record["step"])
+        if run is None:
+            return
+        when = record.get("time") or time.time()
+        if isinstance(record.get("step"), (int, float)):
+            self._counted(run, run.measures[UNITS["training"]], when, record["step"])
+        tokens = record.get("tokens_per_s")
+        if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) and 0 <= tokens < float("inf"):
+            self._counted(run, run.measure(TOKENS), when, tokens, rate=True)
 
     def job_record(self, record):
         job = record.get("job")
@@ -82,41 +112,45 @@ class Slowdowns:
             # record comes a poll later.
             read_at = progress.get("updated_at")
             ok = isinstance(read_at, (int, float)) and not isinstance(read_at, bool) and now - 60 < read_at <= now
-            self._counted(run, read_at if ok else now, done)
+            self._counted(run, run.measures[UNITS["datagen"]], read_at if ok else now, done)
 
-    def _counted(self, run, when, count):
+    def _counted(self, run, measure, when, value, rate=False):
+        """A count (steps, samples) or, `rate`, a rate the log gave (tokens/s) at `when`."""
         fraction, for_s, median_s = limits(run.job.get("meta"))
-        if run.pace.points and when - run.pace.points[-1][0] > max(for_s, 1.0):
+        own = measure.pace
+        if own.points and when - own.points[-1][0] > max(for_s, 1.0):
             # No move for longer than the window: a stall's (stalls.py tells it, and its end); the
             # pace counts again from this move, not across the gap.
-            run.pace.points.clear()
-            if run.slow is not None and not run.slow["told"]:
-                run.slow = None  # (one told still gets its follow-up when the pace is back)
-        pace = run.pace.add(when, count, median_s)
+            own.points.clear()
+            if measure.slow is not None and not measure.slow["told"]:
+                measure.slow = None  # (one told still gets its follow-up when the pace is back)
+        pace = own.add_rate(when, value, median_s) if rate else own.add(when, value, median_s)
         if pace is None or not fraction:
             return
-        slow = run.slow
-        reference = slow["reference"] if slow else run.pace.reference
-        if reference is None or (slow is None and run.pace.covered_s() < min(for_s, median_s)):
+        slow = measure.slow
+        reference = slow["reference"] if slow else own.reference
+        if reference is None or (slow is None and own.covered_s() < min(for_s, median_s)):
             return  # no hour of its own yet (a run warming up is not slow)
         if pace < fraction * reference:
             if slow is None:
-                slow = run.slow = {"since": run.pace.points[-2][0], "reference": reference, "told": None, "low": pace}
+                slow = measure.slow = {"since": own.points[-2][0], "reference": reference, "told": None, "low": pace}
             slow["low"] = min(slow["low"], pace)
-            if slow["told"] is None and when - slow["since"] >= for_s:
-                self._tell(run, pace, when, for_s)
+            told_by_other = any(m.slow and m.slow["told"] for m in run.measures.values() if m is not measure)
+            if slow["told"] is None and not told_by_other and when - slow["since"] >= for_s:
+                self._tell(run, measure, pace, when)
             return
         if slow is not None and slow["told"]:
-            self._back(run, pace, when)
-        run.slow = None
+            self._back(run, measure, pace, when)
+        measure.slow = None
 
-    def _tell(self, run, pace, now, for_s):
-        slow, job, unit = run.slow, run.job, UNITS[run.kind]
+    def _tell(self, run, measure, pace, now):
+        slow, job, unit = measure.slow, run.job, measure.unit
         message = "%s at %s %s, its hour's median %s %s, for %s" % (
             label(job), fmt_pace(pace), unit, fmt_pace(slow["reference"]), unit, minutes(now - slow["since"]))
         figures = self._gpu_figures(job, now)
         message += "; " + figures["text"]
-        key = "slowdown:%s:%d:%d" % (job["id"], int((job.get("submitted_at") or 0) * 1000), int(slow["since"]))
+        key = "slowdown:%s:%d:%d%s" % (job["id"], int((job.get("submitted_at") or 0) * 1000), int(slow["since"]),
+                                      ":tokens" if unit == TOKENS else "")
         slow["told"] = key
         alert = make_alert(key, "slowdown", self._categories(run), self.host, "%s slowed down on %s" % (job["id"], self.host),
                            message, slow["since"], job=job, log_tail=self.evaluator.log_tail(job["id"]))
@@ -124,8 +158,8 @@ class Slowdowns:
                      gpu_figures_age_s=figures["age_s"])
         self.evaluator.raise_alert(alert)
 
-    def _back(self, run, pace, now):
-        slow, unit = run.slow, UNITS[run.kind]
+    def _back(self, run, measure, pace, now):
+        slow, unit = measure.slow, measure.unit
         alert = make_alert(slow["told"] + ":back", "pace_back", self._categories(run), self.host,
                            "%s back to pace on %s" % (run.id, self.host),
                            "%s back to pace after %s: %s %s (its median %s %s, at its slowest %s)" % (

@@ -60,7 +60,7 @@ def report_get(call):
     downloads: [{id, repo, state, finished, verdict, bytes_total, bytes_done, ended_at, error}],
     alerts: [{id, time, kind, title, urgent, job_id, channels: [{channel, state: sent | pending
     | expired, tries, error}]}], disks: [{path, lowest_free_bytes, lowest_at, free_bytes_now,
-    total_bytes}], daemon: {started_at, uptime_s, pid, restarts: [{at, pid, version}],
+    total_bytes}], daemon: {started_at, uptime_s, pid, restart_count, restarts: [{at, pid, version}],
     service_restarts: [{name, restarts}]}, errors: {section: why it could not be read}, cut:
     [sections not read before the deadline], took_s, last_watched_at, text?}`. At most 200 rows
     a section (the newest)."""

@@ -175,5 +175,6 @@ def daemon_section(daemon, since, until):
     restarts = [s for s in started if since <= s["at"] < until and s["at"] != first]
     services = [{"name": s["name"], "restarts": s.get("restarts")} for s in daemon.services.status() if s.get("restarts")]
     return {"started_at": daemon.started_at, "uptime_s": round(until - daemon.started_at, 1), "pid": os.getpid(),
+            "restart_count": len(restarts),
             "restarts": [{"at": s["at"], "pid": s.get("pid"), "version": s.get("version")} for s in restarts][-MAX_ROWS:],
             "service_restarts": services}

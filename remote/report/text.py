@@ -26,6 +26,10 @@ def day_clock(epoch):
     return time.strftime("%a %H:%M", time.localtime(epoch)) if epoch is not None else "?"
 
 
+def times(count):
+    return "once" if count == 1 else "%d times" % count
+
+
 def number(value, digits=2):
     return "?" if value is None else ("%.*f" % (digits, value)).rstrip("0").rstrip(".") if digits else "%d" % value
 
@@ -107,11 +111,15 @@ def _disk(disk):
     return text + ", %s free now" % size(disk["free_bytes_now"])
 
 
-def render(report):
-    """The report's text, one screen."""
-    span = minutes(report["until"] - report["since"])
-    lines = ["specdeck report %s: the last %s (%s to %s)" % (report.get("host") or "", span, day_clock(report["since"]),
-                                                              day_clock(report["until"]))]
+def heading(report):
+    """`9 h 00 min (Thu 11:26 to Thu 20:26)`: the report's span, said once."""
+    return "%s (%s to %s)" % (minutes(report["until"] - report["since"]), day_clock(report["since"]), day_clock(report["until"]))
+
+
+def render(report, titled=True):
+    """The report's text, one screen; `titled`: with its first line naming the host and the span
+    (a screen that has its own title leaves it out)."""
+    lines = ["specdeck report %s: the last %s" % (report.get("host") or "", heading(report))] if titled else []
     _section(lines, "Jobs", report["jobs"], _job, "no job started, ended or ran")
     _section(lines, "Training", report["training"], _training, "no training run")
     _section(lines, "Servers", report["servers"], _server, "no server")
@@ -124,7 +132,8 @@ def render(report):
     if daemon:
         restarts = daemon.get("restarts") or []
         lines.append("  up %s (since %s); %s" % (minutes(daemon["uptime_s"]), day_clock(daemon["started_at"]),
-                     "restarted %d times: %s" % (len(restarts), ", ".join(day_clock(r["at"]) for r in restarts[-5:]))
+                     "restarted %s: %s" % (times(daemon.get("restart_count") or len(restarts)),
+                                           ", ".join(day_clock(r["at"]) for r in restarts[-5:]))
                      if restarts else "no restart in the window"))
         for service in daemon.get("service_restarts") or []:
             lines.append("  service %s restarted %d times" % (service["name"], service["restarts"]))

@@ -39,10 +39,11 @@ def telemetry_latest(call):
     network_tx_bytes_per_s, disks: [{path, role, free_bytes, total_bytes, fill_rate_bytes_per_s
     (the slope of its free bytes over the last 10 min, negative while it empties; null before 3
     readings), full_in_s (at that rate; null when it does not fill), jobs: [running job ids
-    writing there], read_at, datagen?: [{job_id, bytes_per_sample, samples_measured,
+    writing there], read_at, datagen?: [{job_id, total_known, bytes_per_sample, samples_measured,
     samples_left, bytes_needed, free_bytes, full_at_sample (null: its samples left fit),
-    full_in_s}] (a running data generation's forecast from its first samples'
-    size, remote/notify/datagen_disks.py)}]}, nvml: {available,
+    full_in_s, full_at?, fill_rate_bytes_per_s?}] (a running data generation's forecast from
+    its first samples' size; total_known false: from the disk's fill rate alone,
+    remote/notify/datagen_disks.py)}]}, nvml: {available,
     reason, driver_version}, gpus: [{index, name, uuid, pci_bus_id, utilization_percent,
     memory_utilization_percent, memory_used_bytes, memory_total_bytes, temperature_c,
     memory_temperature_c, power_w, power_limit_w, sm_clock_mhz, sm_clock_max_mhz,

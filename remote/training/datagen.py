@@ -1,6 +1,8 @@
 """A data-generation job's progress from its log: samples done of total and the rate, read from
 tqdm (`450/1000 [00:10<00:12, 44.5it/s]`) and rich (`11/11  [ 0:00:14 < 0:00:00 , 1 it/s ]`)
-progress bars, and the total from speculators' `Processing N samples`.
+progress bars, and the total from speculators' `Processing N samples`; a tqdm bar that knows no
+total (`450it [00:10, 44.5it/s]`: a generator over a stream) gives the samples done and the rate,
+the total left unknown (None).
 
 The bar's pattern has bounded quantifiers and starts only where a number starts (not inside
 one), so a line costs time linear in its length: a line of 60,000 digits is one failed attempt
@@ -13,6 +15,8 @@ from .logparse import finditer_pieces
 
 _BAR = re.compile(r"(?<!\d)(?P<done>\d{1,15})/(?P<total>\d{1,15})[ \t]{0,8}\[[ \t]{0,8}[\d:]{1,12}[ \t]{0,8}<[ \t]{0,8}[\d:?]{1,12}"
                   r"[ \t]{0,8},[ \t]{0,8}(?P<rate>\d{1,12}(?:\.\d{1,12})?)[ \t]{0,8}(?P<unit>it/s|s/it)")
+_OPEN_BAR = re.compile(r"(?<![\d/])(?P<done>\d{1,15})it[ \t]{0,8}\[[ \t]{0,8}[\d:]{1,12}[ \t]{0,8},[ \t]{0,8}"
+                       r"(?P<rate>\d{1,12}(?:\.\d{1,12})?|\?)[ \t]{0,8}(?P<unit>it/s|s/it)")
 _SAMPLES = re.compile(r"Processing (?P<total>\d{1,15}) samples")
 
 
@@ -37,12 +41,16 @@ class Samples:
         if "/" in line:
             for bar in finditer_pieces(_BAR, line):
                 pass  # a line holding several redraws: the last one counts
+        if bar is None and "it [" in line:
+            for bar in finditer_pieces(_OPEN_BAR, line):
+                pass
         if bar is not None:
-            done, total = int(bar.group("done")), int(bar.group("total"))
-            rate = float(bar.group("rate"))
-            self.done = done
-            self.total = self.total or total
-            self.rate = rate if bar.group("unit") == "it/s" else (1.0 / rate if rate else None)
+            groups = bar.groupdict()
+            self.done = int(groups["done"])
+            if groups.get("total") is not None:
+                self.total = self.total or int(groups["total"])
+            rate = float(groups["rate"]) if groups["rate"] != "?" else None
+            self.rate = rate if bar.group("unit") == "it/s" or rate is None else (1.0 / rate if rate else None)
             said = True
         return said
 

@@ -5,12 +5,11 @@ followed for over AWAY_AFTER_S, and on the `a` key at any time after (the last 1
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import VerticalScroll
+from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Label, Static
 
-from remote.core.words import minutes
-from remote.report.text import render
+from remote.report.text import heading, render
 
 from ..display import safe_text
 
@@ -30,8 +29,9 @@ def away_since(last_watched_at, daemon_started_at, now):
 
 
 def title_for(report, away):
-    span = minutes(report["until"] - report["since"])
-    return "While you were away (%s)" % span if away else "Report: the last %s" % span
+    """The screen's one line naming the span (the report's text below leaves its own out)."""
+    host = report.get("host") or ""
+    return ("While you were away from %s: %s" if away else "Report of %s: the last %s") % (host, heading(report))
 
 
 class AwayScreen(ModalScreen[None]):
@@ -45,10 +45,12 @@ class AwayScreen(ModalScreen[None]):
         self.away = away
 
     def compose(self) -> ComposeResult:
-        with VerticalScroll(classes="dialog", id="away"):
-            yield Label(title_for(self.report, self.away), classes="dialog-title", markup=False)
-            yield Static(Text(safe_text(render(self.report), keep="\n")), id="away-report")
-            yield Label("escape or a to close", classes="dialog-hint")
+        with Vertical(classes="dialog", id="away"):
+            yield Label(safe_text(title_for(self.report, self.away)), classes="dialog-title", markup=False)
+            with VerticalScroll(id="away-scroll"):
+                yield Static(Text(safe_text(render(self.report, titled=False), keep="\n")), id="away-report")
+            # Below the scroll, so it shows however long the night was.
+            yield Label("escape (or a, q) closes it; up/down, page up/down scroll", classes="dialog-hint", id="away-hint")
 
     def action_close(self):
         self.dismiss(None)
