@@ -9,9 +9,7 @@ A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our 
 import logging
 import os
 import re
-import selectors
 import socket
-import subprocess
 import sys
 from typing import TYPE_CHECKING, Callable
 
@@ -143,6 +141,10 @@ class LocalLink:
     def __init__(self, python=None, env=None):
         """`env`: the agent's environment (default: this process's); benchmarks and tests run
         several local agents, each with its own SPECDECK_HOME, as hosts of one console."""
+        # Here, not at the top: a command over SSH (most of them) never needs them.
+        import selectors
+        import subprocess
+
         try:
             # Isolated, the package found where it is: never a remote/ of the current directory.
             self.process = subprocess.Popen(
@@ -171,6 +173,8 @@ class LocalLink:
         self.process.stdin.flush()
 
     def close(self):
+        import subprocess
+
         try:
             self.process.stdin.close()
         except OSError:
