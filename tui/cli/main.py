@@ -271,6 +271,25 @@ def main(argv=None):
         return code
 
 
+def exit_now(code):
+    """End a headless command without the interpreter's teardown (every module and object
+    freed one by one: ~15 ms of a warm command's 0.2 s), once what must outlive it is out:
+    stdout, stderr, the log file. A thread still working (none of ours is) gets the usual exit."""
+    import logging
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):  # the reader left (`| head`), or main closed the stream
+        pass
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
+
+
 def command_host(args):
     """The host a command talks to, as the user named it (HOST, or the HOST: of a path)."""
     if getattr(args, "host", None):
