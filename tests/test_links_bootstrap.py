@@ -117,3 +117,30 @@ def test_the_daemon_started_by_the_boots_relay_runs_from_the_zipapp(cold, host_u
     pid = wait_for(lambda: daemon_pid(state), 10, message="a daemon")
     argv = Path("/proc/%d/cmdline" % pid).read_bytes().split(b"\0")
     assert str(agent_path(host_user)).encode() in argv and b"daemon" in argv
+
+
+def test_the_laptop_keeps_its_last_build_and_builds_again_when_a_source_changes(tmp_path, monkeypatch):
+    # A keeper's start reads the kept build instead of packing every source again; what it
+    # ships is always what a fresh build of the sources as they are now would be.
+    from tui.transport import agent_cache
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(bootstrap, "_built", {})
+    fresh = bootstrap._build()
+    assert bootstrap.build_agent() == fresh[:2]
+    kept = Path(agent_cache.cache_dir())
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o700
+    pyz = next(kept.glob("*.pyz"))
+    bootstrap._built.clear()
+    assert bootstrap.build_agent() == fresh[:2]  # read back
+    pyz.write_bytes(pyz.read_bytes()[:-1] + b"\0")  # a damaged copy is never shipped
+    bootstrap._built.clear()
+    assert bootstrap.build_agent() == fresh[:2]
+    # An edit of any source the build reads (here one of a stand-in package) is a new stamp.
+    sources = tmp_path / "pkg"
+    sources.mkdir()
+    (sources / "a.py").write_text("x = 1\n")
+    before = agent_cache.stamp([str(sources)], "1")
+    (sources / "a.py").write_text("x = 22\n")
+    assert agent_cache.stamp([str(sources)], "1") != before
+    assert agent_cache.stamp([str(sources)], "2") != agent_cache.stamp([str(sources)], "1")

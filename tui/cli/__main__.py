@@ -1,5 +1,8 @@
 import sys
 
-from .main import main
+from .main import COMMAND_NAMES, exit_now, main
 
-sys.exit(main())
+code = main()
+if sys.argv[1:2] and sys.argv[1] in COMMAND_NAMES:
+    exit_now(code)
+sys.exit(code)

@@ -87,11 +87,33 @@ class Parser(argparse.ArgumentParser):
 
     json_errors = False
 
+    def _get_formatter(self):
+        # argparse asks shutil for the width, and shutil loads zlib, bz2 and lzma (~3 ms of
+        # every command's start): the same answer, from os.
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
+
     def error(self, message):
         if Parser.json_errors:
             report_error("UsageError", "%s: %s" % (self.prog, message), True)
             sys.exit(EXIT_USAGE)
         super().error(message)
+
+
+def terminal_columns():
+    """The terminal's width as shutil.get_terminal_size gives it: $COLUMNS, else stdout's
+    terminal, else 80."""
+    import os
+
+    try:
+        columns = int(os.environ.get("COLUMNS", 0))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns
+        except (AttributeError, ValueError, OSError):
+            columns = 80
+    return columns or 80
 
 
 class VersionAction(argparse.Action):
@@ -247,6 +269,25 @@ def main(argv=None):
         error_type, message, code = known
         report_error(error_type, message, args.json)
         return code
+
+
+def exit_now(code):
+    """End a headless command without the interpreter's teardown (every module and object
+    freed one by one: ~15 ms of a warm command's 0.2 s), once what must outlive it is out:
+    stdout, stderr, the log file. A thread still working (none of ours is) gets the usual exit."""
+    import logging
+    import os
+    import threading
+
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, ValueError):  # the reader left (`| head`), or main closed the stream
+        pass
+    logging.shutdown()
+    os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 
 def command_host(args):

@@ -210,9 +210,7 @@ class JobsPane(Pane):
         """Whole lines and the unfinished last line (a progress bar as it is redrawn)."""
         log = self.query_one(LogView)
         lines = [line for (batch, _), _ in items if batch for line in batch]
-        if lines:
-            log.append(lines, text_width(lines))
-        log.set_partial(items[-1][0][1])
+        log.append(lines, text_width(lines), partial=items[-1][0][1])
 
     def _log_failed(self, generation, message):
         if generation == self._generation:

@@ -85,23 +85,47 @@ runpy.run_path(path, run_name="__main__")
 
 
 def build_agent():
-    """(file name, zipapp bytes); deterministic, so the same sources give the same name."""
+    """(file name, zipapp bytes); deterministic, so the same sources give the same name. The
+    last build is kept on this laptop (tui/transport/agent_cache.py) and read back while its
+    sources stay as they were."""
     if not _built:
-        build = buildinfo.build_id()
-        buffer = io.BytesIO()
-        with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
-            carried = carried_sources()
-            for name, data in [("__main__.py", ZIP_MAIN)] + [("remote/" + n, d) for n, d in buildinfo.package_sources()] + carried:
-                info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
-                info.external_attr = 0o644 << 16
-                info.compress_type = zipfile.ZIP_DEFLATED
-                zf.writestr(info, data)
-        # The carried libraries name the file too: a new parser version is a new upload.
-        extra = hashlib.sha256(b"".join(n.encode() + d for n, d in carried)).hexdigest()[:6]
-        data = buffer.getvalue()
-        _built["value"] = ("agent-%s-%s-%s.pyz" % (remote.AGENT_VERSION, build, extra), data, hashlib.sha256(data).hexdigest())
+        from . import agent_cache
+
+        key = agent_cache.stamp(build_inputs(), remote.AGENT_VERSION)
+        built = agent_cache.load(key)
+        if built is None:
+            built = _build()
+            agent_cache.keep(key, built)
+        _built["value"] = built
     name, data, _digest = _built["value"]
     return name, data
+
+
+def build_inputs():
+    """Every file a build reads: the agent's package, the carried libraries, this module."""
+    paths = [os.path.dirname(os.path.abspath(remote.__file__)), os.path.abspath(__file__)]
+    for package in sorted(CARRIED):
+        spec = importlib.util.find_spec(package)
+        if spec is not None:
+            paths.append(list(spec.submodule_search_locations)[0] if spec.submodule_search_locations else spec.origin)
+    return paths
+
+
+def _build():
+    """(file name, zipapp bytes, sha256), built now."""
+    build = buildinfo.build_id()
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as zf:
+        carried = carried_sources()
+        for name, data in [("__main__.py", ZIP_MAIN)] + [("remote/" + n, d) for n, d in buildinfo.package_sources()] + carried:
+            info = zipfile.ZipInfo(name, date_time=(2020, 1, 1, 0, 0, 0))
+            info.external_attr = 0o644 << 16
+            info.compress_type = zipfile.ZIP_DEFLATED
+            zf.writestr(info, data)
+    # The carried libraries name the file too: a new parser version is a new upload.
+    extra = hashlib.sha256(b"".join(n.encode() + d for n, d in carried)).hexdigest()[:6]
+    data = buffer.getvalue()
+    return "agent-%s-%s-%s.pyz" % (remote.AGENT_VERSION, build, extra), data, hashlib.sha256(data).hexdigest()
 
 
 def boot_command(python, agent_args):

@@ -9,18 +9,13 @@ A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our 
 import logging
 import os
 import re
-import selectors
 import socket
-import subprocess
 import sys
-from typing import TYPE_CHECKING, Callable
 
 from remote.core.paths import package_argv
 
 from .client import AgentClient, ConnectError
 
-if TYPE_CHECKING:
-    from .ssh_transport import HostKey
 # The SSH side (tui/transport/ssh_transport.py, and paramiko under it) is loaded when first used: a
 # command whose link comes from the keeper never needs it. Its errors, HostKey and
 # parse_destination are part of this module's face all the same.
@@ -143,6 +138,10 @@ class LocalLink:
     def __init__(self, python=None, env=None):
         """`env`: the agent's environment (default: this process's); benchmarks and tests run
         several local agents, each with its own SPECDECK_HOME, as hosts of one console."""
+        # Here, not at the top: a command over SSH (most of them) never needs them.
+        import selectors
+        import subprocess
+
         try:
             # Isolated, the package found where it is: never a remote/ of the current directory.
             self.process = subprocess.Popen(
@@ -171,6 +170,8 @@ class LocalLink:
         self.process.stdin.flush()
 
     def close(self):
+        import subprocess
+
         try:
             self.process.stdin.close()
         except OSError:
@@ -197,8 +198,10 @@ def accept_all(host_key):
     return True
 
 
-def link_factory(host, python="python3", accept_new: Callable[["HostKey"], bool] = refuse_unknown, keeper=None):
+def link_factory(host, python="python3", accept_new=refuse_unknown, keeper=None):
     """A function that makes a new link to `host` each time it is called (for reconnects).
+    `accept_new(host_key)`: whether an unknown HostKey is accepted (no `typing` for the
+    annotation: a warm command's start would import it for this line alone).
 
     `keeper`: None connects here, as always; "always" (headless commands) takes the link from
     the link keeper, starting one when none answers; "warm" (the console) takes the keeper's

@@ -152,8 +152,12 @@ class Keeper:
                 self.check()
 
     def check(self):
-        """Close what has not been used for `[links] keep`; end when nothing is left to keep."""
+        """Close what has not been used for `[links] keep`; end when nothing is left to keep;
+        follow the agent's sources (here, every CHECK_S, not in each command's wait)."""
         from ..config import link_keep_s
+
+        if sources_stamp() != self.sources:  # the rebuild waits for links' locks: not in this loop
+            threading.Thread(target=self.follow_sources, name="keeper-sources", daemon=True).start()
 
         keep_s = link_keep_s()
         now = time.monotonic()
@@ -276,7 +280,6 @@ class Keeper:
         """(the host's link, a started relay for this command), connecting first if needed."""
         from .connection import parse_destination
 
-        self.follow_sources()
         host = str(header.get("host") or "")
         python = str(header.get("python") or "python3")
         dest = parse_destination(host)
@@ -306,7 +309,8 @@ class Keeper:
     def follow_sources(self):
         """A keeper lives for minutes: when this laptop's agent sources changed meanwhile (an
         upgrade in place, a developer's edit), the agent is built again and the spares of the
-        old build are dropped, so a command runs the agent a fresh process would ship."""
+        old build are dropped, so a command (from CHECK_S after the change) runs the agent a
+        fresh process would ship."""
         stamp = sources_stamp()
         if stamp == self.sources:
             return
@@ -357,20 +361,12 @@ class Keeper:
 
 
 def sources_stamp():
-    """Names, sizes and mtimes of the agent's sources here (a stat each: ~1 ms)."""
+    """A stamp of the agent's sources here: their names, sizes and mtimes (a stat each: ~1 ms)."""
     import remote
 
-    stamp = []
-    for directory, subdirectories, names in os.walk(os.path.dirname(os.path.abspath(remote.__file__))):
-        subdirectories[:] = [d for d in subdirectories if d != "__pycache__"]
-        for name in names:
-            if name.endswith(".py"):
-                try:
-                    st = os.stat(os.path.join(directory, name))
-                except OSError:
-                    continue
-                stamp.append((directory, name, st.st_mtime_ns, st.st_size))
-    return sorted(stamp)
+    from .agent_cache import stamp
+
+    return stamp([os.path.dirname(os.path.abspath(remote.__file__))])
 
 
 def error_fields(exc):

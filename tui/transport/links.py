@@ -6,7 +6,7 @@ line each way, and then its own requests. Where the keeper listens is
 tui/transport/keeper_socket.py.
 
 The keeper greets each connection with one line, `{"keeper": "hello", "pid"}`, before it reads
-the request: a keeper that does not greet within GREETING_TIMEOUT_S (stopped with SIGSTOP,
+the request (which a command sends at once, without waiting for the greeting): a keeper that does not greet within GREETING_TIMEOUT_S (stopped with SIGSTOP,
 hung) is left alone and the command connects itself; only a keeper that greeted is waited for
 through a cold connection (REPLY_TIMEOUT_S). No second keeper is started beside a hung one: its
 lock and socket are still held, and two keepers for one socket would take it from each other.
@@ -108,11 +108,10 @@ def start_keeper(path):
     return None
 
 
-def _read_line(sock, timeout_s):
-    """The keeper's next line, as JSON; (reply, bytes that came after it). KeeperStuck when none
-    comes within `timeout_s`."""
+def _read_line(sock, timeout_s, buffer=b""):
+    """The keeper's next line, as JSON; (reply, bytes that came after it). `buffer`: bytes
+    already read past the line before. KeeperStuck when none comes within `timeout_s`."""
     sock.settimeout(timeout_s)
-    buffer = b""
     try:
         while b"\n" not in buffer:
             chunk = sock.recv(65536)
@@ -136,23 +135,32 @@ def _read_line(sock, timeout_s):
 
 
 def _greeted(sock, timeout_s=GREETING_TIMEOUT_S):
-    """Wait (briefly) for the keeper's greeting; a keeper that refuses us says so instead."""
-    greeting, _ = _read_line(sock, timeout_s)
+    """Wait (briefly) for the keeper's greeting; a keeper that refuses us says so instead.
+    Returns what came after the greeting (the answer to a request sent before it came)."""
+    greeting, rest = _read_line(sock, timeout_s)
     if greeting.get("keeper") == "hello":
-        return
+        return rest
     if greeting.get("ok") is False:
         raise error_from(greeting.get("error") or {})
     raise KeeperGone("the link keeper did not greet")
 
 
-def _exchange(sock, message, timeout_s):
-    """Send one JSON line, read the keeper's one line; (reply, bytes that came after it)."""
+def _send(sock, message):
     try:
         sock.sendall(json.dumps(message).encode() + b"\n")
     except OSError as exc:
         raise KeeperGone("the link keeper went away: %s" % (exc.strerror or exc))
+
+
+def _exchange(sock, message, timeout_s, greeting_s=GREETING_TIMEOUT_S):
+    """Send one JSON line, then read the keeper's greeting and its one line; (reply, bytes that
+    came after it). The request goes out before the greeting is in: the keeper reads it only
+    after greeting, and a command saves a turn of both processes (on busy cores, a wait for
+    each to be scheduled)."""
+    _send(sock, message)
+    rest = _greeted(sock, greeting_s)
     try:
-        return _read_line(sock, timeout_s)
+        return _read_line(sock, timeout_s, rest)
     except KeeperStuck:
         raise ConnectError("the link keeper did not answer within %.0f s" % timeout_s)
 
@@ -233,8 +241,7 @@ def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
                 return None
             greeting_s = KEEPER_START_S  # a fresh interpreter, still importing: not a stopped one
         try:
-            _greeted(sock, greeting_s)
-            reply, head = _exchange(sock, header, REPLY_TIMEOUT_S)
+            reply, head = _exchange(sock, header, REPLY_TIMEOUT_S, greeting_s)
         except KeeperStuck as exc:
             sock.close()
             log.info("%s; connecting directly", exc)
@@ -272,7 +279,6 @@ def request(message, timeout_s=30.0):
     if sock is None:
         return None
     try:
-        _greeted(sock)
         reply, _ = _exchange(sock, message, timeout_s)
         return reply
     except KeeperStuck as exc:

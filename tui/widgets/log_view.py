@@ -70,14 +70,15 @@ class LogView(ScrollView, can_focus=True):
 
     def set_partial(self, text):
         """Show `text` as the log's unfinished last line (a progress bar as it is redrawn)."""
-        if text == self.partial:
-            return
-        self.partial = text
-        self.append([], force=True)
+        self.append([], partial=text)
 
-    def append(self, lines, width=None, force=False):
-        """Add whole lines (already cleaned); old lines beyond max_lines are dropped."""
-        if not lines and not force:
+    def append(self, lines, width=None, partial=None):
+        """Add whole lines (already cleaned), and with `partial` show that as the unfinished last
+        line: one layout and one repaint for a stream's whole batch. Old lines beyond max_lines
+        are dropped."""
+        if partial is not None and partial != self.partial:
+            self.partial = partial
+        elif not lines:
             return
         self.lines.extend(lines)
         self.width = max(self.width, text_width(lines) if width is None else width)
