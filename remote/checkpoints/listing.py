@@ -105,6 +105,11 @@ class Listing(object):
             entry["file"] = self.file_labels[self.file_indexes[index]]
         return entry
 
+    def bare_tensors(self):
+        """Every tensor as {name, dtype, shape}, in name order: what a comparison matches them by."""
+        return [{"name": name, "dtype": dtype, "shape": list(shape) if shape is not None else None}
+                for name, dtype, shape in zip(self.names, self.dtypes, self.shapes)]
+
     def data_span(self, name):
         """(file path, offset in the file, bytes) of the tensor named `name`, or None when it is not
         here or its data does not lie wholly inside its file's data section."""
