@@ -9,6 +9,7 @@ Standard library only, Python 3.9+.
 
 import os
 from collections import Counter
+from collections.abc import Mapping
 
 from .columns import TensorColumns
 from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
@@ -102,6 +103,30 @@ class Collected(object):
                 "data_start": info.data_start, "data_bytes": info.data_bytes}
 
 
+class _ShapesByName(Mapping):
+    """{name: shape} over the columns themselves (names unique, every shape known): what the
+    format is told by is a few names looked for, not a second dict of 100,000+ entries."""
+
+    def __init__(self, names, shapes):
+        self.names = names
+        self.shapes = shapes
+
+    def __getitem__(self, name):
+        try:
+            return self.shapes[self.names.index(name)]
+        except ValueError:
+            raise KeyError(name)
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
 def collect(path):
     """Read a checkpoint's files, pick the tensors a loader would see, detect its format and
     check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
@@ -143,7 +168,7 @@ def collect(path):
     if None in columns.shapes:
         shapes = dict((name, shape) for name, shape in zip(columns.names, columns.shapes) if shape is not None)
     else:
-        shapes = dict(zip(columns.names, columns.shapes))
+        shapes = _ShapesByName(columns.names, columns.shapes)
     got.format = detect_format(shapes, got.config)
     if got.format in EAGLE_FORMATS:
         canon_of = canonical_names(list(shapes), got.format)

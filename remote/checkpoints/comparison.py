@@ -79,7 +79,10 @@ def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     d2t maps compared id by id; null when either has none), and its line `draft_ids_remapped_text`."""
     (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
     if needs_every_tensor(report_a, report_b):
-        report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
+        report_a = _whole(found_a, report_a)
+        # One checkpoint compared with itself: one copy of its tensors serves both sides.
+        report_b = dict(report_b, tensors=report_a["tensors"], complete=True) if found_b is found_a \
+            else _whole(found_b, report_b)
     judge = tensor_values.Judge(found_a, found_b)
     try:
         shaped = compare_reports(report_a, report_b, max_rows, judge)
