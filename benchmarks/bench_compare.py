@@ -9,11 +9,16 @@ target compared with itself (every tensor is matched, so the old way pages both 
 and the same target with a copy of it in another directory (the host also reads slices of each
 tensor's bytes to compare the values, within its read budget). Printed: the wall time of each way,
 the bytes of the replies that crossed the wire, the ratios, and what the host said of the values.
+
+Then, on the host alone, each in a fresh process: compare_paths (what `specdeck compare` runs for
+two paths of one machine) against two listings of the same checkpoints (each read and summarised,
+the least a comparison must do), the ratio printed. `--host-only` runs only these.
 """
 
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,7 +28,6 @@ sys.path.insert(0, ROOT)
 
 from remote.checkpoints import compatibility  # noqa: E402 (after the path that finds it)
 from tests.checkpoint_fixtures import cached_moe_target, write_drafter, write_moe_target  # noqa: E402
-from tests.helpers.cli import stop_daemon  # noqa: E402
 from tests.checkpoint_fixtures import FIXTURE_CACHE  # noqa: E402
 
 RUNS = 3
@@ -66,7 +70,55 @@ def best_of(function, *args):
     return min(times), outcome
 
 
+# `python -c HOST_SIDE way a b`: one way timed in a fresh process, printing its seconds.
+HOST_SIDE = r'''
+import sys, time
+sys.path.insert(0, %(root)r)
+way, path_a, path_b = sys.argv[1:4]
+started = time.perf_counter()
+from remote.checkpoints import comparison, listing
+from remote.checkpoints.collect import collect
+if way == "compare":
+    status = comparison.compare_paths(path_a, path_b)["verdict"]["status"]
+else:
+    status = [listing.Listing(collect(path)).summary()["tensor_count"] for path in (path_a, path_b)]
+print(time.perf_counter() - started, status)
+'''
+
+
+def host_side(way, path_a, path_b):
+    out = subprocess.run([sys.executable, "-c", HOST_SIDE % {"root": ROOT}, way, path_a, path_b], capture_output=True,
+                         text=True, check=True)
+    return float(out.stdout.split()[0])
+
+
+def on_the_host_alone(cases):
+    print("\non the host alone (fresh process each, best of %d)" % RUNS)
+    for name, path_a, path_b in cases:
+        listed = min(host_side("listings", path_a, path_b) for _ in range(RUNS))
+        compared = min(host_side("compare", path_a, path_b) for _ in range(RUNS))
+        print(name)
+        print("  two listings:         %7.2f s" % listed)
+        print("  compare_paths:        %7.2f s" % compared)
+        print("  ratio (compare / two listings): %.2fx" % (compared / listed))
+
+
 def main():
+    moe = cached_moe_target(FIXTURE_CACHE)["directory"]
+    copies = tempfile.mkdtemp(prefix="moe-copy-")
+    try:
+        on_the_host_alone([("MoE target with itself (139,583 tensors)", moe, moe),
+                           ("MoE target with a copy of it", moe, write_moe_target(os.path.join(copies, "moe"))["directory"])])
+    finally:
+        shutil.rmtree(copies, ignore_errors=True)
+    if "--host-only" in sys.argv[1:]:
+        return
+    over_the_wire()
+
+
+def over_the_wire():
+    from tests.helpers.cli import stop_daemon
+
     home = tempfile.mkdtemp(prefix="specdeck-bench-compare-")
     os.chmod(home, 0o700)
     os.environ["SPECDECK_HOME"] = home

@@ -9,6 +9,11 @@ cached), each method in its own fresh process so that its peak RSS is its own:
                 the console's and the daemon's peak RSS (skipped when the console cannot start one)
 Figures: seconds (median of --repeat fresh processes), tensors per second, peak RSS, and ours/theirs.
 
+Then whole commands, each a fresh interpreter timed from its start to its exit (imports and
+output included) with its own peak RSS: `python -m tui.cli inspect local:DIR --json` (what a user
+runs on the host) against a plain script that lists the same shards with safe_open(framework=
+"numpy") keys + get_slice, the ratios printed.
+
 Usage: python3 benchmarks/bench_inspect_moe.py [--sizes 100k,1m] [--repeat 3] [--cache DIR]
 """
 
@@ -78,6 +83,58 @@ result = {"tensors": count, "seconds": time.perf_counter() - started, "peak_rss_
 result.update(extra)
 print(json.dumps(result))
 '''
+
+
+# A whole command run in a fresh interpreter that reports its own peak RSS as it exits.
+WHOLE = r'''
+import atexit, os, runpy, sys
+def peak():
+    with open("/proc/self/status") as f:
+        hwm = int([l for l in f if l.startswith("VmHWM:")][0].split()[1]) * 1024
+    os.write(report_fd, str(hwm).encode())
+atexit.register(peak)
+sys.path.insert(0, %(root)r)
+kind, directory, report_fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
+if kind == "cli":
+    sys.argv = ["specdeck", "inspect", "local:" + directory, "--json"]
+    runpy.run_module("tui.cli", run_name="__main__")
+else:
+    import glob
+    from safetensors import safe_open
+    count = 0
+    for shard in sorted(glob.glob(os.path.join(directory, "*.safetensors"))):
+        with safe_open(shard, framework="numpy") as f:
+            for key in f.keys():
+                piece = f.get_slice(key)
+                piece.get_shape(), piece.get_dtype()
+                count += 1
+    print(count)
+'''
+
+
+def run_whole(kind, directory):
+    """(seconds from the interpreter's start to its exit, its peak RSS) of one whole command."""
+    read_end, write_end = os.pipe()
+    started = time.perf_counter()
+    out = subprocess.run([sys.executable, "-c", WHOLE % {"root": REPO_ROOT}, kind, directory, str(write_end)],
+                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, pass_fds=(write_end,))
+    seconds = time.perf_counter() - started
+    os.close(write_end)
+    with os.fdopen(read_end) as f:
+        peak = f.read()
+    if out.returncode not in (0, 1) or not peak:
+        raise RuntimeError("%s failed: %s" % (kind, out.stderr.strip()[-500:]))
+    return seconds, int(peak)
+
+
+def whole_commands(directory, repeat):
+    runs = {kind: [run_whole(kind, directory) for _ in range(repeat)] for kind in ("safetensors", "cli")}
+    figures = dict((kind, (statistics.median(s for s, _ in r), max(p for _, p in r))) for kind, r in runs.items())
+    (base_s, base_rss), (ours_s, ours_rss) = figures["safetensors"], figures["cli"]
+    print("%-52s %9s %11s" % ("whole command (fresh interpreter, imports included)", "seconds", "peak RSS"))
+    print("%-52s %9.3f %8.0f MB" % ("safetensors: safe_open(numpy) keys + get_slice", base_s, base_rss / 1e6))
+    print("%-52s %9.3f %8.0f MB" % ("ours: python -m tui.cli inspect local:DIR --json", ours_s, ours_rss / 1e6))
+    print("ours / safetensors: %.2fx time, %.2fx peak RSS" % (ours_s / base_s, ours_rss / base_rss))
 
 
 def run_child(method, directory, *extra):
@@ -152,6 +209,7 @@ def main(argv=None):
                   % (daemon["daemon_peak_rss_bytes"] / 1e6, "{:,}".format(daemon["largest_page_bytes"])))
         wrong = [name for name, r in rows if r["tensors"] != facts["tensors"]]
         assert not wrong, "%s listed another number of tensors than the %s written" % (wrong, facts["tensors"])
+        whole_commands(directory, args.repeat)
 
 
 if __name__ == "__main__":

@@ -72,3 +72,22 @@ def test_rows_past_the_read_budget_say_same_shape_and_dtype(tmp_path):
     assert {row["status"] for row in rows[1:]} == {"same shape and dtype"}
     assert values["differ"] == 1 and values["not_compared"] == 14
     assert "14 of the same shape and dtype not compared (its" in values["message"] and "of reads were spent" in values["message"]
+
+
+def test_a_cut_short_checkpoint_against_itself_says_same_only_where_its_bytes_are(tmp_path):
+    # Compared with itself, nothing is read, yet a tensor whose bytes the file no longer holds
+    # is not called the same as itself.
+    import glob
+    import os
+
+    mine = write_drafter(tmp_path / "mine")
+    (weights,) = glob.glob(os.path.join(mine, "*.safetensors"))
+    found = listing.open_listing(mine)
+    spans = sorted((found.data_span(name)[1], name) for name in found.names)
+    cut_at = spans[-1][0]  # the last tensor's bytes are gone
+    os.truncate(weights, cut_at)
+    result = comparison.compare_paths(mine, mine)
+    rows = statuses(result)
+    assert rows[spans[-1][1]] == "same shape and dtype"
+    assert {rows[name] for _, name in spans[:-1]} == {"same"}
+    assert result["values"]["not_compared"] == 1 and result["values"]["same"] == len(spans) - 1

@@ -8,7 +8,8 @@ Standard library only, Python 3.9+.
 """
 
 import os
-from collections import Counter
+from collections import Counter, deque
+from collections.abc import Mapping
 
 from .columns import TensorColumns
 from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
@@ -102,6 +103,30 @@ class Collected(object):
                 "data_start": info.data_start, "data_bytes": info.data_bytes}
 
 
+class _ShapesByName(Mapping):
+    """{name: shape} over the columns themselves (names unique, every shape known): what the
+    format is told by is a few names looked for, not a second dict of 100,000+ entries."""
+
+    def __init__(self, names, shapes):
+        self.names = names
+        self.shapes = shapes
+
+    def __getitem__(self, name):
+        try:
+            return self.shapes[self.names.index(name)]
+        except ValueError:
+            raise KeyError(name)
+
+    def __contains__(self, name):
+        return name in self.names
+
+    def __iter__(self):
+        return iter(self.names)
+
+    def __len__(self):
+        return len(self.names)
+
+
 def collect(path):
     """Read a checkpoint's files, pick the tensors a loader would see, detect its format and
     check an EAGLE-3 drafter's shapes. Raises CheckpointIOError when the path cannot be read."""
@@ -119,6 +144,7 @@ def collect(path):
     got.problems = problems
     got.config = load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
     by_file = {}
+    claims = _IndexClaims(layout) if layout.index is not None else None
     for weight_file in layout.weight_files:
         label = name_text(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
         if _missing(weight_file):
@@ -136,14 +162,16 @@ def collect(path):
         got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
         got.file_info.append(_File(weight_file, data_start, size - (data_start or size)))
         by_file[weight_file] = (index, columns)
-    got.columns = _select(layout, by_file, problems)
+        if claims is not None:
+            claims.claim(weight_file, columns)
+    got.columns = _select(layout, by_file, problems, claims)
     del by_file
     layout.index = None  # checked: its weight_map (as large as the listing) is not kept with it
     columns = got.columns
     if None in columns.shapes:
         shapes = dict((name, shape) for name, shape in zip(columns.names, columns.shapes) if shape is not None)
     else:
-        shapes = dict(zip(columns.names, columns.shapes))
+        shapes = _ShapesByName(columns.names, columns.shapes)
     got.format = detect_format(shapes, got.config)
     if got.format in EAGLE_FORMATS:
         canon_of = canonical_names(list(shapes), got.format)
@@ -184,9 +212,31 @@ def _readable(tensor):
             and tensor["begin"] + tensor["bytes"] <= tensor["data_bytes"])
 
 
-def _select(layout, by_file, problems):
-    """The tensors a loader would see (by the shard index when there is one), as columns with
-    each tensor's file index."""
+class _IndexClaims(object):
+    """A shard index checked shard by shard as each one is read: a shard that holds exactly the
+    tensors the index gives it is marked agreed, and its names leave the index's weight_map (as
+    large as the listing: a 100,000-tensor one is not kept beside the listing's own names)."""
+
+    def __init__(self, layout):
+        self.weight_map = layout.index["weight_map"]
+        self.counts = Counter(self.weight_map.values())  # shards in the order the index first names them
+        self.shard_of = dict((os.path.normpath(os.path.join(layout.root, shard)), shard) for shard in self.counts
+                             if shard and "\0" not in shard)
+        self.agreed = set()
+
+    def claim(self, path, columns):
+        shard = self.shard_of.get(path)
+        weight_map, count = self.weight_map, self.counts.get(shard)
+        # Names in one file are unique: when each maps to this shard and the counts agree, the
+        # shard holds exactly the tensors the index gives it.
+        if shard is not None and len(columns) == count and list(map(weight_map.get, columns.names)).count(shard) == count:
+            self.agreed.add(path)
+            deque(map(weight_map.pop, columns.names), 0)
+
+
+def _select(layout, by_file, problems, claims):
+    """The tensors a loader would see (by the shard index when there is one: `claims`, checked
+    as the shards were read), as columns with each tensor's file index."""
     selected = TensorColumns()
     selected.file_indexes = []
     if layout.index is None:
@@ -207,8 +257,8 @@ def _select(layout, by_file, problems):
             selected.extend(columns, file_index, keep)
         return selected
     index_name = os.path.basename(layout.index_path)
-    weight_map = layout.index["weight_map"]
-    per_shard_counts = Counter(weight_map.values())  # shards in the order the index first names them
+    weight_map = claims.weight_map
+    per_shard_counts = claims.counts
     per_shard = None  # {shard: its names in index order}, built only if a shard disagrees with the index
     listed = set(layout.weight_files)
     for shard, count in per_shard_counts.items():
@@ -222,9 +272,7 @@ def _select(layout, by_file, problems):
                                     % (index_name, name_text(shard), count_text(count), first)))
             continue
         file_index, columns = by_file[shard_path]
-        # Names in one file are unique: when each maps to this shard and the counts agree, the
-        # shard holds exactly the tensors the index gives it.
-        if len(columns) == count and list(map(weight_map.get, columns.names)).count(shard) == count:
+        if shard_path in claims.agreed:
             selected.extend(columns, file_index)
             continue
         if per_shard is None:

@@ -35,10 +35,10 @@ def not_a_checkpoint(path, errors):
 
 
 def _whole(found, report):
-    """The report with every tensor in it."""
+    """The report with every tensor in it, as the comparison matches them: name, dtype, shape."""
     if report.get("complete", True):
         return report
-    return dict(report, tensors=found.page(0, len(found))["tensors"], complete=True)
+    return dict(report, tensors=found.bare_tensors(), complete=True)
 
 
 def needs_every_tensor(report_a, report_b):
@@ -79,7 +79,10 @@ def compare_paths(path_a, path_b, max_rows=MAX_ROWS, trained_target=None):
     d2t maps compared id by id; null when either has none), and its line `draft_ids_remapped_text`."""
     (found_a, report_a), (found_b, report_b) = _read(path_a), _read(path_b)
     if needs_every_tensor(report_a, report_b):
-        report_a, report_b = _whole(found_a, report_a), _whole(found_b, report_b)
+        report_a = _whole(found_a, report_a)
+        # One checkpoint compared with itself: one copy of its tensors serves both sides.
+        report_b = dict(report_b, tensors=report_a["tensors"], complete=True) if found_b is found_a \
+            else _whole(found_b, report_b)
     judge = tensor_values.Judge(found_a, found_b)
     try:
         shaped = compare_reports(report_a, report_b, max_rows, judge)

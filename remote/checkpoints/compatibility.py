@@ -4,6 +4,8 @@ compare uses when one side is a target model, and serving uses before it starts 
 """
 
 import json
+from itertools import compress, repeat
+from operator import itemgetter
 
 from .eagle3 import default_aux_layer_ids
 from .formats import FORMAT_DESCRIPTIONS, canonical_names, effective_config, int_field
@@ -47,13 +49,16 @@ MATCHING = (SAME, SAME_SHAPE)
 
 
 def _tensor_side(t):
-    return {"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]} if t else None
+    if not t:
+        return None
+    # A bare tensor (listing.Listing.bare_tensors: a comparison's own copy) is already this dict.
+    return t if len(t) == 3 else {"name": t["name"], "shape": t["shape"], "dtype": t["dtype"]}
 
 
 def _canonical_tensors(report):
-    names = [t["name"] for t in report.get("tensors", [])]
-    mapping = canonical_names(names, report.get("format", "unknown"))
-    return dict((mapping[t["name"]], t) for t in report.get("tensors", []))
+    tensors = report.get("tensors", [])
+    names = list(map(itemgetter("name"), tensors))
+    return dict(zip(map(canonical_names(names, report.get("format", "unknown")).__getitem__, names), tensors))
 
 
 def is_target_model(report):
@@ -104,8 +109,13 @@ def compare(report_a, report_b):
                 dims.append("%s differs: A %s, B %s" % (words, dim_text(ea[key]), dim_text(eb[key])))
     ca, cb = _canonical_tensors(report_a), _canonical_tensors(report_b)
     rows = []
-    for key in sorted(set(ca) | set(cb), key=_row_order):
-        a, b = ca.get(key), cb.get(key)
+    keys = _in_row_order(set(ca) | set(cb))
+    sides_a, sides_b = list(map(ca.get, keys)), list(map(cb.get, keys))
+    for key, a, b in zip(keys, sides_a, sides_b):
+        if a == b and len(a) == 3:
+            # The same bare tensor on both sides (a target against itself or a copy: all 100,000+ of them).
+            rows.append({"name": a["name"], "a": a, "b": b, "status": SAME_SHAPE})
+            continue
         if a and b:
             status = "shape differs" if a["shape"] != b["shape"] else "dtype differs" if a["dtype"] != b["dtype"] else SAME_SHAPE
             name = a["name"] if a["name"] == b["name"] else "%s = %s" % (a["name"], b["name"])
@@ -144,12 +154,25 @@ _NAMING = {"specforge": "midlayer.*", "eagle": "midlayer.* or layers.0.*", "spec
            "vllm": "model.layers.N.*", "hf": "model.layers.*", "unknown": "?"}
 
 
+_ROW_PREFIXES = ("fc.", "layers.", "norm.", "lm_head.", "d2t", "t2d", "embed_tokens.")
+
+
 def _row_order(canonical):
-    order = ["fc.", "layers.", "norm.", "lm_head.", "d2t", "t2d", "embed_tokens."]
-    for i, prefix in enumerate(order):
+    for i, prefix in enumerate(_ROW_PREFIXES):
         if canonical.startswith(prefix):
             return (i, canonical)
-    return (len(order), canonical)
+    return (len(_ROW_PREFIXES), canonical)
+
+
+def _in_row_order(keys):
+    """sorted(keys, key=_row_order), a drafter's parts first; a target's 100,000+ names, which
+    start with none of them, are sorted as they are (in C) after those that do."""
+    ordered = sorted(keys)
+    starts = list(map(str.startswith, ordered, repeat(_ROW_PREFIXES)))
+    if True not in starts:
+        return ordered
+    head = sorted(compress(ordered, starts), key=_row_order)
+    return head + [key for key, start in zip(ordered, starts) if not start]
 
 
 def _pitfalls(report_a, report_b, ea, eb):

@@ -13,7 +13,7 @@ and offsets as whole lists. Standard library only, Python 3.9+.
 
 import json
 import re
-from itertools import chain
+from itertools import accumulate, chain
 from operator import itemgetter, sub
 
 from .columns import TensorColumns
@@ -28,9 +28,12 @@ from .header_json import SURROGATE_ESCAPE, refuse_constant
 _PLAIN_STRING = r'[^"\\\x00-\x1f]*'
 # A JSON integer (no sign, no leading zero: serde refuses 01, and -0 is a float to it).
 _INTEGER = r"(?:0|[1-9][0-9]*)"
-_ENTRY = re.compile(r',"(' + _PLAIN_STRING + r')":\{"dtype":"([A-Z0-9_]+)","shape":\[([0-9,]*)\],"data_offsets":\[('
+# One entry: its name, its dtype and shape as one piece (`BF16","shape":[4,8`: a MoE shard has a
+# dozen distinct ones among thousands of entries, each read once), and its data offsets.
+_ENTRY = re.compile(r',"(' + _PLAIN_STRING + r')":\{"dtype":"([A-Z0-9_]+","shape":\[[0-9,]*)\],"data_offsets":\[('
                     + _INTEGER + r"),(" + _INTEGER + r")\]\}")
-_ENTRY_FIXED_CHARS = len(',"":{"dtype":"","shape":[],"data_offsets":[,]}')
+_SHAPE_AFTER_DTYPE = '","shape":['
+_ENTRY_FIXED_CHARS = len(',"":{"dtype":"],"data_offsets":[,]}')
 _METADATA = re.compile(r'"__metadata__":\{((?:"' + _PLAIN_STRING + '":"' + _PLAIN_STRING + '"(?:,"' + _PLAIN_STRING
                        + '":"' + _PLAIN_STRING + r'")*)?)\}')
 # JSON's whitespace, which may follow the header object (safetensors pads with spaces).
@@ -55,24 +58,39 @@ def parse_canonical(text, data_bytes):
     found = _ENTRY.findall(entries)
     if not found:
         return None
-    names, dtypes, shape_texts, begins, ends = zip(*found)
+    names, kinds, begin_texts, end_texts = zip(*found)
     del found
     # The matches must tile the entries exactly: then nothing else stands between them.
     covered = len(names) * _ENTRY_FIXED_CHARS + sum(sum(map(len, column)) for column in
-                                                    (names, dtypes, shape_texts, begins, ends))
+                                                    (names, kinds, begin_texts, end_texts))
     if covered != len(entries) or "__metadata__" in names or len(set(names)) != len(names):
         return None
-    if not set(dtypes) <= DTYPE_BITS.keys():
-        return None
-    shape_of = {}
-    for shape in set(shape_texts):
+    of_kind = {}  # `BF16","shape":[4,8` -> (dtype, shape, bytes it needs)
+    for kind in set(kinds):
+        dtype, _, shape_text = kind.partition(_SHAPE_AFTER_DTYPE)
+        if dtype not in DTYPE_BITS:
+            return None
         try:
-            shape_of[shape] = tuple(json.loads("[" + shape + "]"))  # refuses 01, [,], [1,] as serde does
+            shape = tuple(json.loads("[" + shape_text + "]"))  # refuses 01, [,], [1,] as serde does
         except ValueError:
             return None
-    return check_columns(list(names), list(map(DTYPE_NAMES.__getitem__, dtypes)),
-                         list(map(shape_of.__getitem__, shape_texts)), list(map(int, begins)), list(map(int, ends)),
-                         data_bytes)
+        need = _well_formed_bytes(dtype, shape)
+        if need is None:
+            return None
+        of_kind[kind] = (DTYPE_NAMES[dtype], shape, need)
+    described = list(map(of_kind.__getitem__, kinds))
+    del kinds
+    dtypes, shapes, sizes = list(map(itemgetter(0), described)), list(map(itemgetter(1), described)), \
+        list(map(itemgetter(2), described))
+    del described
+    ends = list(map(int, end_texts))
+    # Tiled in header order (the common case: each begin spelled as the end before it), every end
+    # is the sum of the sizes before it: the offsets are checked as whole lists, and the begins
+    # are the ends shifted (canonical integers are equal exactly when their spellings are).
+    if (begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1] and ends[-1] == data_bytes
+            and ends == list(accumulate(sizes))):
+        return TensorColumns(list(names), dtypes, shapes, sizes, [0] + ends[:-1], ends), []
+    return check_columns(list(names), dtypes, shapes, list(map(int, begin_texts)), ends, data_bytes)
 
 
 # ---------------------------------------------------------------------------------------------

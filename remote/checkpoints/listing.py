@@ -14,6 +14,7 @@ from array import array
 from bisect import bisect_left
 import threading
 from collections import Counter, OrderedDict
+from itertools import repeat
 
 from . import report
 from .collect import collect
@@ -50,7 +51,9 @@ class Listing(object):
         # Where each tensor's data begins in its file's data section (-1: unknown), for compare's
         # look at the values; 8 bytes a tensor.
         begins = columns.begins
-        self.begins = array("q", (-1 if begins[i] is None else begins[i] for i in order))
+        if None in begins:
+            begins = [-1 if begin is None else begin for begin in begins]
+        self.begins = array("q", map(begins.__getitem__, order))
         self.file_indexes = list(map(columns.file_indexes.__getitem__, order)) if got.multi else None
         del columns, order, sizes
         self.file_labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
@@ -104,6 +107,23 @@ class Listing(object):
         if self.file_indexes is not None:
             entry["file"] = self.file_labels[self.file_indexes[index]]
         return entry
+
+    def bare_tensors(self):
+        """Every tensor as {name, dtype, shape}, in name order: what a comparison matches them by
+        (tensors of one shape share its list)."""
+        shape_lists = dict((shape, list(shape)) for shape in set(self.shapes) if shape is not None)
+        shape_lists[None] = None
+        return [{"name": name, "dtype": dtype, "shape": shape}
+                for name, dtype, shape in zip(self.names, self.dtypes, map(shape_lists.__getitem__, self.shapes))]
+
+    def unreadable_names(self, readable_file):
+        """The names of the tensors whose bytes cannot be read: outside their file's data section,
+        or in a file for which readable_file(path) is false."""
+        limits = [info.data_bytes if info.data_start is not None and readable_file(info.path) else -1
+                  for info in self.got.file_info]
+        files = self.file_indexes if self.file_indexes is not None else repeat(0)
+        return set(name for name, begin, size, file_index in zip(self.names, self.begins, self.sizes, files)
+                   if begin < 0 or size is None or begin + size > limits[file_index])
 
     def data_span(self, name):
         """(file path, offset in the file, bytes) of the tensor named `name`, or None when it is not

@@ -25,7 +25,9 @@ def load_json_file(path, what, problems, most_bytes=MAX_JSON_FILE_BYTES):
                 problems.append(err("%s is %s bytes, too large for a %s" % (os.path.basename(path), count_text(size), what)))
                 return None
             raw = read_exact(f, size)  # read(n) would allocate n up front, so never read(limit)
-        value = json.loads(raw.decode("utf-8"))
+        text = raw.decode("utf-8")
+        del raw  # a shard index's bytes are not kept while its text is parsed
+        value = json.loads(text)
     except OSError as exc:
         problems.append(err("cannot read %s: %s" % (os.path.basename(path), reason(exc))))
         return None

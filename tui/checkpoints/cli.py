@@ -103,18 +103,23 @@ def _full_report(checkpoint):
 
 
 def cmd_inspect(args):
-    from .view import format_inspect, format_inspect_summary
-
     checkpoint = _checkpoint(args, args.path)
     report = checkpoint.inspect(args.sha256)
     failed = any(p["level"] == "error" for p in report["problems"])
+    # The text views are imported only for text: --json never needs them.
     if report.get("complete", True):
-        emit(args, report, lambda: format_inspect(report))
+        emit(args, report, lambda: _view().format_inspect(report))
     elif args.all:
         (_stream_json if args.json else _stream_text)(checkpoint, report)
     else:
-        emit(args, report, lambda: format_inspect_summary(report))
+        emit(args, report, lambda: _view().format_inspect_summary(report))
     return EXIT_FAILED if failed else 0
+
+
+def _view():
+    from . import view
+
+    return view
 
 
 def _stream_json(checkpoint, report, out=None):
