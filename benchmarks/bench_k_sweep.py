@@ -16,7 +16,6 @@ tiny models of tests/serving_fixtures.py, the vLLM venv's python as the ML inter
 
 import argparse
 import glob
-import json
 import os
 import subprocess
 import sys

@@ -6,7 +6,6 @@ every draft accepted) named by their first words."""
 import json
 
 from ..display import safe_text
-from . import position_text
 
 # What `bench --json` adds from the host's per-request figures.
 JSON_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule")
