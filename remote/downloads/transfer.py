@@ -21,7 +21,12 @@ from .layout import FileLock, LocalPaths, write_metadata
 from .output import fmt_size, log, one_line, scrub, short
 from .progress import FileState
 
-READ_SLICE = 256 * 1024  # one socket read, written to disk at once
+# One read, written to disk at once: it starts at SLICE_MIN and doubles while a read comes back
+# within SLICE_FAST_S (a fast link: fewer, larger reads and writes, up to a whole hashing buffer),
+# halving when one takes longer than SLICE_SLOW_S (a slow link: progress and stop stay responsive).
+SLICE_MIN = 256 * 1024
+SLICE_FAST_S = 0.02
+SLICE_SLOW_S = 0.2
 STOP_GRACE = 2.0  # seconds a stopped job waits for reads blocked on a stalled link
 DEFAULT_WORKERS = 4
 DEFAULT_RETRIES = 5  # per file, reset whenever bytes arrive (env SPECDECK_DOWNLOAD_RETRIES)
@@ -257,6 +262,7 @@ class Downloader:
             # buffers to the hashing thread.
             want = rf.size - offset
             buf, view, filled = None, None, 0
+            slice_bytes = SLICE_MIN
             try:
                 while want > 0:
                     if self.stop.is_set():
@@ -265,13 +271,19 @@ class Downloader:
                         buf = hasher.buffer()
                         view = memoryview(buf)
                         filled = 0
-                    k = min(READ_SLICE, len(buf) - filled, want)
+                    k = min(slice_bytes, len(buf) - filled, want)
+                    t0 = time.monotonic()
                     try:
                         n = resp.readinto(view[filled:filled + k])
                     except (OSError, http.client.HTTPException, ValueError) as e:
                         raise Transient("connection lost: %s" % (str(e) or type(e).__name__))
                     if not n:
                         raise Transient("connection closed early")
+                    took = time.monotonic() - t0
+                    if took < SLICE_FAST_S:
+                        slice_bytes = min(slice_bytes * 2, len(buf))
+                    elif took > SLICE_SLOW_S:
+                        slice_bytes = max(slice_bytes // 2, SLICE_MIN)
                     _write_all(f, view[filled:filled + n])
                     filled += n
                     want -= n
