@@ -19,6 +19,7 @@ from ..jobs.book import JobBook
 from ..messages import AgentError, JobEvents, JobEventsEnded
 from .asking import NOT_CONNECTED, Failure, Question, call
 from .records import Connection
+from .serving import Serving
 from .streams import PaneStream, StreamData
 
 __all__ = ["Answered", "HostModel", "NOT_CONNECTED", "StreamData", "model_of"]
@@ -41,6 +42,7 @@ class HostModel:
         self.client = client
         self.connection = Connection()
         self.book = JobBook()
+        self.serving = Serving(self)  # the host's inference servers, as typed, aged records
         self.streams = []  # every stream a view follows, shown or not
         self._events = None  # the jobs.events subscription, of self.client
 
