@@ -2,7 +2,8 @@
 per server, filled from the one `serving.follow` stream, the job book, the host's alerts and the
 questions a view asks (a window's figures and advice in one `serving.advise`, a dead server's
 status, the history store's series). Each change is told to the view that follows it as a
-`ServingChanged` message; the view keeps only what it shows (which server, which window)."""
+`ServingChanged` message; the view keeps only what it shows (which server, which window).
+Held by the host's model, the records outlive the views: a host shown again shows them at once."""
 
 from textual.message import Message
 
@@ -31,6 +32,7 @@ class Serving:
         self.records = {}  # id -> ServerRecord, in the order first heard
         self.alerts = {}  # server id -> the host's below_break_even alert, until accept length is back over the line
         self._asking = set()  # servers whose window or status is being asked
+        self.views = []  # those that follow the servers, told of every change
 
     @property
     def ids(self):
@@ -53,21 +55,15 @@ class Serving:
     # -- what the view follows
 
     def follow(self, owner):
-        """The host's servers' records, once a second, for `owner` while it is shown."""
+        """The host's servers' records, once a second, for `owner` while it is shown; every
+        change of them (the host's alerts included) is told to it as ServingChanged."""
+        if owner not in self.views:
+            self.views.append(owner)
         return self.model.follow(owner, "serving.follow", {}, lambda items: self.take_frames(owner, items))
 
-    def follow_alerts(self, owner):
-        """The host's alerts: its below_break_even for a server is shown on that server (those
-        raised while no console was open too, from notify.list)."""
-        self.model.follow(owner, "notify.follow", {}, lambda items: self.take_alerts(owner, items))
-        self.ask_recent_alerts(owner)
-
-    def ask_recent_alerts(self, owner):
-        def came(reply):
-            recent = [a for a in reply.get("recent") or () if isinstance(a, dict) and isinstance(a.get("time"), (int, float))]
-            self.take_alerts(owner, [({"records": sorted(recent, key=lambda a: a["time"])}, None)])
-
-        self.model.ask(owner, "notify.list", {}, done=came, failed=lambda failure: None, notify=False, title="alerts")
+    def forget(self, owner):
+        if owner in self.views:
+            self.views.remove(owner)
 
     def take_frames(self, owner, items):
         """Frames of serving.follow (a snapshot, then records), for `owner`."""
@@ -102,15 +98,17 @@ class Serving:
             self.alerts.pop(server_id, None)  # back over the line: the host's alert is over
         return server_id
 
-    def take_alerts(self, owner, items):
+    def take_alerts(self, alerts):
+        """The host's alerts (notify.follow's, or notify.list's newest): its below_break_even for
+        a server is that server's, told to every view."""
         changed = set()
-        for data, _seq in items:
-            for alert in data.get("records") or ():
-                if isinstance(alert, dict) and alert.get("kind") == "below_break_even" and isinstance(alert.get("server"), str):
-                    self.alerts[alert["server"]] = alert
-                    changed.add(alert["server"])
+        for alert in alerts:
+            if isinstance(alert, dict) and alert.get("kind") == "below_break_even" and isinstance(alert.get("server"), str):
+                self.alerts[alert["server"]] = alert
+                changed.add(alert["server"])
         if changed:
-            owner.post_message(ServingChanged(changed, {"alert"}))
+            for view in self.views:
+                view.post_message(ServingChanged(changed, {"alert"}))
 
     def take_jobs(self, book, changed):
         """The job book changed: (servers whose advice a benchmark that just ended may change,

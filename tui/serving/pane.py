@@ -14,7 +14,7 @@ record (`break_even: {accept_length, source, how}`): set by hand (`b`, `serving.
 for the target, it is kept on the host and holds for every server of that target, for every
 console and while none is open; else the server's meta or the last A/B benchmark of the same
 target and drafter. The host raises the alert when accept length stays under it
-(remote/notify/evaluate.py); the pane follows the host's alerts and shows that one. Under them, a row per K' up
+(remote/notify/evaluate.py); the host's model follows its alerts and the pane shows that one. Under them, a row per K' up
 to the server's K and the newest K sweep's beyond it (k_rows.py), as `specdeck advise` says;
 asked again as soon as a benchmark of the server's target and drafter ends.
 
@@ -130,12 +130,10 @@ class SpeculationPane(Pane):
 
     def on_mount(self):
         self.serving.follow(self)
-        self.serving.follow_alerts(self)
         self.set_interval(1.0, self._age_tick)
         self.set_interval(WINDOW_REFRESH_S, self._ask_window)
-
-    def client_ready(self):
-        self.serving.ask_recent_alerts(self)
+        if self.servers:  # the host's model has them already (the host shown again): at once
+            self._choose()
 
     def pane_shown(self):
         self._ask_window()
