@@ -197,8 +197,10 @@ async def test_the_console_keeps_both_charts_and_one_line_per_position_and_whole
             pane = app.query_one(SpeculationPane)
             charts = [pane.query_one("#spec-accept-chart", TimeChart), pane.query_one("#spec-throughput-chart", TimeChart)]
             await wait_until(pilot, lambda: "96.8%" in text_of(pane.query_one("#spec-bars", Static))
+                             and "conditional" in text_of(pane.query_one("#spec-bars", Static))  # the window's, not the last 10 s'
                              and all(plotted_rows(app, chart) >= (2, True) for chart in charts),
                              message="both charts plotted, with the bars: %s" % [plotted_rows(app, chart) for chart in charts])
+            await pilot.pause()  # laid out for the text it has
             positions = [line for line in region_lines(app, pane.query_one("#spec-bars", Static)) if re.search(r"pos \d", line)]
             assert positions and all(line.count("%") == line.count("pos ") for line in positions), positions
             assert "pos 2" in "".join(positions)  # the three positions, none wrapped onto a line of its own
