@@ -23,6 +23,7 @@ from ..notify.desktop import HostAlerts
 from .asking import NOT_CONNECTED, Failure, Question, call
 from .records import Connection
 from .serving import Serving
+from .telemetry import GpuSamples
 from .streams import PaneStream, StreamData
 
 __all__ = ["Answered", "HostModel", "NOT_CONNECTED", "StreamData", "model_of"]
@@ -47,6 +48,7 @@ class HostModel:
         self.connection = Connection()
         self.book = JobBook()
         self.serving = Serving(self)  # the host's inference servers, as typed, aged records
+        self.gpus = GpuSamples()  # the host's latest GPU sample, aged
         self.streams = []  # every stream a view follows, shown or not
         self._events = None  # the jobs.events subscription, of self.client
         self._alerts_client = None  # the client whose alerts are followed (or being subscribed)
