@@ -74,7 +74,7 @@ async def test_after_r_every_pane_follows_its_streams_again_on_the_new_client(ag
         assert {stream.method for stream in following(app, clients[1])[1]} == methods
         assert all(pane.connection.state == "connected" for pane in app.query(Pane))
         await pilot.press("5")  # a pane shown after the reconnect starts its streams on the new client too
-        await wait_until(pilot, lambda: {"serving.follow", "notify.follow"} <= {s.method for s in following(app, clients[1])[1]},
-                         message="the Speculation pane following")
+        await wait_until(pilot, lambda: "serving.follow" in {s.method for s in following(app, clients[1])[1]} and app.model.alerts_followed,
+                         message="the Speculation pane following, and the host's alerts on the new client")
         assert following(app, clients[1])[0] == following(app, clients[1])[1]
         assert not any(stream.subscription is not None and stream.subscription.client is clients[0] for stream in app.model.streams)

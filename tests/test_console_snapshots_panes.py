@@ -58,7 +58,7 @@ def speculation_figures(monkeypatch):
     """What the host's sampler reads from a real HTTP server serving vLLM's recorded /metrics
     (tests/serving_data), its counters growing by the recording's counts each second, for
     READS seconds before the snapshot's now: the records `serving.follow` sends for the
-    console's running server (j8), and its `serving.stats` and `serving.advise` over 5 min."""
+    console's running server (j8), and its `serving.advise` over 5 min (with `serving.stats`'s figures)."""
     import time as real_time
 
     from remote.core.feeds import Budget
@@ -101,9 +101,9 @@ def test_speculation_pane_with_live_figures(snap_compare, monkeypatch, size):
         await pilot.press("5")
         await pilot.pause()
         pane = pilot.app.query_one(serving_pane.SpeculationPane)
-        pane._on_records([({"snapshot": {}, "records": records}, 1)])
-        pane._window_came("j8", window)
-        pane._advice_came("j8", advised)
+        serving = pane.model.serving  # what the host's model hears: the follow's records, then one serving.advise
+        serving.take_frames(pane, [({"snapshot": {}, "records": records}, 1)])
+        serving.take_window(pane, "j8", pane.window_s, dict(advised, window=window))
         await pilot.pause(0.3)
 
     assert snap_compare(SnapshotApp(host="gpu01"), terminal_size=SPEC_SIZES[size], run_before=run_before)

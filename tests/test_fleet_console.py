@@ -113,7 +113,14 @@ async def test_enter_and_the_brackets_change_the_host_the_panes_show(fleet):
         await wait_until(pilot, lambda: app.client is not None and app.query_one(JobsPane).is_attached, message="gamma's panes")
         await pilot.pause(0.5)
         assert job_rows(app) == {}  # gamma has no job: nothing of beta's is left
-        await pilot.press("left_square_bracket", "left_square_bracket")
+        beta = app.models["beta"]
+        assert beta is not app.model and job["id"] in beta.book.jobs  # beta's model holds its jobs while gamma is shown
+        gammas = app.query_one(JobsPane)
+        await pilot.press("left_square_bracket")
+        await wait_until(pilot, lambda: app.model is beta and [p for p in app.query(JobsPane) if p is not gammas and p.is_attached],
+                         message="[ : beta's panes again")
+        assert list(job_rows(app)) == [job["id"]]  # at once, from beta's model, before its job events are asked again
+        await pilot.press("left_square_bracket")
         await wait_until(pilot, lambda: app.current.name == "alpha", message="[ twice: back to alpha")
         await pilot.press("0")
         await wait_until(pilot, lambda: fleet_rows(app)["alpha"][0] == "▶" and fleet_rows(app)["beta"][0] == "",
@@ -125,7 +132,7 @@ async def test_an_alert_of_a_host_not_shown_reaches_the_console_with_its_name(fl
     monkeypatch.setenv("SPECDECK_DESKTOP_NOTIFY", "off")
     app = SpecdeckApp(hosts=["alpha", "beta", "gamma"], connect=fleet.connect)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: all(link.alerts_followed is not None for link in app.links), message="alerts followed")
+        await wait_until(pilot, lambda: all(model.alerts_followed for model in app.models.values()), message="alerts followed")
         # A name too long for an alert is cut with "…": its last words are not read as how it ended.
         name = "gen states for the long run " + "x" * 60 + "; exit 0"
         job = fleet.client("beta").call("jobs.submit", {"argv": ["sh", "-c", "exit 3"], "name": name})

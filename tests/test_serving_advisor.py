@@ -246,7 +246,9 @@ async def test_speculation_pane_shows_a_row_per_k_as_advise_does(gpuhost, agreei
         pane.focus()
         await wait_until(pilot, lambda: pane.selected == agreeing["id"], message="the running server")
         rows = pane.query_one("#spec-k", Static)
-        await wait_until(pilot, lambda: "advice:" in str(rows.render()), timeout_s=60, message="the K rows")
+        # The sweep's rows may come first (the pane asks serving.advise before the window has drafts): the live ones then.
+        await wait_until(pilot, lambda: "advice:" in str(rows.render()) and "live (running K)" in str(rows.render()), timeout_s=60,
+                         message="the K rows")
         shown = str(rows.render())
         advice = client.call("serving.advise", {"id": agreeing["id"], "window_s": float(pane.window_s)})
         assert shown.splitlines()[1:] == advice_lines(advice)

@@ -16,7 +16,7 @@ import pytest
 from textual.widgets import Static
 
 from tests.helpers.cli import run_cli
-from tests.helpers.pilot import OnePane, screen_lines, text_of, to_pane
+from tests.helpers.pilot import OnePane, questions_asked, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_for, wait_until
 from tests.helpers.metrics import AFTER, MetricsServer, scaled
 from tests.helpers.sweeps import known_sweep
@@ -87,6 +87,7 @@ async def test_pane_shows_accept_length_against_break_even_and_the_hosts_alert(q
     server = GrowingServer()
     try:
         server_id = client.call("serving.attach", {"url": server.url})["id"]
+        asked = questions_asked(client)
         app = OnePane(SpeculationPane(), client=client)
         async with app.run_test(size=(120, 40)) as pilot:
             pane = app.query_one(SpeculationPane)
@@ -96,6 +97,12 @@ async def test_pane_shows_accept_length_against_break_even_and_the_hosts_alert(q
             assert server_id in str(summary.render())
             bars = pane.query_one("#spec-bars", Static)
             await wait_until(pilot, lambda: "pos 0" in str(bars.render()) and "96.8%" in str(bars.render()))
+            # The window's figures, bars and rows of K are one question to the host, per window.
+            await pilot.press("w")
+            await wait_until(pilot, lambda: "window 15 min" in str(summary.render()) and ("serving.advise", {"id": server_id, "window_s": 900.0}) in asked
+                             and "per position over the last" in str(bars.render()), message="the 15 min window")
+            windows = [params["window_s"] for method, params in asked if method == "serving.advise"]
+            assert 300.0 in windows and [method for method, _ in asked if method == "serving.stats"] == []
             await pilot.press("b")
             await pilot.pause()
             app.screen.query_one("Input").value = "40@112.5"  # 0.040 s x 112.5 tok/s = 4.50
@@ -190,8 +197,10 @@ async def test_the_console_keeps_both_charts_and_one_line_per_position_and_whole
             pane = app.query_one(SpeculationPane)
             charts = [pane.query_one("#spec-accept-chart", TimeChart), pane.query_one("#spec-throughput-chart", TimeChart)]
             await wait_until(pilot, lambda: "96.8%" in text_of(pane.query_one("#spec-bars", Static))
+                             and "conditional" in text_of(pane.query_one("#spec-bars", Static))  # the window's, not the last 10 s'
                              and all(plotted_rows(app, chart) >= (2, True) for chart in charts),
                              message="both charts plotted, with the bars: %s" % [plotted_rows(app, chart) for chart in charts])
+            await pilot.pause()  # laid out for the text it has
             positions = [line for line in region_lines(app, pane.query_one("#spec-bars", Static)) if re.search(r"pos \d", line)]
             assert positions and all(line.count("%") == line.count("pos ") for line in positions), positions
             assert "pos 2" in "".join(positions)  # the three positions, none wrapped onto a line of its own

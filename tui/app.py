@@ -7,8 +7,10 @@ named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes a
 for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
 step their servers and runs with them, and a log's search, which steps its matches: the help
 says so, and the Fleet pane (0) switches hosts from anywhere. The list of panes, PANES, drives
-the number keys, the tabs and the help screen. The shown host's model (tui/host/) holds the one subscription to its job
-events, every stream the panes follow and the link's state; the app hands every pane the job
+the number keys, the tabs and the help screen. Each host has its model (tui/host/), kept while the console runs: the shown
+host's holds the one subscription to its job events, every stream the panes follow, the link's
+state and the host's records (a host shown again shows them at once); every host's follows its
+alerts (tui/notify/console_alerts.py puts them on the desktop); the app hands every pane the job
 book and that state (attributes down), the Fleet pane its hosts; panes post messages up
 (OpenCheckpoint, the Fleet pane's ShowHost and Reconnect) and never call each other. Alerts of every host reach the desktop with the
 host's name, and with several hosts one that stays unreachable for UNREACHABLE_AFTER_S is a
@@ -26,18 +28,15 @@ from textual.screen import ModalScreen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from remote.core.protocol import RemoteError
-
 from . import display
 from .checkpoints.pane import TensorsPane
-from .transport.client import ConnectError
 from .downloads.pane import DownloadsPane
 from .fleet.hosts import HostLink
 from .fleet.pane import FleetPane
 from .host.model import Answered, HostModel
 from .jobs.pane import JobsPane
 from .messages import AgentError, ClientReady, ConnectionChanged
-from .notify.desktop import HostAlerts, alerts_notification, kind_for, sequence
+from .notify.console_alerts import DesktopAlerts
 from .notify.screen import NotificationsScreen
 from .pane import Pane
 from .pane_host import PaneHost
@@ -59,16 +58,6 @@ HOST_KEYS_WHERE = ("show the %s host in the other panes (in Jobs, GPUs, Download
                    "in Speculation and Training [ ] step servers and runs, in a log's search its matches)")
 
 
-def _span(seconds):
-    """`40 s`, `2 min`, `1 h 05 min`: how long a host has been away."""
-    seconds = int(seconds)
-    if seconds < 60:
-        return "%d s" % seconds
-    if seconds < 3600:
-        return "%d min" % (seconds // 60)
-    return "%d h %02d min" % (seconds // 3600, seconds % 3600 // 60)
-
-
 def pane_id(pane_class):
     """The TabPane id: `jobs`, `downloads`, `tensors`."""
     return pane_class.PANE_TITLE.lower().replace(" ", "-")
@@ -82,7 +71,7 @@ def pane_bindings(panes):
     ]
 
 
-class SpecdeckApp(PaneHost):
+class SpecdeckApp(DesktopAlerts, PaneHost):
     """specdeck's console for one host or several."""
 
     TITLE = "specdeck"
@@ -120,6 +109,9 @@ class SpecdeckApp(PaneHost):
         self.links = [HostLink(name, self._connector(name), self.post_message, retry=len(names) > 1, poll=len(names) > 1)
                       for name in names]
         self.current = self.links[0]
+        # One model per host: what a host held is there at once when it is shown again.
+        self.models = {link.name: HostModel(self, host=link.name) for link in self.links}
+        self.model = self.models[self.current.name]
         self.host = self.current.name
         self.connection_state = "connecting"
         self.pane_classes = PANES
@@ -214,7 +206,8 @@ class SpecdeckApp(PaneHost):
         tab = tab or tabs.active
         if link is not self.current:
             self.model.close()  # the old host's job events: not for these panes
-            self.model = HostModel(self, link.client)
+            self.model = self.models[link.name]
+            self.model.client = link.client
             self.current, self.host = link, link.name
             self.connection_state = link.state
             self._show_header(link)
@@ -237,6 +230,7 @@ class SpecdeckApp(PaneHost):
             return  # the console is closing
         await self.mount(self._pane_tabs(initial=tab, only=tab), after=self.header)
         self.activate(tab)
+        self.tell_jobs(self.query(Pane))
         self._client_ready_to(self.query(Pane))
         self.call_later(self._mount_next_pane, remake)
 
@@ -250,6 +244,7 @@ class SpecdeckApp(PaneHost):
             await empty.mount(pane)
             if self.query_one(TabbedContent).active == empty.id:  # its tab was chosen before it was there
                 self.activate(empty.id)
+            self.tell_jobs([pane])
             self._client_ready_to([pane])
             self.call_later(self._mount_next_pane, remake)
             return
@@ -271,6 +266,9 @@ class SpecdeckApp(PaneHost):
             self._label_host(hello.get("hostname", ""), hello.get("user"))
         self._show_connection(self.connection_state, link.detail)
         header.rtt_s = link.rtt_s
+
+    def host_model(self, host):
+        return self.models.get(host, self.model)
 
     def on_fleet_pane_show_host(self, message: FleetPane.ShowHost):
         link = self.link_of(message.name)
@@ -377,9 +375,9 @@ class SpecdeckApp(PaneHost):
 
     def on_client_ready(self, message: ClientReady):
         link = self.link_of(message.host) or self.current
-        if link.client is not None and link.alerts_followed is not link.client:
-            link.alerts_followed = link.client
-            self._follow_host_alerts(link)
+        model = self.host_model(link.name)
+        model.client = link.client
+        if model.follow_alerts():  # a new client of the host's: its alerts, and the night it was not watched
             report_screen.watch(self, link)
         if link is not self.current:
             return
@@ -405,62 +403,10 @@ class SpecdeckApp(PaneHost):
             host = hostname if self.host == "local" else self.host.split("@")[-1]
             header.host_label = "%s@%s" % (user, host)
 
-    # ------------------------------------------------------------------ alerts on the desktop
-
-    def _follow_host_alerts(self, link):
-        """Every alert the host raises, while the console is open (the client resumes the stream)."""
-        client, name = link.client, link.name
-
-        def follow():
-            try:
-                client.subscribe("notify.follow", {}, lambda data, seq: self.post_message(HostAlerts(data.get("records") or [], name)))
-            except (RemoteError, ConnectError):
-                pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
-
-        self.run_worker(follow, thread=True, exit_on_error=False, group="host-alerts")
-
-    def on_host_alerts(self, message: HostAlerts):
-        alerts = [a for a in message.alerts if a.get("kind") != "test"]
-        if not alerts:
-            return
-        link = self.link_of(message.host) or self.current
-        shown = link is self.current
-        hostname = (link.hello or {}).get("hostname") or link.name
-        title, body = alerts_notification(alerts, hostname)
-        if self.fleet and link.name not in title:
-            title = "%s: %s" % (link.name, title)
-        if not shown:
-            link.unseen_alerts += len(alerts)
-        # GPU alerts of the shown host: the GPU pane says them; every other alert is a toast.
-        self._desktop(title, body, any(a.get("urgent") for a in alerts),
-                      toast=not shown or any("gpu" not in (a.get("categories") or ()) for a in alerts))
-
-    def _desktop(self, title, body, urgent, toast=True):
-        if getattr(self._driver, "is_web", False):  # in a browser: the page shows it (tui/web)
-            self._driver.write_meta({"type": "notify", "title": title, "body": body, "urgent": urgent})
-        elif (text := sequence(title, body, kind_for())) and self._driver is not None:
-            self._driver.write(text)  # between frames, through the driver's own writer
-        if toast:
-            self.notify(body, title=title, severity="error" if urgent else "information", timeout=20, markup=False)
-
-    def _tell_unreachable(self):
-        """A host of several away for unreachable_after_s: told once, on the desktop and in a toast
-        (the host's daemon cannot tell it); and once more when it is back."""
-        for link in self.links:
-            away_s = link.away_for_s()
-            if not link.away_alerted and away_s >= self.unreachable_after_s:
-                link.away_alerted = True
-                error = (link.detail or {}).get("error")
-                self._desktop("%s unreachable" % link.name, "%s has not been reachable for %s%s" % (
-                    link.name, _span(away_s), ": %s" % error if error else ""), urgent=True)
-            elif link.away_alerted and link.state == "connected":
-                link.away_alerted = False
-                self._desktop("%s is back" % link.name, "%s is reachable again" % link.name, urgent=False)
-
     def _show_rtt(self):
         self.header.rtt_s = self.current.rtt_s
         if self.fleet:
-            self._tell_unreachable()
+            self.tell_unreachable()
             states = [link.state for link in self.links]
             parts = ["host %d of %d" % (self.links.index(self.current) + 1, len(self.links))]
             parts += ["%d %s" % (states.count(state), state) for state in ("failed", "reconnecting", "connecting") if state in states]

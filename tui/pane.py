@@ -47,9 +47,17 @@ class Pane(Requests, Widget):
         self._status_before_failure = None  # the status line a failed connection replaced
         self._said = None  # (a line said to the user, until when: monotonic), kept over the pane's own
         self._own_status = ("", False)  # the pane's own status line, shown again once the said line ends
+        self._model = None  # the model of the host it was made for, kept as the console shows another
+
+    @property
+    def model(self):
+        """The model of the host this pane shows (the console's shown host when it was mounted)."""
+        if self._model is None:
+            self._model = model_of(self.app)
+        return self._model
 
     def on_mount(self):
-        connection = model_of(self.app).connection
+        connection = self.model.connection
         if connection.failed:  # made while the link is down (a host switched to)
             self.connection = connection
 
@@ -181,4 +189,4 @@ class Pane(Requests, Widget):
         """The host's jobs changed (see tui/jobs/book.py); called by the app, shown or not."""
 
     def on_unmount(self):
-        model_of(self.app).forget(self)
+        self.model.forget(self)  # its host's model: the console may show another host by now

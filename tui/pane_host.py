@@ -1,6 +1,7 @@
 """An App that hosts panes: it holds the shown host's model (tui/host/), whose job book comes
-from one `jobs.events` subscription, hands the book to every pane and the link's state too, tells each pane whether its tab is shown, and opens a checkpoint in the
-Tensors pane when a pane asks. The console (tui/app.py) is one; tests that compose a few panes
+from one `jobs.events` subscription and whose alerts from one `notify.follow`, hands the book
+to every pane and the link's state too, tells each pane whether its tab is shown, and opens a
+checkpoint in the Tensors pane when a pane asks. The console (tui/app.py) is one; tests that compose a few panes
 are another, so they run the same mechanism."""
 
 from textual.app import App
@@ -9,6 +10,7 @@ from textual.widgets import TabbedContent, TabPane
 from .host.model import HostModel
 from .host.records import Connection
 from .messages import JobEvents, JobEventsEnded, OpenCheckpoint
+from .notify.desktop import HostAlerts
 from .pane import Pane
 
 RESUBSCRIBE_S = 2.0
@@ -38,10 +40,30 @@ class PaneHost(App):
         for pane in self.query(Pane):
             pane.connection = self.model.connection
 
-    # -- job events
+    def host_model(self, host):
+        """The model of the host named `host` (as typed); a PaneHost has one host."""
+        return self.model
+
+    # -- job events and alerts
 
     def follow_job_events(self):
         self.model.follow_job_events()
+        self.model.follow_alerts()
+
+    def on_host_alerts(self, message: HostAlerts):
+        self.host_model(message.host).alerts_came(message)
+        if not message.recent:
+            self.alerts_raised(message)
+
+    def alerts_raised(self, message):
+        """Alerts a host raised just now (the console puts them on the desktop)."""
+
+    def tell_jobs(self, panes):
+        """Panes made for a host whose jobs its model holds already (shown again): told at once."""
+        book = self.model.book
+        if book.loaded:
+            for pane in panes:
+                pane.jobs_told(book, set(book.jobs), [])
 
     def on_job_events_ended(self, message: JobEventsEnded):
         """The host ended the stream (an error while it read the jobs): a console that stopped

@@ -385,7 +385,9 @@ def serving_advise(call):
     the running K are this server's (source live), beyond it the sweep's (source sweep) or,
     with no sweep row, an estimate (measured false, `estimate_from` says from what); cycle
     times come from the sweep's cost model, so without a sweep best_k is null and `reason`
-    says which sweep to run."""
+    says which sweep to run. For a server, `window` holds every figure `serving.stats` gives
+    over the same window (its `per_k` the live rows alone), so one question answers the
+    Speculation pane's window."""
     job_id = call.param("id", str, required=True)
     window_s = call.param("window_s", float)
     jobs = call.daemon.jobs.list(kind="benchmark")
@@ -409,6 +411,6 @@ def serving_advise(call):
     reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
     line = sampler(call).break_even(job_id)
     advice.judge_against(reply, line, sweep_id)
-    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line,
+    reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line, window=figures,
                  **dict((key, figures.get(key)) for key in positions.FIGURE_KEYS if key in figures))
     return reply

@@ -181,3 +181,20 @@ class DownloadsHost(PaneHost):
     def on_mount(self):
         self.activate("downloads")
         self.follow_job_events()
+
+
+# --------------------------------------------------------------------------- what reached the host
+
+
+def questions_asked(client):
+    """[(method, params)] of every question `client` (a real one) sends to the host from now on,
+    in the order sent: what a view cost the host, counted where it leaves the laptop."""
+    asked = []
+    send = client.call
+
+    def call(method, params=None, timeout=60.0):
+        asked.append((method, dict(params or {})))
+        return send(method, params, timeout=timeout)
+
+    client.call = call
+    return asked

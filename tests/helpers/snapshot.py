@@ -147,6 +147,6 @@ class NoGpuSnapshotApp(SnapshotApp):
             sample["nvml"] = {"available": False, "reason": "NVML did not start: NVML Shared Library Not Found", "driver_version": None}
             sample["host"]["cpu_percent"] = 10.0 + 4 * number
         pane = self.query_one(GpusPane)
-        pane.sample = None
+        pane.model.gpus.latest = None
         pane.series = {}
         pane._on_samples([(sample, number) for number, sample in enumerate(samples)])

@@ -53,7 +53,6 @@ class HostLink:
         self.summary_at = None
         self.summary_error = None
         self.unseen_alerts = 0
-        self.alerts_followed = None  # the client whose alerts are followed
         self.away_since = None
         self.away_alerted = False
         self._closed = threading.Event()
@@ -114,7 +113,6 @@ class HostLink:
     def reconnect(self):
         """Connect again after a failure (r): the client that gave up is closed."""
         failed, self.client = self.client, None
-        self.alerts_followed = None
         if failed is not None:
             threading.Thread(target=failed.close, name="specdeck-close", daemon=True).start()
         self.start()

@@ -2,7 +2,9 @@
 questions (`ask`, on a worker, the answer a message back to whoever asked; `call`, on a worker
 already), owns every stream a view follows (started, paused while the view is hidden, resumed
 from the last seq on whichever client the host has after a reconnect), keeps the host's jobs
-from the one `jobs.events` subscription, and holds the link's state as an aged record.
+from the one `jobs.events` subscription, follows the host's alerts (one `notify.follow`), and
+holds the host's state as typed, aged records: the link's, its servers' (tui/host/serving.py).
+The console keeps one per host link, so a host shown again shows what it held at once.
 
 Views (panes, screens, the app) read it through `model_of(app)` and get its changes as messages
 or attributes the app sets; they never reach into the app or into each other.
@@ -17,8 +19,11 @@ from remote.core.protocol import RemoteError
 from ..transport.client import ConnectError
 from ..jobs.book import JobBook
 from ..messages import AgentError, JobEvents, JobEventsEnded
+from ..notify.desktop import HostAlerts
 from .asking import NOT_CONNECTED, Failure, Question, call
 from .records import Connection
+from .serving import Serving
+from .telemetry import GpuSamples
 from .streams import PaneStream, StreamData
 
 __all__ = ["Answered", "HostModel", "NOT_CONNECTED", "StreamData", "model_of"]
@@ -36,13 +41,18 @@ class Answered(Message):
 class HostModel:
     """The shown host, as the console knows it. `app` runs the workers and hears job events."""
 
-    def __init__(self, app, client=None):
+    def __init__(self, app, client=None, host=""):
         self.app = app
         self.client = client
+        self.host = host  # the host's name as typed (alerts carry it to the desktop)
         self.connection = Connection()
         self.book = JobBook()
+        self.serving = Serving(self)  # the host's inference servers, as typed, aged records
+        self.gpus = GpuSamples()  # the host's latest GPU sample, aged
         self.streams = []  # every stream a view follows, shown or not
         self._events = None  # the jobs.events subscription, of self.client
+        self._alerts_client = None  # the client whose alerts are followed (or being subscribed)
+        self._alerts = None  # the notify.follow subscription
 
     # -- questions
 
@@ -128,6 +138,41 @@ class HostModel:
         for stream in self.streams_of(owner):
             self.streams.remove(stream)
             stream.pause()
+        self.serving.forget(owner)
+
+    # -- the host's alerts
+
+    def follow_alerts(self):
+        """Every alert the host raises while the console is open, from one notify.follow per
+        client (the client resumes it after a cut link), to the app as HostAlerts: the desktop
+        rings, the servers' records take a below_break_even; first the newest it raised before
+        (notify.list), for the records only. True when it starts following a new client."""
+        client = self.client
+        if client is None or self._alerts_client is client:
+            return False
+        self._alerts_client = client
+        post, host = self.app.post_message, self.host
+
+        def follow():
+            try:
+                recent = [a for a in client.call("notify.list", {}, timeout=15).get("recent") or ()
+                          if isinstance(a, dict) and isinstance(a.get("time"), (int, float))]
+                post(HostAlerts(sorted(recent, key=lambda a: a["time"]), host, recent=True))
+                self._alerts = client.subscribe("notify.follow", {}, lambda data, seq: post(HostAlerts(data.get("records") or [], host)))
+            except (RemoteError, ConnectError):
+                pass  # an older agent without notifications, or the link dropped: the GPU pane still rings
+
+        self.app.run_worker(follow, thread=True, exit_on_error=False, group="host-alerts")
+        return True
+
+    @property
+    def alerts_followed(self):
+        """Whether the host's alerts reach the console from its client of now."""
+        return self._alerts is not None and self._alerts.client is self.client
+
+    def alerts_came(self, message):
+        """HostAlerts of this host, on the UI thread: the servers' records take theirs."""
+        self.serving.take_alerts(message.alerts)
 
     # -- the host's jobs
 
@@ -156,7 +201,8 @@ class HostModel:
         return self.book.apply(data)
 
     def close(self):
-        """The console shows another host: this one's job events are not for its panes."""
+        """The console shows another host: this one's job events are not for its panes (its
+        alerts still reach the desktop, and its records wait for the host to be shown again)."""
         events, self._events = self._events, None
         if events is not None:
             threading.Thread(target=events.cancel, name="specdeck-cancel", daemon=True).start()

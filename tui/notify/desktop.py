@@ -21,12 +21,15 @@ BODY_MAX = 240
 
 
 class HostAlerts(Message):
-    """Alerts a host raised (notify.follow), for the app to put on the desktop; `host` as typed."""
+    """Alerts a host raised (notify.follow), for the app to put on the desktop; `host` as typed.
+    `recent`: the newest it raised before the console followed (notify.list), for the views
+    to show (a server's below_break_even), not to ring again."""
 
-    def __init__(self, alerts, host=""):
+    def __init__(self, alerts, host="", recent=False):
         super().__init__()
         self.alerts = alerts
         self.host = host
+        self.recent = recent
 
 
 def kind_for(env=None):

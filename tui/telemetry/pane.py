@@ -20,7 +20,6 @@ from textual.binding import Binding
 from textual.widgets import Static
 
 from remote.telemetry.alerts import alert_text, alert_title
-from remote.telemetry.sample import apply_delta
 
 from .. import display
 from ..freshness import freshness, stale_text
@@ -74,12 +73,9 @@ class GpusPane(Pane):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.sample = None
         self.metric_index = 0
         self.window_index = DEFAULT_WINDOW
         self.series = {}  # GPU index -> [[t, min, mean, max], ...] of the charted metric
-        self._stream_state = None  # the full sample, rebuilt on the client's thread
-        self._received_at = None  # monotonic, when the last frame came
         self._shown_stale = False
         self._alerts = None
         self._queried_at = None
@@ -101,38 +97,32 @@ class GpusPane(Pane):
                 Text("not connected: %s" % display.safe_text(connection.error), style="red") if connection.failed else Text("connecting…"))
 
     def on_mount(self):
-        self.follow("telemetry.follow", {}, self._on_samples, prepare=self._rebuild)
+        self.model.gpus.follow(self.model, self, self._show_samples)
+        if self.sample is not None:  # the host shown again: its last sample at once, with its age
+            self._chart_source_changed()
+            self.render_sample()
         self.set_interval(REQUERY_S, self._requery_long_window)
         self.set_interval(1.0, self._age_tick)
         self._show_status()
 
     # -- samples
 
-    def _rebuild(self, data, seq):
-        """On the client's thread: the full sample after this frame."""
-        if data.get("snapshot") is not None:
-            self._stream_state = data["snapshot"]
-        for record in data.get("records") or ():
-            if "host" not in record and "gpus" not in record and record.get("stale"):
-                # A marker: the host's figures are old. Nothing to apply, only their age to show.
-                if self._stream_state is not None:
-                    self._stream_state = dict(self._stream_state, stale=True, age_s=record.get("age_s"), error=record.get("error"))
-                continue
-            self._stream_state = apply_delta(self._stream_state, record)
-            self._stream_state.update(stale=record.get("stale", False), age_s=record.get("age_s"), error=record.get("error"))
-        return self._stream_state
-
     def _on_samples(self, items):
-        samples = [sample for sample, _ in items if sample is not None]
+        self._show_samples(self.model.gpus.take(items))
+
+    def _show_samples(self, samples):
         if not samples:
             return
-        self.sample = samples[-1]
-        self._received_at = time.monotonic()
         self._chart_source_changed()
         if WINDOWS_S[self.window_index] <= LIVE_WINDOW_MAX_S:
             for sample in samples:
                 self._append(sample)
         self.render_sample()
+
+    @property
+    def sample(self):
+        """The host's latest sample, as its model holds it (None before the first)."""
+        return self.model.gpus.sample
 
     def nodes(self):
         """{name: the latest sample of that node} of the running Slurm jobs."""
@@ -175,12 +165,12 @@ class GpusPane(Pane):
         self._show_status()
 
     def _freshness_line(self):
-        stale, age, why = freshness(self.sample, self._received_at, time.monotonic())
+        stale, age, why = freshness(self.sample, self.model.gpus.received_s, time.monotonic())
         return Text("figures below are not current %s\n" % stale_text(age, why), style="bold red") if stale else Text("")
 
     def _age_tick(self):
         """Once a second: a stale sample's age grows on screen, and a quiet stream turns stale."""
-        stale, _, _ = freshness(self.sample, self._received_at, time.monotonic())
+        stale, _, _ = freshness(self.sample, self.model.gpus.received_s, time.monotonic())
         if stale or self._shown_stale:
             self._shown_stale = stale
             self.render_sample()
