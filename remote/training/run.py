@@ -24,7 +24,7 @@ import re
 import time
 
 from ..core.records import read_json, write_json
-from . import checkpoints, curves, logparse, stepstore
+from . import checkpoints, curves, export, logparse, stepstore
 from .datagen import Samples
 from .logreader import LogReader
 from .ranks import RankFilter, is_multi_task
@@ -215,6 +215,11 @@ class Run:
             entry["validation"] = validation
         predicted = curves.prediction(at_step or self.latest, validation)
         entry["predicted_accept_length"], entry["predicted_from"] = predicted["accept_length"], predicted["from"]
+        source = export.source_of(self.watcher.entries, entry) if self.watcher is not None else None
+        if source is not None:  # a `specforge export` of a checkpoint: the weights of its step
+            entry["exported_from"] = source["name"]
+            for key in ("step", "validation", "predicted_accept_length", "predicted_from"):
+                entry[key] = source.get(key)
 
     def checkpoints_validated(self):
         """The checkpoints inspected before the record they are predicted from was read, their
