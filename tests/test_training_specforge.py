@@ -167,9 +167,10 @@ def test_the_h200_job_replayed_predicts_every_checkpoint_and_exports_one(agent_h
     assert json.loads(said.read_text()) == expected  # the job ran SpecForge's command with those words
     assert exported["verdict"] == "ok" and exported["format"] == "specforge" and exported["exported_from"] == "tiny-eagle3-step128"
     assert exported["step"] == 128 and abs(exported["predicted_accept_length"] - (1 + BEST_SCORE)) < 1e-9
-    source = listed()["tiny-eagle3-step128"]["export"]
-    assert source["state"] == "done" and source["job"] == started["job"]
+    source_entry = listed()["tiny-eagle3-step128"]
+    assert source_entry["export"]["state"] == "done" and source_entry["export"]["job"] == started["job"]
     text = run_cli("checkpoints", "local", job_id, home=agent_home).stdout
-    assert "export --to hf done (job %s)" % started["job"] in text and "(exported from tiny-eagle3-step128)" in text
+    assert "needs export, exported to hf (%s)" % started["job"] in text and "(exported from tiny-eagle3-step128)" in text
+    assert checkpoint_row(source_entry)[5] == "needs export, exported to hf (%s)" % started["job"]  # the pane's verdict cell
     refused = run_cli("checkpoints", "local", job_id, "--export", "tiny-eagle3-step128-hf", home=agent_home, check=2)
     assert "not a SpecForge training state" in refused.stderr

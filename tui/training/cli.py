@@ -155,11 +155,7 @@ def _checkpoint_line(entry):
         line += "  (latest)"
     if entry.get("exported_from"):
         line += "  (exported from %s)" % entry["exported_from"]
-    export = entry.get("export") or {}
-    if export.get("state"):
-        line += "  export --to %s %s (job %s)%s" % (export.get("to"), export["state"], export.get("job"),
-                                                    ": " + export["error"] if export.get("error") else "")
-    elif entry.get("hint"):
+    if entry.get("hint") and not entry.get("export"):
         line += "  - " + entry["hint"]  # SpecForge's export, speculators' interrupted/ resume
     if shown["measure_error"]:
         line += "  (%s)" % shown["measure_error"]
