@@ -12,6 +12,9 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from remote.core.protocol import RemoteError
 from remote.training import checkpoints as training_checkpoints, logparse
 from tests import checkpoint_fixtures
 from tests.helpers.cli import run_cli
@@ -150,9 +153,6 @@ def test_the_h200_job_replayed_predicts_every_checkpoint_and_exports_one(agent_h
         entry = by_name["tiny-eagle3-step%d" % step]
         assert entry["step"] == step and abs(entry["predicted_accept_length"] - (1 + simulated)) < 1e-9
     assert by_name["tiny-eagle3-step128"]["latest"] and by_name["tiny-eagle3-step128"]["best_meta"]["score"] == BEST_SCORE
-    text = run_cli("checkpoints", "local", job_id, home=agent_home).stdout
-    line = next(l for l in text.splitlines() if "tiny-eagle3-step32 " in l)
-    assert "predicted 1.65 (validation)" in line and "needs `specforge export --to hf|sglang`" in line
     assert all(c["verdict"] == "needs export" for c in by_name.values())
     assert not any(c["best"] or c["latest"] for name, c in by_name.items() if name != "tiny-eagle3-step128")
     rows = {row[0]: row for row in (checkpoint_row(entry) for entry in by_name.values())}
@@ -169,8 +169,11 @@ def test_the_h200_job_replayed_predicts_every_checkpoint_and_exports_one(agent_h
     assert exported["step"] == 128 and abs(exported["predicted_accept_length"] - (1 + BEST_SCORE)) < 1e-9
     source_entry = listed()["tiny-eagle3-step128"]
     assert source_entry["export"]["state"] == "done" and source_entry["export"]["job"] == started["job"]
-    text = run_cli("checkpoints", "local", job_id, home=agent_home).stdout
-    assert "needs export, exported to hf (%s)" % started["job"] in text and "(exported from tiny-eagle3-step128)" in text
+    lines = {l.split()[1].rsplit("/", 1)[1]: l for l in run_cli("checkpoints", "local", job_id, home=agent_home).stdout.splitlines()}
+    assert "predicted 1.65 (validation)" in lines["tiny-eagle3-step32"] and "needs `specforge export --to hf|sglang`" in lines["tiny-eagle3-step32"]
+    assert "needs export, exported to hf (%s)" % started["job"] in lines["tiny-eagle3-step128"]
+    assert "predicted 1.76 (validation)  measured -  ok  (exported from tiny-eagle3-step128)" in lines["tiny-eagle3-step128-hf"]
     assert checkpoint_row(source_entry)[5] == "needs export, exported to hf (%s)" % started["job"]  # the pane's verdict cell
-    refused = run_cli("checkpoints", "local", job_id, "--export", "tiny-eagle3-step128-hf", home=agent_home, check=2)
-    assert "not a SpecForge training state" in refused.stderr
+    with pytest.raises(RemoteError) as refused:
+        client.call("training.export", {"id": job_id, "checkpoint": "tiny-eagle3-step128-hf"})
+    assert "not a SpecForge training state" in refused.value.message
