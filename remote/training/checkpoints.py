@@ -17,7 +17,8 @@ SpecForge writes `SAVE/{run_id}-step{N}/` holding training_state.pt (and one per
 `{run_id}-latest` and `{run_id}-best` (best by eval/simulated_acc_len, said in
 `{run_id}.best_meta.json`). No safetensors: such a checkpoint is listed (its step from its name,
 best and latest from the links) with the verdict "needs export": `specforge export --to hf|sglang`
-makes the directory that can be inspected or served.
+makes the directory that can be inspected or served (training.export starts it as a job:
+export.py; its output, in the save directory, is listed here once the job has ended).
 
 speculators saves `SAVE/interrupted/` when a run is stopped gracefully (a signal). It resumes
 only from numbered epochs, so the entry says how: rename it to an epoch number and start the same
