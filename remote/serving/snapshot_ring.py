@@ -4,8 +4,11 @@ newest. The first is found by binary search over the snapshots' times (kept besi
 fixed ring, as their running maximum: a wall clock stepped back never unsorts them); a counter
 reset inside the window (a restarted engine) is folded in from running sums of the counts lost
 at each reset, kept per snapshot as they are read (a new dict only when a reset happens), so no
-window walks its snapshots. Nothing is copied per read.
+window walks its snapshots. Nothing is copied per read. The sampler's thread appends while a
+wire method's thread asks for a window: a lock keeps a window from reading a slot being reused.
 """
+
+import threading
 
 from . import metrics
 
@@ -21,6 +24,7 @@ class SnapshotRing:
         self._lost = [None] * maxlen  # (counters, per_position) lost at resets up to this snapshot, cumulative
         self._head = 0  # the physical index of the oldest
         self._count = 0
+        self._lock = threading.Lock()
 
     @classmethod
     def of(cls, snapshots):
@@ -44,6 +48,10 @@ class SnapshotRing:
         return (self[i] for i in range(self._count))
 
     def append(self, snapshot):
+        with self._lock:
+            self._append(snapshot)
+
+    def _append(self, snapshot):
         if self._count:
             newest = (self._head + self._count - 1) % self.maxlen
             previous, lost, time_key = self._snapshots[newest], self._lost[newest], max(self._times[newest], snapshot["time"])
@@ -74,6 +82,10 @@ class SnapshotRing:
         oldest snapshot taken within `window_s` of the newest, so the same snapshots give the same
         figures to every asker (a follower's `recent`, `serving.stats`). `origin` (a snapshot of
         zeros at the server's start) starts the window instead, when given."""
+        with self._lock:
+            return self._figures(window_s, origin)
+
+    def _figures(self, window_s, origin):
         newest = self[-1]
         first = 0 if window_s is None or origin is not None else self.first_within(window_s)
         oldest = origin if origin is not None else self[first]
