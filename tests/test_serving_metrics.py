@@ -45,6 +45,27 @@ def test_a_counter_reset_counts_what_came_after_it_not_a_negative_rate():
     assert all(p >= 0 for p in figures["per_position"])
 
 
+def test_a_window_of_the_kept_hour_starts_at_its_first_snapshot_and_counts_resets_inside_it():
+    """The sampler's windows (each record's `recent`, serving.stats) from the ring of snapshots:
+    its first snapshot found by time, an engine restart inside the window counted as the growth
+    before it plus the growth after, one outside the window not at all."""
+    from remote.serving.snapshot_ring import SnapshotRing
+
+    ring = SnapshotRing(5)
+    for second, factor in enumerate([1, 2, 3, 1, 2, 3]):  # a restart after t=2; t=0 falls out of the five kept
+        ring.append(metrics.parse(scaled(AFTER, factor), float(second)))
+    assert [s["time"] for s in ring] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    whole = ring.figures()  # 2 -> 3, restart, 0 -> 1 -> 3: four times AFTER's 62 drafts in 4 s
+    assert whole["reset"] and whole["num_drafts"] == 4 * 62 and whole["window_s"] == 4.0
+    assert whole["accept_length"] == pytest.approx(1 + 180 / 62) and whole["accepted_tps"] == pytest.approx(180.0)
+    over_3s = ring.figures(3.0)  # from t=2: 3, restart, 0 -> 3
+    assert over_3s["reset"] and over_3s["num_drafts"] == 3 * 62 and over_3s["window_s"] == 3.0
+    after_it = ring.figures(2.5)  # from t=3, after the restart: 1 -> 3
+    assert not after_it["reset"] and after_it["num_drafts"] == 2 * 62 and after_it["window_s"] == 2.0
+    ring.append(metrics.parse(scaled(AFTER, 4), 4.5))  # the wall clock stepped back: kept in order
+    assert ring.figures(1.0)["num_drafts"] == 2 * 62 and ring.figures(1.0)["window_s"] == 0.5  # from t=4, the newest counted at 5
+
+
 def test_no_drafts_in_a_window_means_no_accept_length_not_a_division_error():
     idle = metrics.parse(IDLE, 0.0)
     figures = metrics.window(idle, metrics.parse(IDLE, 1.0))

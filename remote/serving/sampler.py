@@ -20,7 +20,6 @@ Each record carries the server's break-even line, `break_even: {accept_length, s
 by the one rule (`ServingFeed.break_even`) the notify rules and the fleet summary use too.
 """
 
-import collections
 import logging
 import os
 import threading
@@ -31,6 +30,7 @@ from ..core.feeds import BadSample, Feed, FeedSource, SourceError
 from ..core.protocol import RemoteError
 from ..core.records import write_json
 from . import baselines, location, metrics, root_cause, scrape, sglang
+from .snapshot_ring import SnapshotRing
 from .location import attached_entries, attached_path
 from .break_even_store import BreakEvenStore, clean_entry, target_key, valid_length
 
@@ -77,7 +77,7 @@ class ServerSource(FeedSource):
         self.locate = locate  # url None: `locate()` gives it (a Slurm server's node), RemoteError if it cannot
         self.log_path = log_path
         self.meta = meta or {}
-        self.snapshots = collections.deque(maxlen=SNAPSHOTS_KEPT)
+        self.snapshots = SnapshotRing(SNAPSHOTS_KEPT)
         self.from_log = False
         self.metrics_error = None
         self._last_log_line = None
@@ -122,7 +122,7 @@ class ServerSource(FeedSource):
         record.update(source="metrics", engine=snapshot["engine"], server=self.key, time=now)
         if snapshot["notes"]:
             record["notes"] = snapshot["notes"]
-        record["recent"] = figures_over(list(self.snapshots), RECENT_S)
+        record["recent"] = self.snapshots.figures(RECENT_S)
         if snapshot["engine"] == "sglang":
             self.sglang = self.sglang or sglang.Server(self.url, self.log_path)
             self.sglang.read(budget, scrape.get)
@@ -329,7 +329,7 @@ class ServingFeed(Feed):
         if worker is None:
             return None
         server = worker.source
-        snapshots = list(server.snapshots)
+        snapshots = server.snapshots
         if server.from_log or not snapshots:
             if worker.latest is not None:
                 figures = dict((k, v) for k, v in worker.latest.items() if k != "recent")
@@ -337,7 +337,7 @@ class ServingFeed(Feed):
                 return self.aged(worker, figures)
             return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True,
                     "break_even": self.break_even(server_id)}
-        figures = figures_over(snapshots, window_s, origin=_origin(server, snapshots, window_s))
+        figures = snapshots.figures(window_s, origin=_origin(server, snapshots, window_s))
         figures["server"] = server_id
         newest = snapshots[-1]
         now = time.time()
@@ -370,47 +370,5 @@ def _origin(server, snapshots, window_s):
 
 
 def figures_over(snapshots, window_s=None, origin=None):
-    """The figures of the last `window_s` seconds of `snapshots` (oldest first; None: all of
-    them): the window starts at the oldest snapshot taken within `window_s` of the newest, so
-    the same snapshots give the same figures to every asker (a follower's `recent`, `serving.stats`).
-    `origin` (a snapshot of zeros at the server's start) starts the window instead, when given."""
-    if origin is not None:
-        snapshots = [origin] + list(snapshots)
-        window_s = None
-    newest = snapshots[-1]
-    first = 0
-    if window_s is not None:
-        first = len(snapshots) - 1
-        while first > 0 and snapshots[first - 1]["time"] >= newest["time"] - window_s:
-            first -= 1  # from the newest back: a short window costs a few steps, not the hour kept
-        snapshots = snapshots[first:]
-    oldest = snapshots[0]
-    start = _rebased(snapshots, oldest) if oldest is not newest else None  # one snapshot: no window yet
-    figures = metrics.window(start, newest)
-    figures.update(source="metrics", engine=newest["engine"], time=newest["time"],
-                   reset=figures["reset"] or (start is not None and start is not oldest))
-    if newest.get("notes"):
-        figures["notes"] = newest["notes"]
-    return figures
-
-
-def _rebased(snapshots, oldest):
-    """The window's start snapshot, with any counter reset inside the window folded in: the
-    counts before a reset are added to the start so the window's growth is the sum of the parts."""
-    start = oldest
-    index = snapshots.index(oldest)
-    lost = {}
-    lost_positions = {}
-    for before, after in zip(snapshots[index:], snapshots[index + 1 :]):
-        for field, value in before["counters"].items():
-            if after["counters"].get(field, value) < value:
-                lost[field] = lost.get(field, 0.0) + value
-        for position, value in before["per_position"].items():
-            if after["per_position"].get(position, value) < value:
-                lost_positions[position] = lost_positions.get(position, 0.0) + value
-    if not lost and not lost_positions:
-        return start
-    # Growth before each reset counts too: start from (start - all counts lost at resets).
-    counters = {f: start["counters"].get(f, 0.0) - lost.get(f, 0.0) for f in set(start["counters"]) | set(lost)}
-    per_position = {p: start["per_position"].get(p, 0.0) - lost_positions.get(p, 0.0) for p in set(start["per_position"]) | set(lost_positions)}
-    return dict(start, counters=counters, per_position=per_position)
+    """SnapshotRing.figures of a list of snapshots (oldest first)."""
+    return SnapshotRing.of(snapshots).figures(window_s, origin)

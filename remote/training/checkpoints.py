@@ -17,7 +17,8 @@ SpecForge writes `SAVE/{run_id}-step{N}/` holding training_state.pt (and one per
 `{run_id}-latest` and `{run_id}-best` (best by eval/simulated_acc_len, said in
 `{run_id}.best_meta.json`). No safetensors: such a checkpoint is listed (its step from its name,
 best and latest from the links) with the verdict "needs export": `specforge export --to hf|sglang`
-makes the directory that can be inspected or served.
+makes the directory that can be inspected or served (training.export starts it as a job:
+export.py; its output, in the save directory, is listed here once the job has ended).
 
 speculators saves `SAVE/interrupted/` when a run is stopped gracefully (a signal). It resumes
 only from numbered epochs, so the entry says how: rename it to an epoch number and start the same
@@ -49,6 +50,7 @@ BEST_META_SUFFIX = ".best_meta.json"
 MAX_BEST_META_BYTES = 1 << 20
 INTERRUPTED = "interrupted"
 NEEDS_EXPORT = "needs export"
+SPECFORGE_FORMAT = "specforge training state"
 EXPORT_HINT = "needs `specforge export --to hf|sglang` before it can be inspected or served"
 RESUME_HINT = ("left by a graceful stop; to resume from it: mv %s N (N: its epoch), then run the same command again "
                "(speculators resumes from the highest numbered epoch unless --no-resume-from-checkpoint)")
@@ -238,19 +240,22 @@ class Watcher:
     def save(self, entry):
         self.journal.append(entry)
 
-    def look(self, now=None, final=False):
+    def look(self, now=None, final=False, later=()):
         """`final`: the run's process has ended, so nothing writes any more: what is there now is
-        complete (a run that saves its last checkpoint and exits is never looked at twice)."""
+        complete (a run that saves its last checkpoint and exits is never looked at twice).
+        `later`: names of directories still being written by someone else (an export job)."""
         now = time.time() if now is None else now
         new = []
         best, latest = best_name(self.save_dir), latest_name(self.save_dir)
         for entry in self.entries:
             if bool(entry.get("best")) != (entry["name"] == best) or bool(entry.get("latest")) != (entry["name"] == latest):
                 entry["best"], entry["latest"] = entry["name"] == best, entry["name"] == latest
+                if entry.get("format") == SPECFORGE_FORMAT:
+                    self._best_meta(entry)  # written with the link, after the checkpoint was listed
                 self.save(entry)
         links = []
         save_real = os.path.realpath(self.save_dir)
-        for name, path in candidates(self.save_dir, self._known.union(self._ready), links):
+        for name, path in candidates(self.save_dir, self._known.union(self._ready, later), links):
             mark = weights_mark(path)
             if mark is None or not (os.path.exists(os.path.join(path, "config.json")) or specforge_state(path)):
                 continue
@@ -329,12 +334,15 @@ class Watcher:
 
     def _specforge(self, entry):
         """A SpecForge checkpoint: its step from its name, the best score its run recorded for it."""
-        run_id, _, step = entry["name"].rpartition("-step")
-        entry.update(format="specforge training state", verdict=NEEDS_EXPORT, reasons=[EXPORT_HINT], hint=EXPORT_HINT)
-        meta = best_meta(self.save_dir, run_id) if run_id and step.isdigit() else None
-        if meta is not None and meta.get("step") == int(step):
-            entry["best_meta"] = meta
+        entry.update(format=SPECFORGE_FORMAT, verdict=NEEDS_EXPORT, reasons=[EXPORT_HINT], hint=EXPORT_HINT)
+        self._best_meta(entry)
         return entry
+
+    def _best_meta(self, entry):
+        """`best_meta` of a SpecForge checkpoint: its run's best_meta.json when it names its step."""
+        run_id, _, step = entry["name"].rpartition("-step")
+        meta = best_meta(self.save_dir, run_id) if run_id and step.isdigit() else None
+        entry["best_meta"] = meta if meta is not None and meta.get("step") == int(step) else None
 
 
 def judge(entry, break_even):

@@ -11,7 +11,7 @@ from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
 from ..core.wire import method
 from ..notify.pace import with_slowdown
-from . import checkpoints, curves, measure, stepstore
+from . import checkpoints, curves, export, measure, stepstore
 from .run import STATE_FILE
 from .sampler import TrainingFeed
 
@@ -94,7 +94,8 @@ def checkpoint_list(job_dir, meta):
             "predicted_from": entry.get("predicted_from"),
             "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
             "against_target": entry.get("against_target"), "complete_at": entry.get("complete_at"),
-            "measure": measure.public(entry.get("measure")),
+            "measure": measure.public(entry.get("measure")), "export": entry.get("export"),
+            "exported_from": entry.get("exported_from"),
         })
     return listed
 
@@ -204,7 +205,9 @@ def training_checkpoints(call):
     measured_accept_length, against_start: {verdict, reasons}, against_target: {verdict,
     reasons}, complete_at, measure: {state (queued, running, done, failed, skipped), job (the
     benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,
-    cycle_ms, break_even_accept_length, verdict, k}, options} or null}`. A checkpoint directory
+    cycle_ms, break_even_accept_length, verdict, k}, options} or null, export: {state (running,
+    done, failed), job, to, output_dir, argv, error} or null (training.export), exported_from (the
+    SpecForge checkpoint this directory was exported from, or null)}`. A checkpoint directory
     that links out of the save directory is not read (its verdict: unreadable, and why)."""
     job = _job(call)
     return {"checkpoints": checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])}
@@ -232,6 +235,32 @@ def training_measure(call):
         raise BadRequest("checkpoint %s is already %s for measurement" % (entry["name"], entry["measure"]["state"]))
     call.service(TrainingFeed.name).request_measure(job["id"], entry["name"], options)
     return {"id": job["id"], "checkpoint": entry["name"], "state": "queued"}
+
+
+@method("training.export")
+def training_export(call):
+    """Start `specforge export` of one SpecForge checkpoint as a job (kind export): its output,
+    `{name}-{to}` in the save directory, is listed among the run's checkpoints once the job has
+    ended (inspected as safetensors, with its source's step and prediction). Params: `id` (a
+    training job), `checkpoint` (its name or path, as training.checkpoints lists it), `to` (hf
+    or sglang, default hf), `draft_config` (SpecForge's draft model config; default the run's
+    `model.draft_model_config=` override), `vocab_mapping` (default the run's
+    `model.vocab_mapping_path=`), `embedding_source` (hf only: the target that supplies the
+    embedding), `python` (run `PYTHON -m specforge.cli`; default the run's own SpecForge).
+    The job gets the run's environment additions. Reply: `{id, checkpoint, job, to, output_dir,
+    argv, state: running}`; training.follow announces the checkpoint's change."""
+    job = _job(call)
+    wanted = call.param("checkpoint", str, required=True)
+    listed = checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])
+    entry = next((c for c in listed if wanted in (c["name"], c["path"])), None)
+    if entry is None:
+        raise NotFound("run %s has no inspected checkpoint %s" % (job["id"], wanted))
+    params = {key: call.param(key, str) if key == "to" else call.path_param(key) for key in export.OPTIONS}
+    params = {key: value for key, value in params.items() if value is not None}
+    record = export.start(call.daemon, job, entry, params)
+    call.service(TrainingFeed.name).request_export(job["id"], entry["name"], record)
+    call.daemon.services.wake("job-events")
+    return dict(record, id=job["id"], checkpoint=entry["name"])
 
 
 @method("training.follow")

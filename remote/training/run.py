@@ -24,7 +24,7 @@ import re
 import time
 
 from ..core.records import read_json, write_json
-from . import checkpoints, curves, logparse, stepstore
+from . import checkpoints, curves, export, logparse, stepstore
 from .datagen import Samples
 from .logreader import LogReader
 from .ranks import RankFilter, is_multi_task
@@ -72,6 +72,7 @@ class Run:
         self.size_seen, self.bytes_at = None, time.monotonic()  # the log's size, when the log last grew (a held record ends after QUIET_S of silence)
         self.error = None
         self.validated_epochs = []  # epochs whose validation was read since checkpoints_validated()
+        self.read_steps = set()  # steps whose record (SpecForge: step or evaluation) was read since then
 
     def log_size(self):
         try:
@@ -133,12 +134,16 @@ class Run:
                     self.epoch_starts.setdefault(str(public["epoch"]), public["step"])
                 self.latest = public
                 self.recent.append((when, record.get("step")))
+                if public["epoch"] is None and public["step"] is not None:
+                    self.read_steps.add(public["step"])
             else:
                 if public["step"] is None and self.latest:
                     public["step"] = self.latest.get("step")
                 self.validation = public
                 if public["epoch"] is not None:
                     self.validated_epochs.append(public["epoch"])
+                elif public["step"] is not None:
+                    self.read_steps.add(public["step"])  # SpecForge evaluates at steps
             self.newest[record["kind"]] = record
             offset = record.get("offset")
             if offset is not None:
@@ -210,17 +215,28 @@ class Run:
             entry["validation"] = validation
         predicted = curves.prediction(at_step or self.latest, validation)
         entry["predicted_accept_length"], entry["predicted_from"] = predicted["accept_length"], predicted["from"]
+        source = export.source_of(self.watcher.entries, entry) if self.watcher is not None else None
+        if source is not None:  # a `specforge export` of a checkpoint: the weights of its step
+            entry["exported_from"] = source["name"]
+            for key in ("step", "validation", "predicted_accept_length", "predicted_from"):
+                entry[key] = source.get(key)
 
     def checkpoints_validated(self):
-        """The checkpoints inspected before their epoch's validation was read (speculators saves
-        an epoch's checkpoint, then validates it), their prediction now taken from it: the
-        entries that changed, for the caller to journal and announce."""
+        """The checkpoints inspected before the record they are predicted from was read, their
+        prediction now taken from it: speculators saves an epoch's checkpoint, then validates it;
+        a SpecForge checkpoint (no epoch) may be found before its step's evaluation, or its
+        step, is read (a save directory an earlier attempt left is found before any line of
+        the log). The entries that changed, for the caller to journal and announce."""
         epochs, self.validated_epochs = set(self.validated_epochs), []
+        steps, self.read_steps = self.read_steps, set()
         changed = []
-        for entry in self.watcher.entries if self.watcher is not None and epochs else []:
-            if entry.get("epoch") in epochs and entry.get("predicted_from") != "validation" and entry.get("verdict") != "unreadable":
+        for entry in self.watcher.entries if self.watcher is not None and (epochs or steps) else []:
+            if entry.get("predicted_from") == "validation" or entry.get("verdict") == "unreadable":
+                continue
+            if entry.get("epoch") in epochs if entry.get("epoch") is not None else entry.get("step") in steps:
+                before = (entry.get("predicted_accept_length"), entry.get("predicted_from"))
                 self.checkpoint_done(entry)
-                if entry.get("predicted_from") == "validation":
+                if (entry.get("predicted_accept_length"), entry.get("predicted_from")) != before:
                     changed.append(entry)
         return changed
 

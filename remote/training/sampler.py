@@ -20,7 +20,7 @@ import time
 from ..core.feeds import Feed, FeedSource
 from ..core.records import read_json
 from ..core.words import LIVE_STATES as LIVE
-from . import checkpoints, measure
+from . import checkpoints, export, measure
 from .logreader import READ_BYTES, STRETCH_BYTES
 from .run import STATE_FILE, Run, progress_of
 
@@ -74,10 +74,13 @@ class RunSource(FeedSource):
     def _read(self, run, budget):
         job = self.feed.jobs.get(self.key) or run.job
         run.job, run.ended = job, job["process_state"] not in LIVE
-        for name, options in self.feed.take_requests(self.key):
+        for what, name, value in self.feed.take_requests(self.key):
             entry = next((e for e in run.watcher.entries if e["name"] == name), None) if run.watcher else None
             if entry is not None:
-                measure.queue(entry, options, by_hand=True)
+                if what == "export":
+                    entry["export"] = value  # its job started by training.export
+                else:
+                    measure.queue(entry, value, by_hand=True)
                 run.watcher.save(entry)
                 self._announce(entry)
         # The log: a stretch at a time while this read's budget lasts (a backlog goes on at the next).
@@ -92,7 +95,10 @@ class RunSource(FeedSource):
             for entry in run.checkpoints_validated():
                 run.watcher.save(entry)
                 self._announce(entry)
-            for entry in run.watcher.look(final=run.ended):
+            for entry in export.advance(self.feed.daemon, run.watcher.entries):
+                run.watcher.save(entry)
+                self._announce(entry)
+            for entry in run.watcher.look(final=run.ended, later=export.busy_names(run.watcher.entries)):
                 run.checkpoint_done(entry)
                 if run.meta.get("measure") and measure.servable(entry):
                     measure.queue(entry, run.meta["measure"])
@@ -108,6 +114,8 @@ class RunSource(FeedSource):
                             run.watcher.save(entry)
                             self._announce(entry)
                 return  # followed while a benchmark is queued or runs, even after the run ended
+            if export.pending(run.watcher.entries):
+                return  # and while an export runs: its output is listed when it ends
         if run.ended and run.caught_up() and not (run.watcher is not None and run.watcher.waiting()):
             run.write_progress()
             self.feed.finished(self.key)
@@ -141,13 +149,21 @@ class TrainingFeed(Feed):
         self._jobs_at = 0.0
         self._wanted = {}
         self._finished = set()  # ended jobs whose log was read to the end: no source
-        self._requests = {}  # job id -> [(checkpoint name, options)] asked for by training.measure
+        self._requests = {}  # job id -> [(measure | export, checkpoint name, options | export record)]
         self._requests_lock = threading.Lock()
 
     def request_measure(self, job_id, name, options):
         """Queue a measurement of one checkpoint (from training.measure; its run's next read takes it)."""
+        self._request(job_id, ("measure", name, options))
+
+    def request_export(self, job_id, name, record):
+        """An export job of one checkpoint started (training.export): its run's next read keeps it
+        in the checkpoint's entry and follows it."""
+        self._request(job_id, ("export", name, record))
+
+    def _request(self, job_id, request):
         with self._requests_lock:
-            self._requests.setdefault(job_id, []).append((name, options))
+            self._requests.setdefault(job_id, []).append(request)
             self._finished.discard(job_id)
         self._jobs_at = 0.0
         self.daemon.services.wake(self.name)
@@ -196,8 +212,10 @@ class TrainingFeed(Feed):
         state = read_json(os.path.join(job_dir, STATE_FILE)) or {}
         if state.get("offset", -1) < job.get("log_bytes", 0):
             return False
-        if job["kind"] == "training" and measure.pending(checkpoints.Journal(job_dir).load()):
-            return False
+        if job["kind"] == "training":
+            entries = checkpoints.Journal(job_dir).load()
+            if measure.pending(entries) or export.pending(entries):
+                return False
         self._finished.add(job["id"])
         return True
 

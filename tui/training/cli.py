@@ -39,6 +39,14 @@ def add_commands(commands):
     p.add_argument("job")
     p.add_argument("--measure", metavar="NAME", help="queue a measurement of checkpoint NAME (the run's measure options unless given)")
     _measure_arguments(p, "the target to measure against (default: the run's measure options)")
+    p.add_argument("--export", metavar="NAME", help="start `specforge export` of SpecForge checkpoint NAME as a job; its output "
+                   "(NAME-hf or NAME-sglang in the save directory) is then listed and inspected")
+    p.add_argument("--to", choices=("hf", "sglang"), help="what --export makes (default hf)")
+    p.add_argument("--draft-config", metavar="JSON", help="SpecForge's draft model config for --export "
+                   "(default: the run's model.draft_model_config=)")
+    p.add_argument("--vocab-mapping", metavar="PT", help="for --export (default: the run's model.vocab_mapping_path=)")
+    p.add_argument("--embedding-source", metavar="TARGET", help="for --export --to hf: the target model supplying the embedding")
+    p.add_argument("--export-python", metavar="PATH", help="run PATH -m specforge.cli for --export (default: the run's SpecForge)")
 
 
 def _measure_arguments(p, target_help):
@@ -145,16 +153,37 @@ def _checkpoint_line(entry):
         line += "  (best)"
     if entry.get("latest"):
         line += "  (latest)"
-    if entry.get("hint"):
+    if entry.get("exported_from"):
+        line += "  (exported from %s)" % entry["exported_from"]
+    if entry.get("hint") and not entry.get("export"):
         line += "  - " + entry["hint"]  # SpecForge's export, speculators' interrupted/ resume
     if shown["measure_error"]:
         line += "  (%s)" % shown["measure_error"]
     return line
 
 
+def _export_params(args):
+    params = {"id": args.job, "checkpoint": args.export}
+    for key, value in (("to", args.to), ("draft_config", args.draft_config), ("vocab_mapping", args.vocab_mapping),
+                       ("embedding_source", args.embedding_source), ("python", args.export_python)):
+        if value is not None:
+            params[key] = value
+    return params
+
+
 def cmd_checkpoints(args):
+    if args.export and args.measure:
+        raise CommandError("checkpoints: --export and --measure are one at a time")
+    if not args.export and any(v is not None for v in (args.to, args.draft_config, args.vocab_mapping, args.embedding_source,
+                                                       args.export_python)):
+        raise CommandError("checkpoints: --to, --draft-config, --vocab-mapping, --embedding-source and --export-python go with --export NAME")
     client = connect(args, args.host)
     try:
+        if args.export:
+            started = client.call("training.export", _export_params(args))
+            emit(args, started, lambda: "checkpoint %s of %s: export started as job %s, into %s\n%s" % (
+                started["checkpoint"], started["id"], started["job"], started["output_dir"], " ".join(started["argv"])))
+            return 0
         if args.measure:
             params = {"id": args.job, "checkpoint": args.measure}
             if _measure_options(args):

@@ -31,11 +31,23 @@ def measure_text(measure):
     return MEASURE_WORDS.get(state)
 
 
+def export_text(export):
+    """Where a SpecForge checkpoint's `specforge export` job stands: `exporting to hf (j5)`,
+    `exported to hf (j5)`, `export failed (j5)`; None when none was asked for."""
+    export = export or {}
+    to = export.get("to")
+    words = {"running": "exporting to %s" % to, "done": "exported to %s" % to, "failed": "export failed"}.get(export.get("state"))
+    return "%s (%s)" % (words, export.get("job")) if words else None
+
+
 def checkpoint_figures(entry):
     """{key: text} of one checkpoint a run wrote: the pane's row and the command's line."""
     measure = entry.get("measure") or {}
     verdict = entry.get("verdict") or "-"
     measuring = measure_text(measure)
+    exporting = export_text(entry.get("export"))
+    if exporting:
+        verdict = "%s, %s" % (verdict, exporting)
     return {
         "name": entry["name"] + (" *" if entry.get("best") else ""),
         "path": entry["path"],
@@ -47,7 +59,7 @@ def checkpoint_figures(entry):
         "predicted_from": entry.get("predicted_from") if entry.get("predicted_accept_length") is not None else None,
         "measured": number(entry.get("measured_accept_length")),
         "verdict": "%s, %s" % (verdict, measuring) if measuring else verdict,
-        "measure_error": measure.get("error") if measuring else None,
+        "measure_error": measure.get("error") if measuring else (entry.get("export") or {}).get("error"),
     }
 
 
