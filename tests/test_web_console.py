@@ -129,11 +129,16 @@ def rows(driver):
     return driver.execute_script(ROWS_JS) or ""
 
 
-def shows(driver, *texts):
+def on_page(driver, predicate, message):
+    """wait_for(predicate), and what the page showed when it was not met."""
     try:
-        return wait_for(lambda: all(t in rows(driver) for t in texts) and rows(driver), message="%r on the page" % (texts,))
+        return wait_for(predicate, message=message)
     except AssertionError as exc:
         raise AssertionError("%s; the page shows:\n%s" % (exc, rows(driver))) from None
+
+
+def shows(driver, *texts):
+    return on_page(driver, lambda: all(t in rows(driver) for t in texts) and rows(driver), "%r on the page" % (texts,))
 
 
 def press(driver, keys):
@@ -236,13 +241,14 @@ def test_the_fleet_and_a_host_key_asked_in_the_page(web, browser):
     # Two hosts: the Fleet pane, and the question about gpuhost's key, asked in the page.
     shows(browser, "Unknown host key for " + web.host_spec, web.fingerprint, "Accept (y)")
     assert browser.execute_script("return window.__asked") == 0  # not before a gesture
-    wait_for(lambda: "up" in fleet_row(browser, "local"), message="local up while the question waits")
+    on_page(browser, lambda: "up" in fleet_row(browser, "local"), "local up while the question waits")
     assert web.host_key not in web.known_hosts.read_text()
-    click_text(browser, "Accept (y)")
-    wait_for(lambda: "up" in fleet_row(browser, "gpuhost"), message="gpuhost connected once its key was accepted")
+    press(browser, "y")
+    on_page(browser, lambda: "up" in fleet_row(browser, "gpuhost"), "gpuhost connected once its key was accepted")
     assert web.host_key in web.known_hosts.read_text()  # remembered: no other tab asks again
     press(browser, "0")
     assert browser.execute_script("return window.__asked") == 1  # asked once, at the first gesture
+    notifications(browser, web, "denied")  # the user said no (the browser's question would hold back clicks)
     # A screenshot at 1280x800: the whole console in it, nothing of it past the window.
     assert screenshot_size(browser) == (1280, 800) and browser.execute_script(FITS_JS)
     shows(browser, *TABS, "? help")
