@@ -177,9 +177,15 @@ def click_text(driver, text, touch=False):
 
 def window(driver, width, height, phone=False):
     """The page's window at `width` x `height` CSS pixels (a phone's: touch, at one pixel a pixel)."""
+    if not phone:
+        driver.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+        driver.set_window_size(width, height)
+        inner_w, inner_h = driver.execute_script("return [innerWidth, innerHeight]")
+        driver.set_window_size(2 * width - inner_w, 2 * height - inner_h)  # the window's frame around it
+        return
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
-                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": phone})
-    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": phone, "maxTouchPoints": 5})
+                           {"width": width, "height": height, "deviceScaleFactor": 1, "mobile": True})
+    driver.execute_cdp_cmd("Emulation.setTouchEmulationEnabled", {"enabled": True, "maxTouchPoints": 5})
 
 
 def notifications(driver, web, setting):
