@@ -33,13 +33,11 @@ from selenium.webdriver.common.actions.pointer_input import PointerInput  # noqa
 from selenium.webdriver.common.by import By  # noqa: E402
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
-ROWS_JS = "const t = document.querySelector('.xterm-accessibility-tree'); return t ? t.innerText : '';"
-# The width of one cell: the terminal's font, measured as xterm measures it; and the rows.
-MEASURE_JS = """
-const terminal = document.querySelector('.xterm');
-const context = document.createElement('canvas').getContext('2d');
-context.font = getComputedStyle(terminal.querySelector('.xterm-helper-textarea') || terminal).fontSize + " 'Roboto Mono'";
-return [context.measureText('W').width, document.querySelector('.xterm-accessibility-tree').children.length];
+# Each row's text as the terminal holds it, every space kept (innerText folds runs of spaces by
+# the page's CSS, and a click's column is counted in cells).
+ROWS_JS = """
+const t = document.querySelector('.xterm-accessibility-tree');
+return t ? Array.from(t.children, row => row.textContent.replace(/\\u00a0/g, ' ')).join('\\n') : '';
 """
 # Where the terminal lies against the window, and whether the page itself would scroll.
 FITS_JS = """
@@ -164,9 +162,9 @@ def click_text(driver, text, touch=False):
     row = next(i for i, line in enumerate(lines) if text in line)
     column = lines[row].index(text) + len(text) / 2
     screen = driver.find_element(By.CSS_SELECTOR, ".xterm-screen")
-    measured, count = driver.execute_script(MEASURE_JS)
     width, height = screen.size["width"], screen.size["height"]
-    cell_w = width / round(width / measured)  # the screen is a whole number of cells wide
+    count, columns = len(lines), max(len(line) for line in lines)  # every row holds the screen's width in cells
+    cell_w = width / columns
     x, y = int(column * cell_w - width / 2), int((row + 0.5) * height / count - height / 2)
     if not touch:
         ActionChains(driver).move_to_element_with_offset(screen, x, y).click().perform()
