@@ -151,10 +151,10 @@ async def test_a_fast_log_is_painted_ten_times_a_second_and_whole(agent_home):
         batches = []
         append = log.append
 
-        def counted(lines, width=None, force=False):
+        def counted(lines, width=None, partial=None):
             if lines:
                 batches.append(time.monotonic())
-            return append(lines, width, force)
+            return append(lines, width, partial=partial)
 
         log.append = counted
         await wait_until(pilot, lambda: "line 40000" in log.lines, message="the last line")

@@ -139,8 +139,11 @@ def test_a_storm_is_one_digest_not_fifty_messages(client, receiver):
     bodies = receiver.json_bodies()
     delivered = [a["message"] for body in bodies for a in body["alerts"]]
     assert sorted(delivered) == sorted("storm alert %d" % n for n in range(50))  # each once
-    assert len(bodies) <= 3 and bodies[0]["digest"] is True, [b["count"] for b in bodies]
-    assert "%d alerts on" % bodies[0]["count"] in bodies[0]["text"] or bodies[0]["text"].startswith("- ")
+    # A handful of requests, most alerts in a digest (the first may go alone when the next ones
+    # arrive after it left: the service gathers what is due when a channel's sender runs).
+    assert len(bodies) <= 3, [b["count"] for b in bodies]
+    [digest] = [b for b in bodies if b["count"] >= 40]
+    assert digest["digest"] is True and digest["text"].startswith("- %s: storm alert " % digest["host"])
 
 
 def test_a_command_channel_gets_the_alert_as_json_on_stdin(client, tmp_path):

@@ -140,6 +140,8 @@ class Keeper:
         while not self.ending.is_set():
             try:
                 conn, _ = self.listener.accept()
+                with self.lock:  # a command from the moment it is taken: check() never ends under it
+                    self.sessions += 1
                 threading.Thread(target=self.handle, args=(conn,), name="keeper-command", daemon=True).start()
             except socket.timeout:
                 pass
@@ -228,6 +230,8 @@ class Keeper:
             log.warning("link keeper: a request failed: %s: %s", type(exc).__name__, exc)
         finally:
             conn.close()
+            with self.lock:
+                self.sessions -= 1
 
     @staticmethod
     def read_header(conn):
@@ -249,8 +253,7 @@ class Keeper:
 
     def serve_link(self, conn, header):
         with self.lock:
-            self.sessions += 1
-            self.last_used = time.monotonic()
+            self.last_used = time.monotonic()  # a link's use keeps the keeper, a status request does not
         link = None
         try:
             try:
@@ -270,7 +273,6 @@ class Keeper:
         finally:
             now = time.monotonic()
             with self.lock:
-                self.sessions -= 1
                 self.last_used = now
                 if link is not None:
                     link.sessions -= 1
