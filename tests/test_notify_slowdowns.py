@@ -7,11 +7,13 @@ CUDA_VISIBLE_DEVICES):
   `slowdown` alert with both figures and GPU 0's figures, then one `pace_back` when it is fast
   again; beside it a run whose steps keep their pace while its tokens/s (speculators'
   `profile/tokens_per_s`) fall to a quarter: its `slowdown` names both figures in tokens/s;
-- at the same time a data generation (training.start, kind datagen) that says it will write
-  1000 samples and writes 128 kB each into a small tmpfs (its working directory) that holds
-  about 60 of them: from its first samples' size `gpus --json` gives that disk's forecast (the
-  sample it fills at) and one `datagen_disk_full` alert comes, before the disk's own fill rate
-  says it fills;
+- at the same time a data generation (training.start, kind datagen) replaying a real one: the
+  log of speculators 0.9.0's generate_offline_data (vLLM 0.32 on the CPU, 48 samples) written
+  as it was, each sample's hidden states written at its recorded size, into a small tmpfs (its
+  working directory) that holds about 14 of them: its progress reads 12 of 48 from the real
+  bar, from its first samples' size `gpus --json` gives that disk's forecast (the sample it
+  fills at) and one `datagen_disk_full` alert comes, before the disk's own fill rate says it
+  fills;
 - and a data generation that does not say how many samples it will write (a tqdm bar with no
   total), writing into a second tmpfs and then stopping with its process alive (`stall_after_s`
   3 s): its forecast in `gpus --json` is the disk's fill rate alone, the `disk_filling` alert
@@ -69,17 +71,29 @@ TOKENS_TRAINER = """\
 """ % TOKENS_LINE
 
 
-GENERATOR = """\
-    import time
-    print("Processing 1000 samples", flush=True)
-    began = time.monotonic()
-    for n in range(1, 51):  # 10 samples a second, then it waits (the test ends it)
-        with open("sample_%%04d.bin" %% n, "wb") as f:
-            f.write(b"h" * %d)
-        print("%%d/1000 [00:01<01:39, 10.0it/s]" %% n, flush=True)
-        time.sleep(max(0.0, began + n / 10.0 - time.monotonic()))
-    time.sleep(600)
-""" % SAMPLE
+DATAGEN = Path(__file__).resolve().parent / "data" / "speculators-0.9.0-cpu-datagen"
+REPLAY_UNTIL = 12  # samples: what a 16 MiB disk holds of the recording's, less one or two
+# The recorded speculators 0.9.0 data generation (48 samples, 54.3 MB of hidden states), replayed:
+# its log as it was written (the bar redrawn after each "\r"), each sample's file written at its
+# recorded size as the bar counts it, two samples a second; then it waits (the test ends it).
+REPLAY = """\
+    import re, sys, time
+    log, listing = open(sys.argv[1], "rb").read().decode(), open(sys.argv[2]).read().split()
+    sizes = dict(zip(listing[1::2], map(int, listing[0::2])))
+    written = 0
+    for chunk in log.split("\\r"):
+        found = re.search(r" (\\d+)/48 ", chunk)
+        done = int(found.group(1)) if found else 0
+        for n in range(written, done):
+            with open("hs_%%d.safetensors" %% n, "wb") as f:
+                f.write(b"h" * sizes["hs_%%d.safetensors" %% n])
+        written = max(written, done)
+        sys.stdout.write(chunk + "\\r")
+        sys.stdout.flush()
+        if done >= %d:
+            time.sleep(600)
+        time.sleep(0.5 if found else 0.05)
+""" % REPLAY_UNTIL
 
 
 OPEN_GENERATOR = """\
@@ -115,9 +129,9 @@ def test_a_run_at_a_quarter_of_its_pace_and_a_datagen_that_will_not_fit_are_told
     # sends before it holds the rest for a digest.
     for path, categories in (("/hook", "slowdown"), ("/disks", "disks"), ("/stalls", "stalled")):
         client.call("notify.add", {"url": receiver.url + path, "format": "json", "on": categories})
-    with small_tmpfs(tmp_path / "tiny", 8 * MIB) as disk, small_tmpfs(tmp_path / "open", 32 * MIB) as open_disk:
-        datagen = client.call("training.start", {"kind": "datagen", "name": "hidden states", "cwd": str(disk),
-                                                 "argv": [sys.executable, "-c", textwrap.dedent(GENERATOR)]})["id"]
+    with small_tmpfs(tmp_path / "tiny", 16 * MIB) as disk, small_tmpfs(tmp_path / "open", 32 * MIB) as open_disk:
+        datagen = client.call("training.start", {"kind": "datagen", "name": "hidden states", "cwd": str(disk), "argv": [
+            sys.executable, "-c", textwrap.dedent(REPLAY), str(DATAGEN / "generate-offline-data.log"), str(DATAGEN / "output-listing.txt")]})["id"]
         open_ended = client.call("training.start", {"kind": "datagen", "name": "stream shards", "cwd": str(open_disk),
                                                     "stall_after_s": 3,
                                                     "argv": [sys.executable, "-c", textwrap.dedent(OPEN_GENERATOR)]})["id"]
@@ -187,13 +201,14 @@ def forecast_told_and_shown(client, receiver, datagen, disk):
                     message="the forecast's alert")
     alert, = told
     assert alert["kind"] == "datagen_disk_full" and alert["categories"] == ["disks"] and alert["urgent"]
-    found = re.match(r"%s \(hidden states\) will not fit on %s: its first (\d+) samples took ([\d.]+) kB each, its (\d+) "
-                     r"samples left need ([\d.]+) MB, ([\d.]+) MB is free: full at about sample (\d+) of 1000"
+    found = re.match(r"%s \(hidden states\) will not fit on %s: its first (\d+) samples took ([\d.]+) MB each, its (\d+) "
+                     r"samples left need ([\d.]+) MB, ([\d.]+) MB is free: full at about sample (\d+) of 48"
                      % (datagen, re.escape(str(disk))), alert["message"])
     assert found, alert["message"]
-    size_kb, left, needed_mb, free_mb, full_at = (float(found.group(i)) for i in range(2, 7))
-    assert 100 <= size_kb <= 160 and 900 <= left < 1000 and needed_mb > 100 and free_mb < 8.4, alert["message"]
-    assert 40 <= full_at <= 90, alert["message"]  # 8 MiB of 128 kB samples: ~65
+    size_mb, left, needed_mb, free_mb, full_at = (float(found.group(i)) for i in range(2, 7))
+    # The recording's samples weigh 0.41-1.23 MB (its first twelve 0.72-1.23 MB; 1.13 MB on average).
+    assert 0.7 <= size_mb <= 1.3 and 36 <= left < 48 and needed_mb > 40 and free_mb < 16.8, alert["message"]
+    assert 12 <= full_at <= 17, alert["message"]  # 16 MiB of ~1.2 MB samples: ~14
     forecast = alert["forecast"]
     assert forecast["job_id"] == datagen and forecast["full_at_sample"] == int(full_at)
 
@@ -204,8 +219,12 @@ def forecast_told_and_shown(client, receiver, datagen, disk):
 
     entry = wait_for(shown, message="the forecast in gpus --json")
     shown_forecast, = entry["datagen"]
+    # The bar it stops at ends in "\r" with nothing after (it may yet be "\r\n"): read up to the one before.
+    progress = wait_for(lambda: (lambda p: p if (p.get("done") or 0) >= REPLAY_UNTIL - 1 else None)(
+        client.call("jobs.get", {"id": datagen})["progress"] or {}), message="the replay's bars read")
+    assert progress["total"] == 48 and progress["state"] == "generating" and progress["rate"] > 0
     assert shown_forecast["job_id"] == datagen and shown_forecast["full_at_sample"] is not None
-    assert 100000 <= shown_forecast["bytes_per_sample"] <= 160000
+    assert 700000 <= shown_forecast["bytes_per_sample"] <= 1300000
 
 
 def rate_alone_and_stalled(client, receiver, job_id, disk):

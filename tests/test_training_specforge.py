@@ -107,6 +107,8 @@ for name in ("--checkpoint", "--draft-config", "--output-dir"):
 for name in ("--vocab-mapping", "--embedding-source"):
     export.add_argument(name)
 args = parser.parse_args()
+if args.to == "sglang":  # as SpecForge fails on a draft config that is not there
+    sys.exit("FileNotFoundError: [Errno 2] No such file or directory: " + repr(args.draft_config))
 with open({said!r}, "w") as f:
     json.dump(sys.argv[1:], f)
 checkpoint_fixtures.write_drafter(args.output_dir, layout="specforge")
@@ -177,3 +179,14 @@ def test_the_h200_job_replayed_predicts_every_checkpoint_and_exports_one(agent_h
     with pytest.raises(RemoteError) as refused:
         client.call("training.export", {"id": job_id, "checkpoint": "tiny-eagle3-step128-hf"})
     assert "not a SpecForge training state" in refused.value.message
+
+    # An export that fails: the source says so with SpecForge's last words, and nothing is listed.
+    failing = json.loads(run_cli("checkpoints", "local", job_id, "--export", "tiny-eagle3-step64", "--to", "sglang", "--json",
+                                 home=agent_home).stdout)
+    failed = wait_for(lambda: (lambda e: e if e["export"]["state"] == "failed" else None)(listed()["tiny-eagle3-step64"]), 60)["export"]
+    assert failed["job"] == failing["job"] and failed["to"] == "sglang"
+    assert failed["error"] == ("specforge export ended (failed, exit 1) without writing config.json: FileNotFoundError: [Errno 2] "
+                               "No such file or directory: '/tmp/sfdata/draft_config.json'; see `specdeck logs HOST %s`" % failing["job"])
+    assert "tiny-eagle3-step64-sglang" not in listed()
+    line = next(l for l in run_cli("checkpoints", "local", job_id, home=agent_home).stdout.splitlines() if "tiny-eagle3-step64 " in l)
+    assert "export failed (%s)" % failing["job"] in line

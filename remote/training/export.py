@@ -123,10 +123,23 @@ def advance(daemon, entries):
         if job.get("exit_code") == 0 and made:
             export.update(state="done")
         else:
-            export.update(state="failed", error="specforge export ended (%s, exit %s)%s: see `specdeck logs HOST %s`" % (
-                job["process_state"], job.get("exit_code"), "" if made else " without writing config.json", export["job"]))
+            said = last_words(daemon, export["job"])
+            export.update(state="failed", error="specforge export ended (%s, exit %s)%s%s; see `specdeck logs HOST %s`" % (
+                job["process_state"], job.get("exit_code"), "" if made else " without writing config.json",
+                ": %s" % said if said else "", export["job"]))
         changed.append(entry)
     return changed
+
+
+def last_words(daemon, job_id, max_bytes=4096, max_chars=300):
+    """The last line an ended job printed (SpecForge's exception, as a rule), at most
+    `max_chars` of it, read from the log's last `max_bytes`; None when it printed nothing."""
+    try:
+        text = daemon.jobs.tail(job_id, -max_bytes, max_bytes)["text"]
+    except (OSError, RemoteError):
+        return None
+    lines = [line.strip() for line in text.replace("\r", "\n").splitlines() if line.strip()]
+    return lines[-1][:max_chars] if lines else None
 
 
 def source_of(entries, entry):
