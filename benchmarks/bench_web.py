@@ -18,6 +18,7 @@ loopback.
 
 import argparse
 import os
+import select
 import shutil
 import socket
 import statistics
@@ -108,14 +109,18 @@ def rss(pid):
         return 0
 
 
-def renderers():
-    found = []
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
+def renderers(root):
+    """The renderer processes of our browser (under chromedriver `root`), not of any other
+    chromium on the machine."""
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        for child in children(pid):
+            todo.append(child)
             try:
-                with open("/proc/%s/cmdline" % entry, "rb") as f:
+                with open("/proc/%d/cmdline" % child, "rb") as f:
                     if b"--type=renderer" in f.read():
-                        found.append(int(entry))
+                        found.append(child)
             except OSError:
                 pass
     return found
@@ -196,13 +201,13 @@ def main():
         # Memory: one tab's console, and what a second tab adds to the renderers.
         consoles = children(server.pid)
         console_rss = [rss(pid) for pid in consoles]
-        before = sum(rss(pid) for pid in renderers())
+        before = sum(rss(pid) for pid in renderers(driver.service.process.pid))
         first = driver.current_window_handle
         driver.switch_to.new_window("tab")
         driver.get(url)
         wait(lambda: "Jobs" in (driver.execute_script(ROWS_JS) or ""), what="the second tab")
         time.sleep(2)
-        renderer_added = sum(rss(pid) for pid in renderers()) - before
+        renderer_added = sum(rss(pid) for pid in renderers(driver.service.process.pid)) - before
         second_console = [rss(pid) for pid in children(server.pid) if pid not in consoles]
         driver.close()
         driver.switch_to.window(first)
@@ -210,13 +215,18 @@ def main():
         driver.find_element("css selector", ".xterm-helper-textarea").send_keys("1")
         os.write(terminal.fd, b"1")
         time.sleep(3)
-        watched = {"web console": children(server.pid), "web server": [server.pid], "renderers": renderers(),
+        watched = {"web console": children(server.pid), "web server": [server.pid], "renderers": renderers(driver.service.process.pid),
                    "terminal console": [terminal.pid]}
         start = {name: sum(cpu_ticks(p) for p in pids) for name, pids in watched.items()}
-        until = time.monotonic() + args.idle_seconds
+        began = time.monotonic()
+        until = began + args.idle_seconds
         while time.monotonic() < until:  # the terminal read as a terminal reads (a full one would stall it)
-            terminal.drain(0.2)
-        idle = {name: (sum(cpu_ticks(p) for p in pids) - start[name]) / TICK / args.idle_seconds * 100
+            # One bounded read at a time: drain() returns only after a quiet spell, which a
+            # console redrawing its clock may never give, and the window would run on unmeasured.
+            if select.select([terminal.fd], [], [], min(0.2, max(0.0, until - time.monotonic())))[0]:
+                os.read(terminal.fd, 1 << 16)
+        window_s = time.monotonic() - began
+        idle = {name: (sum(cpu_ticks(p) for p in pids) - start[name]) / TICK / window_s * 100
                 for name, pids in watched.items()}
     finally:
         if driver is not None:
