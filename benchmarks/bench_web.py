@@ -109,18 +109,14 @@ def rss(pid):
         return 0
 
 
-def renderers(root):
-    """The renderer processes of our browser (under chromedriver `root`), not of any other
-    chromium on the machine."""
-    found, todo = [], [root]
-    while todo:
-        pid = todo.pop()
-        for child in children(pid):
-            todo.append(child)
+def renderers():
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
             try:
-                with open("/proc/%d/cmdline" % child, "rb") as f:
+                with open("/proc/%s/cmdline" % entry, "rb") as f:
                     if b"--type=renderer" in f.read():
-                        found.append(child)
+                        found.append(int(entry))
             except OSError:
                 pass
     return found
@@ -201,13 +197,13 @@ def main():
         # Memory: one tab's console, and what a second tab adds to the renderers.
         consoles = children(server.pid)
         console_rss = [rss(pid) for pid in consoles]
-        before = sum(rss(pid) for pid in renderers(driver.service.process.pid))
+        before = sum(rss(pid) for pid in renderers())
         first = driver.current_window_handle
         driver.switch_to.new_window("tab")
         driver.get(url)
         wait(lambda: "Jobs" in (driver.execute_script(ROWS_JS) or ""), what="the second tab")
         time.sleep(2)
-        renderer_added = sum(rss(pid) for pid in renderers(driver.service.process.pid)) - before
+        renderer_added = sum(rss(pid) for pid in renderers()) - before
         second_console = [rss(pid) for pid in children(server.pid) if pid not in consoles]
         driver.close()
         driver.switch_to.window(first)
@@ -215,7 +211,7 @@ def main():
         driver.find_element("css selector", ".xterm-helper-textarea").send_keys("1")
         os.write(terminal.fd, b"1")
         time.sleep(3)
-        watched = {"web console": children(server.pid), "web server": [server.pid], "renderers": renderers(driver.service.process.pid),
+        watched = {"web console": children(server.pid), "web server": [server.pid], "renderers": renderers(),
                    "terminal console": [terminal.pid]}
         start = {name: sum(cpu_ticks(p) for p in pids) for name, pids in watched.items()}
         began = time.monotonic()
