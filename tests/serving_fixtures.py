@@ -17,6 +17,7 @@ file's content and reuses them.
 """
 
 import atexit
+import fcntl
 import hashlib
 import json
 import os
@@ -165,14 +166,18 @@ def models(cache_root, python):
     with open(os.path.abspath(__file__), "rb") as f:
         key = hashlib.sha256(f.read()).hexdigest()[:12]
     out_dir = os.path.join(cache_root, "serving-models-%s" % key)
-    if not os.path.exists(os.path.join(out_dir, ".complete")):
-        partial = out_dir + ".partial"
-        shutil.rmtree(partial, ignore_errors=True)
-        subprocess.run([python, os.path.abspath(__file__), partial], check=True, capture_output=True, timeout=600)
-        subprocess.run(["chmod", "-R", "a+rX", partial], check=True)
-        shutil.rmtree(out_dir, ignore_errors=True)
-        os.rename(partial, out_dir)
-        open(os.path.join(out_dir, ".complete"), "w").close()
+    # Several workers (and test sessions) ask at once on a fresh machine: one builds, the others
+    # wait on the lock and find its models complete.
+    with open(out_dir + ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not os.path.exists(os.path.join(out_dir, ".complete")):
+            partial = out_dir + ".partial"
+            shutil.rmtree(partial, ignore_errors=True)
+            subprocess.run([python, os.path.abspath(__file__), partial], check=True, capture_output=True, timeout=600)
+            subprocess.run(["chmod", "-R", "a+rX", partial], check=True)
+            shutil.rmtree(out_dir, ignore_errors=True)
+            os.rename(partial, out_dir)
+            open(os.path.join(out_dir, ".complete"), "w").close()
     return {"target": os.path.join(out_dir, "target"), "drafter_agree": os.path.join(out_dir, "drafter-agree"),
             "drafter_random": os.path.join(out_dir, "drafter-random")}
 

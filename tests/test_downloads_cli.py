@@ -195,7 +195,11 @@ def test_an_interpreter_without_huggingface_hub_names_one_that_has_it(laptop, hu
         # The agent's own interpreter (host_python) has no huggingface_hub.
         refused = run_cli("download", "gpuhost", "org/drafter", "--local-dir", target, "--python", host_python,
                           "--endpoint", hub.url, home=laptop, env=config_env)
-        assert refused.returncode == 2
+        if refused.returncode != 2:  # say what the host planned with, and under which environment
+            jobs = run_cli("jobs", "gpuhost", "--json", home=laptop, env=config_env).stdout
+            probe = host_user.run(["sh", "-lc", "%s -c 'import huggingface_hub; print(huggingface_hub.__file__)'" % host_python], check=False)
+            pytest.fail("a download under %s was accepted: %s %s; jobs: %s; the login shell's %s finds: %s %s"
+                        % (host_python, refused.stdout, refused.stderr, jobs[-2000:], host_python, probe.stdout, probe.stderr))
         lines = refused.stderr.strip().splitlines()
         assert len(lines) == 1, refused.stderr
         assert "huggingface_hub is not installed for %s" % host_python in lines[0]
