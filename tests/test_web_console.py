@@ -1,9 +1,9 @@
 """`specdeck web`: the console in a real (headless) chromium, behind its secret.
 
 One server for the module, on two hosts: `local` (a private state directory) and `gpuhost`, a
-real sshd whose host key this laptop has never seen (the page asks, as the terminal does: refused
-by a click, then asked again and accepted by one); one
-browser, its notifications recorded as the page makes them.
+real sshd whose host key this laptop has never seen (the page asks, as the terminal does; a click
+refuses it, r asks again, a click accepts it); one browser, its notifications recorded as the page
+makes them.
 """
 
 import json
