@@ -159,3 +159,22 @@ async def test_a_host_that_drops_is_reconnecting_in_its_row_and_comes_back_while
         await wait_until(pilot, lambda: fleet_rows(app)["alpha"][2] == "up", message="alpha up while beta is away")
         fleet.down.discard("beta")
         await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", timeout_s=30, message="beta back")
+
+
+async def test_at_60_columns_the_tabs_have_short_titles_and_a_click_on_one_opens_its_pane(fleet):
+    """A narrow terminal (a phone's browser, ~64 columns): every tab on the row, by its number and
+    a short word; a click on one shows its pane; wide again, the full titles."""
+    app = SpecdeckApp(hosts=["alpha", "beta"], connect=fleet.connect)
+    short = ["0 Fleet", "1 GPUs", "2 Jobs", "3 Down", "4 Tens", "5 Spec", "6 Train"]
+    async with app.run_test(size=(60, 40)) as pilot:
+        await wait_until(pilot, lambda: summarised(app, "alpha", "beta"), message="both hosts' summaries")
+        lines = screen_lines(app)
+        row = next(i for i, line in enumerate(lines) if "0 Fleet" in line)
+        assert all(title in lines[row] for title in short) and "Downloads" not in lines[row], lines[row]
+        for title, tab in zip(short[1:] + short[:1], ("gpus", "jobs", "downloads", "tensors", "speculation", "training", "fleet")):
+            await pilot.click(offset=(screen_lines(app)[row].index(title) + 1, row))
+            await wait_until(pilot, lambda: app.query_one(TabbedContent).active == tab, message="the %s pane, clicked" % title)
+        await wait_until(pilot, lambda: "beta" in "".join(screen_lines(app)), message="the Fleet pane's hosts at 60 columns")
+        await pilot.resize_terminal(100, 40)
+        await wait_until(pilot, lambda: "3 Downloads" in "".join(screen_lines(app)) and "5 Speculation" in "".join(screen_lines(app)),
+                         message="the full titles at 100 columns")

@@ -1,8 +1,9 @@
 """`specdeck web`: the console in a real (headless) chromium, behind its secret.
 
 One server for the module, on two hosts: `local` (a private state directory) and `gpuhost`, a
-real sshd whose host key this laptop has never seen (the page asks, as the terminal does); one
-browser, its notifications recorded as the page makes them.
+real sshd whose host key this laptop has never seen (the page asks, as the terminal does; a click
+refuses it, r asks again, a click accepts it); one browser, its notifications recorded as the page
+makes them.
 """
 
 import json
@@ -60,11 +61,12 @@ if (window.Notification) {
 }
 """
 # The main figure of each pane of an empty host (the Jobs pane's is its job, added by the test).
-PANES = {"1 GPUs": "CPU and memory % of the host", "3 Downloads": "no downloads on this host yet: n starts one",
-         "4 Tensors": "No checkpoint open: o picks one on the host",
-         "5 Speculation": "no inference server on this host yet: start one with `specdeck serve`",
-         "6 Training": "no training run on this host yet: start one with `specdeck train`"}
+PANES = {"1": "CPU and memory % of the host", "3": "no downloads on this host yet: n starts one",
+         "4": "No checkpoint open: o picks one on the host",
+         "5": "no inference server on this host yet: start one with `specdeck serve`",
+         "6": "no training run on this host yet: start one with `specdeck train`"}
 TABS = ("0 Fleet", "1 GPUs", "2 Jobs", "3 Downloads", "4 Tensors", "5 Speculation", "6 Training")
+PHONE_TABS = ("0 Fleet", "1 GPUs", "2 Jobs", "3 Down", "4 Tens", "5 Spec", "6 Train")  # a narrow terminal's
 
 
 class Web:
@@ -138,6 +140,14 @@ def on_page(driver, predicate, message):
 
 def shows(driver, *texts):
     return on_page(driver, lambda: all(t in rows(driver) for t in texts) and rows(driver), "%r on the page" % (texts,))
+
+
+def reads(driver, *texts):
+    """As `shows`, a text wrapped over rows read as one line (each row's spaces at its ends folded)."""
+    def read():
+        screen = rows(driver)
+        return screen if all(t in screen or t in " ".join(screen.split()) for t in texts) else None
+    return on_page(driver, read, "%r on the page, its rows joined" % (texts,))
 
 
 def press(driver, keys):
@@ -244,11 +254,23 @@ def test_the_fleet_and_a_host_key_asked_in_the_page(web, browser):
     browser.get(web.url)
     assert "key=" not in browser.current_url  # the key left the address bar for a cookie
     # Two hosts: the Fleet pane, and the question about gpuhost's key, asked in the page.
-    shows(browser, "Unknown host key for " + web.host_spec, web.fingerprint, "Accept (y)")
+    shows(browser, "Unknown host key for " + web.host_spec, web.fingerprint, "Accept (y)", "Refuse (n)")
     assert browser.execute_script("return window.__asked") == 0  # not before a gesture
     on_page(browser, lambda: "up" in fleet_row(browser, "local"), "local up while the question waits")
-    assert web.host_key not in web.known_hosts.read_text()
-    press(browser, "y")
+    known = web.known_hosts.read_text()
+    assert web.host_key not in known
+    # Refused, by a click on its button: gpuhost's row says the key is unknown, its line under the
+    # table how to be asked again; nothing is remembered.
+    click_text(browser, "Refuse (n)")
+    on_page(browser, lambda: "failed" in fleet_row(browser, "gpuhost") and "unknown host key" in " ".join(fleet_row(browser, "gpuhost"))
+            and "Refuse (n)" not in rows(browser), "gpuhost's row: its key refused")
+    click_text(browser, "gpuhost")  # its row, highlighted: its whole reason below
+    reads(browser, "gpuhost: unknown host key for " + web.host_spec, web.fingerprint, "not accepted: press r to be asked again")
+    assert web.known_hosts.read_text() == known
+    # Asked again (r on its row) and accepted, by a click: it connects, its key remembered.
+    press(browser, "r")
+    shows(browser, "Unknown host key for " + web.host_spec, web.fingerprint, "Accept (y)")
+    click_text(browser, "Accept (y)")
     on_page(browser, lambda: "up" in fleet_row(browser, "gpuhost"), "gpuhost connected once its key was accepted")
     assert web.host_key in web.known_hosts.read_text()  # remembered: no other tab asks again
     press(browser, "0")
@@ -304,9 +326,13 @@ def test_every_pane_at_phone_size(web, browser):
     browser.get(web.base)
     jobs_pane(browser, cli_job)
     assert browser.execute_script(FITS_JS) and browser.execute_script("return Notification.permission") == "granted"
-    for tab, figure in [("2 Jobs", cli_job)] + list(PANES.items()) + [("0 Fleet", "gpuhost")]:
-        click_text(browser, tab.split()[1], touch=True)
-        shows(browser, figure, *TABS, "? help")
+    # Type a phone can read: the page's font gives ~64 columns (not the ~97 of a font for 80),
+    # and the tabs, short there, all on their row.
+    columns = max(len(line) for line in rows(browser).split("\n"))
+    assert 60 <= columns <= 66, columns
+    for number, figure in [("2", cli_job)] + list(PANES.items()) + [("0", "gpuhost")]:
+        click_text(browser, next(tab for tab in PHONE_TABS if tab.split()[0] == number), touch=True)
+        reads(browser, figure, *PHONE_TABS, "? help")
     assert screenshot_size(browser) == (390, 844) and browser.execute_script(FITS_JS)
     failed = web.cli("run", "local", "--name", "to fail", "--", "sh", "-c", "exit 4").stdout.strip()
     notes = wait_for(lambda: [n for n in browser.execute_script("return window.__notes") if failed in json.dumps(n)],

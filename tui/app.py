@@ -48,6 +48,7 @@ from .serving.pane import SpeculationPane
 from .telemetry.pane import GpusPane
 from .training.pane import TrainingPane
 from .widgets.header import ConnectionHeader
+from .widgets import pane_tabs
 from .widgets.key_bar import KeyBar
 
 PANES = (GpusPane, JobsPane, DownloadsPane, TensorsPane, SpeculationPane, TrainingPane)  # in key order: 1, 2, 3, ...
@@ -129,14 +130,21 @@ class SpecdeckApp(DesktopAlerts, PaneHost):
 
     def _pane_tabs(self, initial="", only=None):
         """The tabs, each with its pane; with `only` (a tab id), the other tabs empty for now."""
-        classes = ((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes)
         content = TabbedContent(id="panes", initial=initial)
-        for number, pane_class in enumerate(classes, 0 if self.fleet else 1):
+        numbered = self.numbered_panes()
+        for (_, pane_class), title in zip(numbered, pane_tabs.titles(numbered, self.size.width)):
             tab_id = pane_id(pane_class)
             children = [self._make_pane(pane_class)] if only in (None, tab_id) else []
             # As `with TabbedContent():` would in compose.
-            content.compose_add_child(TabPane("%d %s" % (number, pane_class.PANE_TITLE), *children, id=tab_id))
+            content.compose_add_child(TabPane(title, *children, id=tab_id))
         return content
+
+    def numbered_panes(self):
+        """[(its number key, pane class)] in tab order: the Fleet pane 0 (with several hosts), then 1, 2, ..."""
+        return list(enumerate(((FleetPane,) if self.fleet else ()) + tuple(self.pane_classes), 0 if self.fleet else 1))
+
+    def on_resize(self, event):
+        pane_tabs.retitle(self, self.numbered_panes(), event.size.width)  # short titles on a narrow terminal
 
     def _make_pane(self, pane_class):
         """A pane of the shown host; the Fleet pane is given every host (attributes down)."""

@@ -31,6 +31,7 @@ class Pane(Requests, Widget):
     """Base of the console's panes."""
 
     PANE_TITLE = "Pane"
+    SHORT_TITLE = ""  # its tab's title on a narrow terminal (default: PANE_TITLE; tui/widgets/pane_tabs.py)
     HELP_BINDINGS = ()
 
     DEFAULT_CSS = """

@@ -35,6 +35,7 @@ class TensorsPane(Pane):
     """A checkpoint's tensors, problems and EAGLE-3 summary; `open_path` loads one."""
 
     PANE_TITLE = "Tensors"
+    SHORT_TITLE = "Tens"  # its tab on a narrow terminal (tui/widgets/pane_tabs.py)
 
     DEFAULT_CSS = """
     TensorsPane { height: 1fr; }

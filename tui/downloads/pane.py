@@ -44,6 +44,7 @@ class DownloadsPane(Pane):
     """Download jobs on the host: n new, x cancel, r retry, v verify again, t open in Tensors."""
 
     PANE_TITLE = "Downloads"
+    SHORT_TITLE = "Down"  # its tab on a narrow terminal (tui/widgets/pane_tabs.py)
 
     DEFAULT_CSS = """
     DownloadsPane { height: 1fr; }

@@ -75,6 +75,7 @@ class SpeculationPane(Pane):
     """The servers' speculation, one server shown at a time."""
 
     PANE_TITLE = "Speculation"
+    SHORT_TITLE = "Spec"  # its tab on a narrow terminal (tui/widgets/pane_tabs.py)
     can_focus = True  # nothing in it takes focus, and its keys must work when its tab is shown
     BINDINGS = [
         Binding("right_square_bracket", "next_server", "next server", tooltip="show the next server"),

@@ -45,6 +45,7 @@ class TrainingPane(Pane):
     """The host's training and data-generation runs, one shown at a time."""
 
     PANE_TITLE = "Training"
+    SHORT_TITLE = "Train"  # its tab on a narrow terminal (tui/widgets/pane_tabs.py)
     can_focus = True
     BINDINGS = [
         Binding("right_square_bracket", "next_run", "next run", tooltip="show the next training run"),

@@ -11,7 +11,9 @@ Apart from the secret, three things differ from textual-serve's own server:
 - each tab's console is started from an argv list (textual-serve runs a shell string);
 - the page loads nothing from elsewhere (textual-serve's asks a public CDN for its font: the
   font it bundles is served instead), and its terminal keeps an accessibility tree, so the
-  console's rows are text a screen reader (or a test) can read;
+  console's rows are text a screen reader (or a test) can read; its font size is the page's
+  choice for the window's width (16 px, smaller only to keep 60 columns: a phone's text stays
+  readable) unless `?fontsize=` gives one;
 - an alert the terminal console would turn into a desktop notification reaches the page as
   a message of its own (`["notify", {...}]` on the websocket), which the page shows through the
   browser's Notification API, or in its title when notifications are refused.
