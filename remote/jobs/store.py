@@ -8,7 +8,7 @@ Each job is a directory under jobs_dir():
   stop.json     present once a stop was asked for (when, and the grace before KILL)
   output.log    stdout and stderr of the process
   progress.json optional, written by jobs that report progress (downloads): a summary, at most
-                PROGRESS_MAX_BYTES (a bigger one is not read), since every listing carries it
+                record.PROGRESS_MAX_BYTES (a bigger one is not read), since every listing carries it
   engine.json   for a job run by an engine other than ours (Slurm: engines.py), that
                 engine's record (its id, nodes, state), kept current by the engine's service;
                 such a job has no supervisor, run.json or exit.json
@@ -38,12 +38,12 @@ from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.records import read_json, reserve, write_json
 from ..core.words import LIVE_STATES
 from .processes import is_same_process, process_start_ticks
+from .record import as_object, read_record
 from .supervisor import STOP_GRACE_S
 
 log = logging.getLogger("specdeck.jobs")
 
 TAIL_MAX_BYTES = 1024 * 1024
-PROGRESS_MAX_BYTES = 256 * 1024  # a job's progress.json, as its record carries it
 SIGNATURE_FILES = ("job.json", "run.json", "exit.json", "stop.json", "progress.json", "engine.json")
 JOB_ID_PATTERN = re.compile(r"j[0-9]{1,18}\Z")
 
@@ -202,52 +202,7 @@ class JobStore:
         if not isinstance(spec, dict) or not isinstance(spec.get("argv"), list) or not isinstance(spec.get("meta", {}), dict):
             self._note_damaged(job_id, "its job.json is not a job")
             raise DamagedJob("job %s is damaged: its job.json is not a job" % job_id)
-        run, end, stop = (_object(read_json(os.path.join(job_dir, name))) for name in ("run.json", "exit.json", "stop.json"))
-        progress = _progress(os.path.join(job_dir, "progress.json"))
-        try:
-            log_bytes = os.path.getsize(os.path.join(job_dir, "output.log"))
-        except OSError:
-            log_bytes = 0
-        runner = None
-        if spec.get("engine") not in (None, engines.LOCAL):
-            runner = engines.get(spec["engine"])
-            state = "lost"  # the engine says otherwise
-        else:
-            state = _process_state(job_dir, spec, run, end, stop)
-        job = {
-            "id": job_id,
-            "name": spec.get("name"),
-            "kind": spec.get("kind", "command"),
-            "argv": spec.get("argv"),
-            "cwd": spec.get("cwd"),
-            "state": state,
-            "process_state": state,
-            "exit_code": end.get("exit_code") if end else None,
-            "signal": end.get("signal") if end else None,
-            "submitted_at": spec.get("submitted_at"),
-            "started_at": run.get("started_at") if run else None,
-            "ended_at": end.get("ended_at") if end else None,
-            "pid": run.get("pid") if run else None,
-            "log_bytes": log_bytes,
-            "error": end.get("error") if end else None,
-            "containment": run.get("containment", "process-group") if run else None,
-            "meta": spec.get("meta", {}),
-            "engine": spec.get("engine") or engines.LOCAL,
-        }
-        if runner is not None:
-            runner.describe(job_dir, spec, _object(read_json(os.path.join(job_dir, "engine.json"))) or {}, job)
-            state = job["process_state"]
-        if progress is not None:
-            job["progress"] = progress
-            # A job that reports progress names its own states (downloading, verified, ...): while
-            # it runs, and after it ends when its last word was `final` (a job killed mid-way
-            # keeps the process's state, not a stale "downloading").
-            if progress.get("state") and state not in ("stopped", "lost"):
-                if state == "running" or progress.get("final"):
-                    job["state"] = progress["state"]
-        if state in LIVE_STATES and stop is not None:
-            job["state"] = "stopping"  # the process still runs: process_state stays as it is
-        return job
+        return read_record(job_id, job_dir, spec)
 
     def _note_damaged(self, job_id, reason):
         if (job_id, reason) not in self._noted:
@@ -284,7 +239,7 @@ class JobStore:
         asked (jobs.list), so engines may ask their scheduler for the user's other jobs now."""
         jobs = []
         for job_id in self.ids():
-            if kind is not None and (_object(read_json(os.path.join(self.root, job_id, "job.json"))) or {}).get("kind", "command") != kind:
+            if kind is not None and (as_object(read_json(os.path.join(self.root, job_id, "job.json"))) or {}).get("kind", "command") != kind:
                 continue
             try:
                 jobs.append(self.describe(job_id))
@@ -333,7 +288,7 @@ class JobStore:
             job["state"] = "stopping"  # as describe says of a live job with stop.json: described once per stop
         except OSError:
             stop_signal = signal.SIGTERM  # a full disk: the supervisor stops with its default grace
-        run = _object(read_json(os.path.join(job_dir, "run.json")))
+        run = as_object(read_json(os.path.join(job_dir, "run.json")))
         if run is None:
             return job  # the supervisor reads stop.json before it starts the job
         if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
@@ -355,7 +310,7 @@ class JobStore:
                 if self.describe(job_id)["process_state"] in LIVE_STATES:
                     live.append(job_id)
             except DamagedJob:
-                run = _object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
+                run = as_object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
                 if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
                     live.append(job_id)
             except NotFound:
@@ -373,49 +328,13 @@ class JobStore:
                     raise RemoteError("NoSpace" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else "IOError",
                                       "could not keep the job id counter in %s (%s): nothing was forgotten" % (self.root, exc.strerror or exc))
             for job_id in found:
-                run = _object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
+                run = as_object(read_json(os.path.join(self.root, job_id, "run.json"))) or {}
                 # Out of the listing at once, then deleted at leisure.
                 gone = os.path.join(self.root, ".forgotten-%s-%s" % (job_id, os.urandom(4).hex()))
                 os.rename(os.path.join(self.root, job_id), gone)
                 shutil.rmtree(gone, ignore_errors=True)
                 containment.remove_left_over(run.get("cgroup"))  # of a supervisor that was killed
         return {"forgotten": found, "not_found": not_found}
-
-
-def _object(value):
-    return value if isinstance(value, dict) else None
-
-
-def _progress(path):
-    """A job's progress.json, when it is no bigger than a record may carry: every `jobs.list`
-    and job event holds it, so one that grew with its job (a list of every file) is not read."""
-    try:
-        size = os.path.getsize(path)
-    except OSError:
-        return None
-    if size > PROGRESS_MAX_BYTES:
-        return {"error": "its progress.json is %d bytes, over the %d a job's record carries: not read" % (size, PROGRESS_MAX_BYTES)}
-    return _object(read_json(path))
-
-
-def _process_state(job_dir, spec, run, end, stop):
-    if end is not None:
-        if end.get("stopped") or ("stopped" not in end and stop is not None and (end.get("signal") or end.get("exit_code") != 0)):
-            return "stopped"
-        if end.get("error"):
-            return "failed"
-        return "succeeded" if end.get("exit_code") == 0 else "failed"
-    if run is None:
-        # Submitted but the supervisor has not written run.json: starting, unless long ago.
-        if time.time() - (spec.get("submitted_at") or 0) < 30:
-            return "starting"
-        return "lost"
-    if is_same_process(run.get("supervisor_pid"), run.get("supervisor_start_ticks"), run.get("boot_id")):
-        return "running"
-    # The supervisor is gone without writing exit.json: killed, or the host rebooted. Look
-    # once more, since it may have written exit.json between our two reads.
-    end = _object(read_json(os.path.join(job_dir, "exit.json")))
-    return "lost" if end is None else _process_state(job_dir, spec, run, end, stop)
 
 
 __all__ = ["JobStore", "RemoteError", "login_path", "resolve_executable", "process_start_ticks", "STOP_GRACE_S"]
