@@ -11,7 +11,7 @@ of at most 16 characters at its first digit, not one per digit that each runs to
 
 import re
 
-from .logparse import finditer_pieces
+from .scan import finditer_pieces
 
 _BAR = re.compile(r"(?<!\d)(?P<done>\d{1,15})/(?P<total>\d{1,15})[ \t]{0,8}\[[ \t]{0,8}[\d:]{1,12}[ \t]{0,8}<[ \t]{0,8}[\d:?]{1,12}"
                   r"[ \t]{0,8},[ \t]{0,8}(?P<rate>\d{1,12}(?:\.\d{1,12})?)[ \t]{0,8}(?P<unit>it/s|s/it)")

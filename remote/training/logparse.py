@@ -28,11 +28,12 @@ its first line starts in the log, when feed() was told)}.
 """
 
 import json
-import math
 import re
 import time as time_module
 
 from . import specforge_log
+from .record_values import record_from_values
+from .scan import finditer_pieces
 
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 MAX_DEPTH = 64  # JSON nesting refused beyond this (a metrics line is two or three deep)
@@ -49,36 +50,6 @@ NUMBER = r"[-+]?(?:\d{1,40}(?:\.\d{0,40})?(?:[eE][-+]?\d{1,4})?|\.\d{1,40}(?:[eE
 _PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<key>[A-Za-z_][\w./\-]{0,200})=(?P<value>%s)(?=$|[\s,;|)\]}])" % NUMBER)
 _SPECFORGE = re.compile(r"(?P<phase>Train|Eval) Epoch \[(?P<epoch>\d{1,9})/(?P<total>\d{1,9})\], position (?P<position>\d{1,4}),[ \t]{1,16}(?P<what>Acc|pLoss): (?P<value>%s)" % NUMBER)
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
-PIECE_CHARS = 32768  # a long line is scanned this much at a time, so other threads get the GIL between
-MATCH_CHARS = 512  # no pattern here matches more than this (bounded quantifiers)
-
-
-def finditer_pieces(pattern, text):
-    """pattern.finditer over text, in pieces of PIECE_CHARS: the regex engine holds the GIL for
-    the whole of one call, and a megabyte-long line without a match is one call of tens of ms
-    (a ping waits that long). Pieces overlap by MATCH_CHARS and a match counts in the piece it
-    starts in, so every match is whole and found once; lookbehinds see before a piece's start."""
-    if len(text) <= PIECE_CHARS:
-        return pattern.finditer(text)  # the common case: one call, no generator
-    return _pieces(pattern, text)
-
-
-def _pieces(pattern, text):
-    pos, last_end, length = 0, 0, len(text)
-    while pos < length:
-        piece_end = pos + PIECE_CHARS
-        for match in pattern.finditer(text, pos, min(length, piece_end + MATCH_CHARS)):
-            if match.start() >= piece_end:
-                break
-            if match.start() >= last_end:  # not inside the previous piece's last match
-                last_end = max(match.end(), match.start() + 1)
-                yield match
-        pos = piece_end
-
-
-_STEP_KEYS = ("global_step", "step", "iter", "iteration")
-_LOSS_KEYS = ("loss", "train/loss", "train_loss")
-_INDEXED = re.compile(r"^(?:train/|val/|eval/)?(?P<name>loss|full_acc|cond_acc|acc|ploss)_(?P<index>\d+)(?:_epoch)?$")
 
 
 def number(text):
@@ -140,67 +111,6 @@ def json_depth_ok(text, limit=MAX_DEPTH):
 def _bounded_number(text):
     """json's parse_int/parse_float: a float, or None for a number too long to be a metric."""
     return float(text) if len(text) <= MAX_NUMBER_CHARS else None
-
-
-def _all_positions(values, prefix):
-    """{name: [value per position]} of the indexed keys (`train/full_acc_0`, ...) under prefix,
-    in one pass over the keys."""
-    found = {}
-    for key, value in values.items():
-        if "_" not in key or not key.startswith(prefix):
-            continue
-        m = _INDEXED.match(key)
-        if m:
-            found.setdefault(m.group("name"), {})[int(m.group("index"))] = value
-    return {name: [by_index[i] for i in sorted(by_index)] for name, by_index in found.items()}
-
-
-def _first(values, keys):
-    for key in keys:
-        if key in values:
-            return values[key]
-    return None
-
-
-def _lr(values):
-    if "lr" in values:
-        return values["lr"]
-    for key in ("train/lr", "learning_rate"):
-        if key in values:
-            return values[key]
-    for key, value in values.items():
-        if key.startswith("lr/"):
-            return value  # several optimizers: the first one's
-    return None
-
-
-def _integer(value):
-    return int(value) if value is not None and math.isfinite(value) else None
-
-
-def record_from_values(values, source, time=None):
-    """A record from flat {key: float}, or None when the keys say nothing about training."""
-    validation = any(k.startswith(("val/", "eval/")) for k in values)
-    if validation and not any(k.startswith(("train/", "profile/")) for k in values):
-        prefix = "val/" if any(k.startswith("val/") for k in values) else "eval/"
-        kind, loss = "validation", _first(values, (prefix + "loss_epoch", prefix + "loss"))
-    else:
-        prefix = "train/" if any(k.startswith("train/") for k in values) else ""
-        kind, loss = "step", _first(values, _LOSS_KEYS)
-    positions = _all_positions(values, prefix)
-    record = {"kind": kind, "loss": loss, "loss_k": positions.get("loss") or positions.get("ploss") or [],
-              "full_acc": positions.get("full_acc", []), "cond_acc": positions.get("cond_acc", []), "acc": positions.get("acc", [])}
-    record.update(source=source, step=_integer(_first(values, _STEP_KEYS)), epoch=_integer(values.get("epoch")),
-                  epochs_total=None, lr=_lr(values), step_ms=values.get("profile/step_ms"),
-                  tokens_per_s=values.get("profile/tokens_per_s"), time=time, values=values)
-    if record["loss"] is None and record["loss_k"]:
-        record["loss"] = sum(v for v in record["loss_k"])  # a script that logs only per-position losses
-    useful = record["loss"] is not None or record["full_acc"] or record["cond_acc"] or record["acc"]
-    if not useful:
-        return None
-    if record["kind"] == "step" and record["step"] is None and source == "generic" and record["epoch"] is None:
-        return None  # no x to draw it against
-    return record
 
 
 class Assembler:
