@@ -12,7 +12,7 @@ AREAS = (
     ("jobs", ("methods",)),
     ("checkpoints", ("methods",)),
     ("downloads", ("methods",)),
-    ("serving", ("methods", "baseline_methods", "doctor_methods")),
+    ("serving", ("methods", "bench_methods", "baseline_methods", "doctor_methods")),
     ("telemetry", ("methods",)),
     ("slurm", ("nodes", "methods")),  # nodes: a Slurm job's nodes sampled on the nodes (into telemetry)
     ("training", ("methods",)),
