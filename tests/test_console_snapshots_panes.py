@@ -61,7 +61,7 @@ def speculation_figures(monkeypatch):
     console's running server (j8), and its `serving.advise` over 5 min (with `serving.stats`'s figures)."""
     import time as real_time
 
-    from remote.core.feeds import Budget
+    from remote.core.feed_source import Budget
     from remote.serving import advice, sampler
     from tests.helpers.metrics import AFTER, MetricsServer, scaled
 

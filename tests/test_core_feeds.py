@@ -11,7 +11,8 @@ import pytest
 
 from remote import areas  # noqa: F401  (installs the areas, as the agent's entry point does)
 from remote.core import wire
-from remote.core.feeds import Feed, FeedSource, SourceError
+from remote.core.feed_source import FeedSource, SourceError
+from remote.core.feeds import Feed
 from remote.history.store import HistoryStore
 from remote.core.protocol import RemoteError
 from remote.core.services import Services

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from remote.core.feeds import Budget, SourceError
+from remote.core.feed_source import Budget, SourceError
 from remote.serving import metrics, scrape, sglang
 
 DATA = Path(__file__).parent / "data" / "sglang"

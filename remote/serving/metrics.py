@@ -82,7 +82,7 @@ def _wanted_lines(text):
 
 def _checked(metric, sample):
     """A counter's value, or BadSample when it cannot be a count (NaN, infinite, negative)."""
-    from ..core.feeds import BadSample
+    from ..core.feed_source import BadSample
 
     value = sample.value
     if value != value or value in (float("inf"), float("-inf")) or value < 0:

@@ -26,7 +26,8 @@ import threading
 import time
 
 from ..core import words
-from ..core.feeds import BadSample, Feed, FeedSource, SourceError
+from ..core.feed_source import BadSample, FeedSource, SourceError
+from ..core.feeds import Feed
 from ..core.protocol import RemoteError
 from ..core.records import write_json
 from . import baselines, location, metrics, root_cause, scrape, sglang

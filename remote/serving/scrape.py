@@ -8,14 +8,14 @@ import ssl
 import urllib.parse
 import zlib
 
-from ..core.feeds import SourceError
+from ..core.feed_source import SourceError
 
 MAX_REDIRECTS = 2
 CHUNK_BYTES = 65536
 
 
 def get(url, budget):
-    """The body of a 200 reply to GET `url`, within `budget` (remote/core/feeds.py Budget)."""
+    """The body of a 200 reply to GET `url`, within `budget` (remote/core/feed_source.py Budget)."""
     for _ in range(MAX_REDIRECTS + 1):
         status, headers, body = _once(url, budget)
         if status in (301, 302, 303, 307, 308):

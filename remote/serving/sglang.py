@@ -30,7 +30,7 @@ import os
 import re
 import time
 
-from ..core.feeds import SourceError
+from ..core.feed_source import SourceError
 
 MAX_LINE_CHARS = 8192  # a decode line is ~250 characters
 MAX_FIELDS = 32

@@ -34,7 +34,8 @@ import subprocess
 import time
 
 from ..core import paths
-from ..core.feeds import Feed, FeedSource, SourceError
+from ..core.feed_source import FeedSource, SourceError
+from ..core.feeds import Feed
 from ..jobs.login_env import login_environment, resolve_executable
 from ..core.protocol import BadRequest
 from ..core.records import read_json

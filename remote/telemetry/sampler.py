@@ -22,7 +22,8 @@ import threading
 import time
 
 from ..core import paths
-from ..core.feeds import Feed, FeedSource
+from ..core.feed_source import FeedSource
+from ..core.feeds import Feed
 from ..core.streams import Topic
 from ..core.records import replace_file
 from ..core.words import LIVE_STATES as LIVE

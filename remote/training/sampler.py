@@ -17,7 +17,8 @@ import os
 import threading
 import time
 
-from ..core.feeds import Feed, FeedSource
+from ..core.feed_source import FeedSource
+from ..core.feeds import Feed
 from ..core.records import read_json
 from ..core.words import LIVE_STATES as LIVE
 from . import checkpoints, export, measure
