@@ -7,7 +7,7 @@ A job directory of a Slurm job holds, beside job.json:
                job's command never passes through a shell as a string)
   output.log   Slurm's output file for the job (`--output`, `--open-mode=append`), followed as
                the job's log by byte offset, as any job's: it survives the daemon's restart
-  engine.json  the record: Slurm's id, script and output paths, partition, nodes, Slurm's
+  engine.json  the record (record.py): Slurm's id, script and output paths, partition, nodes, Slurm's
                state and pending reason, exit code and signal, when a stop's KILL went out;
                rewritten by the watcher (watcher.py) whenever Slurm says something new
   stop.json    a stop was asked for: TERM went out at once (`scancel --signal=TERM --full`),
@@ -26,17 +26,13 @@ import time
 
 from ..jobs import engines as job_engines
 from ..core.protocol import BadRequest, NotFound
-from ..core.records import read_json, write_json
+from ..core.records import read_json
 from . import commands
+from .record import job_fields, row_record, sacct_row
 
 ENGINE = "slurm"
 FOREIGN_PREFIX = "s"
 FOREIGN_FRESH_S = 2.0  # a listing asks squeue again when the watcher's rows are older than this
-PENDING = ("PENDING", "CONFIGURING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "RESV_DEL_HOLD")
-RUNNING = ("RUNNING", "COMPLETING", "SUSPENDED", "STOPPED", "SIGNALING", "STAGE_OUT", "RESIZING")
-SUCCEEDED = ("COMPLETED",)
-STOPPED = ("CANCELLED",)
-LOST = "LOST"  # ours: Slurm forgot the job before anyone heard how it ended
 NODE_ADDRESS_KEPT_S = 300.0  # a node's address is asked of scontrol once in this long
 OPTION_TYPES = {"nodes": int, "gpus_per_node": int, "partition": str, "time": str, "account": str, "sbatch_args": list}
 
@@ -58,79 +54,6 @@ def sbatch_argv(spec, options, script, output):
         if options.get(name):
             argv += ["--%s" % name, options[name]]
     return argv + list(options.get("sbatch_args") or []) + [script]
-
-
-def job_fields(record, stop=None):
-    """What a job's description says about a Slurm job, from its record (ours or a foreign row)."""
-    state = record.get("state") or "PENDING"
-    nodes = commands.expand_hosts(record.get("nodelist")) if state not in PENDING else []
-    if state in PENDING:
-        process_state, word = "starting", "pending"
-    elif state in RUNNING:
-        process_state = word = "running"
-    elif state == LOST:
-        process_state = word = "lost"
-    elif state in STOPPED or stop is not None:  # as for a local job: a stop asked for ends it as stopped, whatever it exits with
-        process_state = word = "stopped"
-    elif state in SUCCEEDED:
-        process_state = word = "succeeded"
-    else:
-        process_state = word = "failed"
-    reason = record.get("reason") if state in PENDING and record.get("reason") not in (None, "", "None") else None
-    slurm = {
-        "id": record.get("slurm_id"),
-        "state": state,
-        "reason": record.get("reason"),
-        "nodes": nodes,
-        "nodelist": record.get("nodelist") or "",
-        "partition": record.get("partition"),
-        "script": record.get("script"),
-        "output": record.get("output"),
-        "exit_code": record.get("exit_code"),
-        "signal": record.get("signal"),
-        "started_at": record.get("started_at"),
-        "ended_at": record.get("ended_at"),
-        "killed_after_grace": bool(record.get("kill_sent_at")),  # a stop's TERM was not enough
-    }
-    return {
-        "state": word,
-        "process_state": process_state,
-        "exit_code": record.get("exit_code") if process_state not in ("starting", "running") else None,
-        "signal": record.get("signal") if process_state not in ("starting", "running") else None,
-        "started_at": record.get("started_at"),
-        "ended_at": record.get("ended_at") if process_state not in ("starting", "running") else None,
-        "containment": "slurm",
-        "slurm_id": record.get("slurm_id"),
-        "nodes": nodes,
-        "pending_reason": reason,
-        "slurm": slurm,
-    }
-
-
-def row_record(row):
-    """A record (as engine.json holds it) from one squeue row."""
-    state = row["state"].split()[0] if row.get("state") else "PENDING"
-    ended = state not in PENDING and state not in RUNNING
-    code, sig = commands.parse_exit(row.get("exit_code")) if ended else (None, None)
-    return {
-        "slurm_id": row["jobid"],
-        "state": state,
-        "reason": row.get("reason"),
-        "nodelist": row.get("nodelist") or "",
-        "partition": row.get("partition"),
-        "exit_code": code,
-        "signal": sig,
-        "started_at": commands.slurm_time(row.get("starttime")) if state not in PENDING else None,
-        "ended_at": commands.slurm_time(row.get("endtime")) if ended else None,
-        "submitted_at": commands.slurm_time(row.get("submittime")),
-        "name": row.get("name"),
-        "user": row.get("username"),
-    }
-
-
-def final(record):
-    state = (record or {}).get("state") or "PENDING"
-    return state not in PENDING and state not in RUNNING
 
 
 class SlurmEngine(job_engines.JobEngine):
@@ -370,39 +293,8 @@ class SlurmEngine(job_engines.JobEngine):
         return None
 
 
-def sacct_row(text, slurm_id):
-    """How job `slurm_id` ended, from sacct's `JobID|State|ExitCode|NodeList|End` lines: only its
-    own lines count, each field checked. Lines of it that disagree (the job completion log is a
-    text file a job's name can write lines into) say nothing: None, as for no line at all."""
-    found = None
-    for line in text.splitlines():
-        values = line.split("|")
-        if len(values) != 5 or values[0] != slurm_id:
-            continue
-        _, state, exit_value, nodelist, end = values
-        state = state.split(" ")[0]
-        if not (commands.STATE.fullmatch(state) and commands.EXIT_VALUE.fullmatch(exit_value) and commands.PLAIN.fullmatch(nodelist)
-                and (end in commands.NO_TIME or commands.ISO_TIME.fullmatch(end))):
-            return None
-        exit_code, sig = commands.parse_exit(exit_value)
-        row = {"state": state, "nodelist": nodelist, "exit_code": exit_code, "signal": sig, "ended_at": commands.slurm_time(end)}
-        if found is not None and found != row:
-            return None
-        found = row
-    return found
-
-
 def _size(path):
     try:
         return os.path.getsize(path) if path else 0
     except OSError:
         return 0
-
-
-def read_record(job_dir):
-    record = read_json(os.path.join(job_dir, "engine.json"))
-    return record if isinstance(record, dict) else None
-
-
-def write_record(job_dir, record):
-    write_json(os.path.join(job_dir, "engine.json"), record)

@@ -26,7 +26,7 @@ from ..jobs import engines as job_engines
 from ..core.records import read_json
 from ..core.services import Service
 from . import commands
-from .engine import PENDING, RUNNING, final, read_record, row_record, write_record
+from .record import PENDING, RUNNING, final, read_record, row_record, write_record
 
 log = logging.getLogger("specdeck.slurm")
 
