@@ -1,2 +1,2 @@
-"""Slurm on the host: jobs submitted through Slurm and watched from its own commands (engine.py, record.py,
-watcher.py, methods.py), and the user's other Slurm jobs beside ours."""
+"""Slurm on the host: jobs submitted through Slurm and watched from its own commands (engine.py,
+record.py, watcher.py, methods.py), and the user's other Slurm jobs beside ours."""
