@@ -1,8 +1,8 @@
 """The console: a connection header, the panes a key away, a footer.
 
-The app paints at once and connects every host on threads of their own (tui/fleet/hosts.py);
-each client heals its link on its own and reports its state. With several hosts the Fleet
-pane (key 0) shows them all, and one of them is the host the other panes show (`current`,
+The app paints at once and connects every host on threads of their own (tui/fleet/hosts.py,
+tui/connecting.py); each client heals its link on its own and reports its state. With several
+hosts the Fleet pane (key 0) shows them all, and one of them is the host the other panes show (`current`,
 named in the header; Enter on a host, or `[`/`]`, changes it: the host's panes are made anew
 for it). `[`/`]` are the host keys in every pane but the Speculation and Training panes, which
 step their servers and runs with them, and a log's search, which steps its matches: the help
@@ -29,13 +29,14 @@ from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
 from . import display
+from .connecting import HostConnections
 from .checkpoints.pane import TensorsPane
 from .downloads.pane import DownloadsPane
 from .fleet.hosts import HostLink
 from .fleet.pane import FleetPane
 from .host.model import Answered, HostModel
 from .jobs.pane import JobsPane
-from .messages import AgentError, ClientReady, ConnectionChanged
+from .messages import AgentError, ClientReady
 from .notify.console_alerts import DesktopAlerts
 from .notify.screen import NotificationsScreen
 from .pane import Pane
@@ -43,7 +44,6 @@ from .pane_host import PaneHost
 from .report import screen as report_screen
 from .screens.help import HelpScreen
 from .screens.host_info import HostInfoScreen
-from .screens.host_key import HostKeyScreen
 from .serving.pane import SpeculationPane
 from .telemetry.pane import GpusPane
 from .training.pane import TrainingPane
@@ -72,7 +72,7 @@ def pane_bindings(panes):
     ]
 
 
-class SpecdeckApp(DesktopAlerts, PaneHost):
+class SpecdeckApp(HostConnections, DesktopAlerts, PaneHost):
     """specdeck's console for one host or several."""
 
     TITLE = "specdeck"
@@ -327,105 +327,9 @@ class SpecdeckApp(DesktopAlerts, PaneHost):
             self.install_screen(HelpScreen(sections), name="help")
         self.push_screen("help")
 
-    # ------------------------------------------------------------------ connection
-
-    def _connect(self):
-        """Connect every host, each on its own thread."""
-        for link in self.links:
-            link.start()
-
-    def _connector(self, name):
-        return lambda on_state: self._make_client(name, on_state, self._ask_host_key)
-
-    def _open_client(self, name, on_state, ask_host_key):
-        from .transport.connection import open_client
-
-        python = self.python(name) if callable(self.python) else self.python
-        # A link the keeper holds warm (a headless command's, moments ago) is taken as it is;
-        # else the console connects itself, where its dialog can ask about a host key.
-        return open_client(name, python=python, accept_new=ask_host_key, reconnect=True, on_state=on_state, keeper="warm")
-
-    def _ask_host_key(self, host_key):
-        """Runs on the connecting thread: ask in a dialog and wait for the answer."""
-        if self.accept_new:
-            return True
-        answered = threading.Event()
-        answer = {"accept": False}
-
-        def on_answer(accept):
-            answer["accept"] = bool(accept)
-            answered.set()
-
-        self.call_from_thread(self.push_screen, HostKeyScreen(host_key), on_answer)
-        while not answered.wait(0.2):
-            if self._quitting.is_set():
-                return False
-        return answer["accept"]
-
     def refresh_bindings(self):
         if self.screen_stack:  # none while the app closes: a host's late news changes no keys then
             super().refresh_bindings()
-
-    def on_connection_changed(self, message: ConnectionChanged):
-        link = self.link_of(message.host) or self.current
-        if link is not self.current:
-            return  # the Fleet pane reads every host's state on its own clock
-        if message.state == "connected" and self.client is None:
-            return  # the first link, before the client was in place: ClientReady says it
-        self.connection_state = message.state
-        self._show_connection(message.state, message.detail)
-        self._show_rtt()
-        if message.state == "failed":
-            reason = message.detail.get("error") or "the connection failed"
-            next_step = "" if "press r" in reason else "\npress r to try again"
-            self.notify(reason + next_step, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
-        self.refresh_bindings()
-
-    def on_client_ready(self, message: ClientReady):
-        link = self.link_of(message.host) or self.current
-        model = self.host_model(link.name)
-        model.client = link.client
-        if model.follow_alerts():  # a new client of the host's: its alerts, and the night it was not watched
-            report_screen.watch(self, link)
-        if link is not self.current:
-            return
-        self.client = link.client
-        self.connection_state = "connected"
-        self._show_connection("connected", {})
-        self._label_host(message.hostname, message.user)
-        for pane_class in self.pane_classes:
-            for pane in self.query(pane_class):
-                pane.post_message(ClientReady(message.hostname, message.user, host=link.name))
-        self.follow_job_events()
-        self.refresh_bindings()
-
-    def _show_connection(self, state, detail):
-        header = self.header
-        header.state, header.detail = state, dict(detail or {})
-        self.show_connection(state, detail)
-
-    def _label_host(self, hostname, user):
-        header = self.header
-        header.hostname = hostname
-        if user:
-            host = hostname if self.host == "local" else self.host.split("@")[-1]
-            header.host_label = "%s@%s" % (user, host)
-
-    def _show_rtt(self):
-        self.header.rtt_s = self.current.rtt_s
-        if self.fleet:
-            self.tell_unreachable()
-            states = [link.state for link in self.links]
-            parts = ["host %d of %d" % (self.links.index(self.current) + 1, len(self.links))]
-            parts += ["%d %s" % (states.count(state), state) for state in ("failed", "reconnecting", "connecting") if state in states]
-            self.header.fleet_text = " · ".join(parts)
-
-    def action_reconnect(self):
-        self.client = None
-        self.connection_state = "connecting"
-        self._show_connection("connecting", {})
-        self.refresh_bindings()
-        self.current.reconnect()
 
     # ------------------------------------------------------------------ errors
 
