@@ -221,7 +221,7 @@ def layer_problems(root):
     remote/__main__.py) may import anything."""
     remote = Path(root) / "remote"
     areas = {p.name: _public_modules(p) for p in remote.iterdir() if (p / "__init__.py").exists() and p.name != "core"}
-    problems = []
+    problems, arrows = [], {}
     for path in sorted(remote.rglob("*.py")):
         relative = path.relative_to(root)
         parts = list(relative.with_suffix("").parts)
@@ -233,6 +233,7 @@ def layer_problems(root):
             if target[0] != "remote" or len(target) < 2 or target[1] in ("core", own) or target[1] not in areas:
                 continue
             where = "%s:%d" % (relative.as_posix(), line)
+            arrows.setdefault((own, target[1]), where)
             if own == "core":
                 problems.append("%s imports %s: the core imports no area" % (where, module))
                 continue
@@ -248,6 +249,10 @@ def layer_problems(root):
             for imported in names:
                 if imported.startswith("_"):
                     problems.append("%s imports %s from %s, a private name" % (where, imported, module))
+    for (a, b), where in sorted(arrows.items()):  # an arrow running back up: two areas that lean on each other
+        if a < b and (b, a) in arrows:
+            problems.append("the %s and %s areas import each other (%s, %s): one asks the other through the service registry"
+                            % (a, b, where, arrows[b, a]))
     return problems
 
 
@@ -268,3 +273,6 @@ def test_the_layer_guard_names_planted_imports(tmp_path):
         "remote/fleet/planted.py:7 imports remote.history.upkeep, a private module of the history area",
         "remote/fleet/planted.py:8 imports _events from remote.jobs.store, a private name",
     ]
+    (tmp_path / "remote" / "jobs" / "planted.py").write_text('"""Planted."""\n\nfrom ..fleet import methods\n')
+    assert layer_problems(tmp_path)[-1].startswith("the fleet and jobs areas import each other (remote/fleet/planted.py:3, "
+                                                   "remote/jobs/planted.py:3)")

@@ -138,7 +138,6 @@ def checkpoint_coverage(call):
 
     from ..core import paths
     from ..jobs.store import login_path, resolve_executable
-    from ..serving import bench, location
     from . import coverage
 
     drafter = os.path.abspath(call.path_param("drafter", required=True))
@@ -158,10 +157,11 @@ def checkpoint_coverage(call):
         meta = job.get("meta") or {}
         if job["kind"] != "server" or job["process_state"] != "running":
             raise BadRequest("job %s is not a running server" % server)
-        url, why_not = location.server_url(call.daemon, job)  # a Slurm server: at its node
+        serving = call.service("serving")  # the serving area's, through the registry: no import of it
+        url, why_not = serving.server_url(job)  # a Slurm server: at its node
         if url is None:
             raise BadRequest("server %s cannot be reached yet: %s" % (server, why_not))
-        prompts = call.param("prompts", list) or list(bench.BUILTIN_PROMPTS)
+        prompts = call.param("prompts", list) or serving.builtin_prompts()
         spec.update(server=server, url=url, model=meta["target"], target=call.param("target", str) or meta["target"],
                     prompts=prompts, max_tokens=call.param("max_tokens", int, 128))
     else:

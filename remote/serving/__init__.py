@@ -4,4 +4,4 @@ stream, and judge the drafter against the break-even accept length (an A/B bench
 measures what that needs)."""
 
 # What another area may import from here (tests/test_core_layers.py holds every area to it).
-PUBLIC = ("bench", "engines", "location", "root_cause", "baselines", "break_even_store")
+PUBLIC = ("bench", "engines", "root_cause", "baselines", "break_even_store")

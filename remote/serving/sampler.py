@@ -245,6 +245,19 @@ class ServingFeed(Feed):
 
     # -- questions from wire methods and other services
 
+    def server_url(self, job):
+        """Where a server job answers: `(url, None)`, or `(None, why not yet)` for a Slurm server
+        that has no node yet. Other areas (a coverage job over a running server's tokens) ask it
+        here, through the service registry."""
+        return location.server_url(self.daemon, job)
+
+    @staticmethod
+    def builtin_prompts():
+        """The benchmark's built-in prompts, for what else sends a server prompts of its own."""
+        from .bench import BUILTIN_PROMPTS
+
+        return list(BUILTIN_PROMPTS)
+
     def break_even(self, server_id):
         """A server's break-even line, `{accept_length, source, how}` (source: `set`, by hand for
         its target, or for an attached server for itself; `server meta`, its job's meta
