@@ -17,6 +17,7 @@ import pytest
 
 from remote.core.daemon import Daemon
 from remote.history.store import HistoryStore
+from remote.telemetry.alerts import DEFAULTS as ALERT_DEFAULTS, AlertLog, AlertRules
 from remote.telemetry import host as host_metrics
 from remote.telemetry.nvml import Nvml
 from remote.telemetry.recording import ReplayNvml, load
@@ -250,6 +251,21 @@ def test_idle_gpu_under_a_running_job_fires_and_ends_with_its_span(agent_home, t
     assert idle[1]["message"].startswith("GPU 0: idle ") and idle[1]["source"] == "GPU 0" and "while %s ran, %s-%s" % (job["id"], clock(began), clock(ended)) in idle[1]["message"]
     # Kept on disk for a console that was not there.
     assert [a["id"] for a in sampler.alert_log.list()] == [idle[0]["id"]]
+
+
+def test_two_nodes_alerting_in_the_same_millisecond_keep_an_alert_each(tmp_path):
+    """A cluster job's nodes send their samples together: each node's alerts are kept, none
+    replaces another's in the log."""
+    log = AlertLog(str(tmp_path))
+    settings = copy.deepcopy(ALERT_DEFAULTS)
+    settings["memory_full"].update(threshold=0, duration_s=0)
+    sample = {"gpus": [{"index": i, "memory_used_bytes": 1 << 30, "memory_total_bytes": 141 << 30} for i in range(2)],
+              "processes": [{"gpu_index": i, "job_id": "j1"} for i in range(2)]}
+    now = 1_750_000_000.0
+    for node in ("n1", "n2"):
+        for alert in AlertRules(log, settings, node=node).check_sample(sample, now):
+            log.append(alert)
+    assert sorted(a["source"] for a in log.list()) == ["n1 GPU 0", "n1 GPU 1", "n2 GPU 0", "n2 GPU 1"]
 
 
 def test_job_exit_alerts_and_settings_survive_a_daemon_restart(agent_home):

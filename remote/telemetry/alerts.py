@@ -15,6 +15,7 @@ the host remembers up to when a console has seen them, so the next console shows
 """
 
 import copy
+import itertools
 import json
 import os
 import threading
@@ -23,6 +24,10 @@ import time
 from ..core import paths
 from ..core.records import replace_file, write_json
 from ..core.words import how_it_ended, minutes
+
+# One count for every rule set of the daemon: the rules of two nodes fire in the same millisecond
+# (their samples arrive together) and their alerts must not share an id.
+_ALERT_NUMBERS = itertools.count(1)
 
 # threshold: the rule's own unit (see UNITS); duration_s: how long the condition must hold.
 DEFAULTS = {
@@ -224,11 +229,9 @@ class AlertRules:
         self.node = node
         self._since = {}  # (rule, gpu index) -> (time the condition began, job id)
         self._open = {}  # (rule, gpu index) -> the fired alert
-        self._counter = 0
 
     def _new(self, kind, started_at, now, **fields):
-        self._counter += 1
-        alert = {"id": "a%d-%d" % (int(now * 1000), self._counter), "kind": kind, "started_at": started_at, "fired_at": now,
+        alert = {"id": "a%d-%d" % (int(now * 1000), next(_ALERT_NUMBERS)), "kind": kind, "started_at": started_at, "fired_at": now,
                  "ended_at": None}
         alert.update(fields)
         if self.node:
