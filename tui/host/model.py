@@ -4,7 +4,8 @@ already), owns every stream a view follows (started, paused while the view is hi
 from the last seq on whichever client the host has after a reconnect), keeps the host's jobs
 from the one `jobs.events` subscription, follows the host's alerts (one `notify.follow`), and
 holds the host's state as typed, aged records: the link's, its jobs (tui/host/jobs.py), its servers'
-(tui/host/serving.py), its GPU samples (tui/host/telemetry.py) and its alerts (tui/host/alerts.py).
+(tui/host/serving.py), its GPU samples (tui/host/telemetry.py), its training runs (tui/host/training.py) and its alerts
+(tui/host/alerts.py).
 The console keeps one per host link, so a host shown again shows what it held at once.
 
 Views (panes, screens, the app) read it through `model_of(app)` and get its changes as messages
@@ -26,6 +27,7 @@ from .alerts import AlertLog
 from .records import Connection
 from .serving import Serving
 from .telemetry import GpuSamples
+from .training import TrainingRuns
 from .streams import PaneStream, StreamData
 
 __all__ = ["Answered", "HostModel", "NOT_CONNECTED", "StreamData", "model_of"]
@@ -52,6 +54,7 @@ class HostModel:
         self.serving = Serving(self)  # the host's inference servers, as typed, aged records
         self.gpus = GpuSamples()  # the host's latest GPU sample, aged
         self.alerts = AlertLog()  # the host's newest alerts, as AlertRecords
+        self.training = TrainingRuns()  # the host's training and data-generation runs, as RunRecords
         self.streams = []  # every stream a view follows, shown or not
         self._events = None  # the jobs.events subscription, of self.client
         self._alerts_client = None  # the client whose alerts are followed (or being subscribed)
