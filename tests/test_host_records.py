@@ -2,6 +2,7 @@
 record per job, kept while the host says nothing new of it, replaced when it does) and its
 alerts (each once, newest first, the Notifications screen's list), against the real local agent."""
 
+import re
 import time
 
 from tests.helpers.cli import run_cli
@@ -55,3 +56,37 @@ def test_the_alert_log_keeps_each_alert_once_newest_first_and_bounded():
     assert log.take(alerts[:2]) == [] and log.version == version  # seen: nothing new, nothing to redraw
     log.take(alerts[2:] + [{"message": "no time"}, "not an alert"])
     assert [r.alert["id"] for r in log.newest()] == ["a4", "a3", "a2"] and [r.alert["id"] for r in log.newest(1)] == ["a4"]
+
+
+async def test_a_training_run_is_the_models_record_and_a_silent_run_says_how_long(client, tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from textual.widgets import Static
+
+    from tests.helpers.pilot import OnePane
+    from tui.host.training import RunRecord
+    from tui.training import pane as training_pane
+    from tui.training.pane import TrainingPane
+
+    monkeypatch.setattr(training_pane, "QUIET_S", 2.0)
+    lines = (Path(__file__).parent / "data" / "speculators-train-80cols.log").read_text().splitlines(keepends=True)
+    (tmp_path / "part.log").write_text("".join(lines[:200]))
+    app = OnePane(TrainingPane(), client=client)
+    async with app.run_test(size=(120, 40)) as pilot:
+        pane = app.query_one(TrainingPane)
+        job = client.call("training.start", {"argv": ["sh", "-c", "cat %s; sleep 600" % (tmp_path / "part.log")], "name": "goes quiet"})
+        summary = lambda p: str(p.query_one("#training-summary", Static).render())  # noqa: E731
+        await wait_until(pilot, lambda: pane.selected == job["id"] and "step " in summary(pane) and "step -" not in summary(pane),
+                         message="the run's steps")
+        record = app.model.training.records[job["id"]]
+        assert isinstance(record, RunRecord) and record.curves["steps"] and record.job["name"] == "goes quiet"
+        # Alive, printing nothing more: the pane says how long the host has told nothing new.
+        await wait_until(pilot, lambda: "nothing new for" in summary(pane), message="the quiet run said so")
+        # A Training pane made again (the host shown again) is a view of the same record: its step at once.
+        step = re.search(r"step \S+ +epoch \S+", summary(pane)).group(0)
+        await pane.remove()
+        again = TrainingPane()
+        await app.mount(again)
+        await wait_until(pilot, lambda: again.selected == job["id"] and step in summary(again), message="the run shown again")
+        assert app.model.training.records[job["id"]] is record
+        client.call("jobs.stop", {"id": job["id"]})

@@ -18,7 +18,8 @@ MAX_LIVE_STEPS = 4000  # live steps kept past the loaded curves before they are 
 @dataclass
 class RunRecord:
     """One run: its job as the host describes it, its curves and progress, and the monotonic time
-    the newest of them came (a live run whose record stops ageing is one the host still hears)."""
+    its newest step, evaluation or checkpoint came (progress snapshots that say nothing new do not
+    count: a live run whose age grows is one that has stopped reporting)."""
 
     id: str
     job: Dict[str, Any] = field(default_factory=dict)
@@ -94,12 +95,13 @@ class TrainingRuns:
         if kept.get("live_alerts"):
             reply["live_alerts"] = kept["live_alerts"]
         reply["loaded_steps"] = len(reply["steps"])
-        record.curves, record.loaded, record.received_s = reply, True, time.monotonic()
+        if not record.loaded or len(reply["steps"]) > len(kept.get("steps") or ()):
+            record.received_s = time.monotonic()
+        record.curves, record.loaded = reply, True
 
     def take_progress(self, snapshot):
         for job_id, progress in (snapshot or {}).items():
-            record = self.run(job_id)
-            record.progress, record.received_s = progress, time.monotonic()
+            self.run(job_id).progress = progress
 
     def add_record(self, record):
         """One live record of training.follow; returns what the view should do about it: `load`
@@ -108,7 +110,6 @@ class TrainingRuns:
         if job_id is None:
             return None
         run = self.run(job_id)
-        run.received_s = time.monotonic()
         # Kept even before the run's curves are loaded: the store writes once a second, so a
         # load may not hold the steps that came just before it; the load keeps what is newer.
         curves = run.curves
@@ -121,6 +122,7 @@ class TrainingRuns:
                     break
             else:
                 listed.append(entry)
+            run.received_s = time.monotonic()
             return "load"  # the host judges it against break-even: ask for the list as judged
         if record["kind"] == "stale":  # reading the run fails or hangs on the host
             run.progress = dict(run.progress or {}, error=record.get("error"))
@@ -134,6 +136,7 @@ class TrainingRuns:
         if kept and order(kept[-1]) >= order(record):
             return None
         kept.append(record)
+        run.received_s = time.monotonic()
         if record["kind"] == "step":
             curves["latest"] = record
             if record.get("loss") == "nan":

@@ -95,6 +95,8 @@ class TrainingPane(Pane):
         self.follow("training.follow", {}, self._on_records)
         self.set_interval(DRAW_EVERY_S, self._draw_if_dirty)
         self.set_interval(RELOAD_S, self._reload_running)
+        if self.held.preferred() is not None:  # a pane made again (the host shown again): the model's run at once
+            self.select(self.held.preferred())
 
     # -- which runs
 
@@ -165,6 +167,13 @@ class TrainingPane(Pane):
         if self._dirty and self.active:
             self._dirty = False
             self.refresh_view()
+        elif self.active and self.selected is not None and self._quiet(self.held.run(self.selected)):
+            run = self.held.run(self.selected)  # the age in the headline moves though nothing else does
+            self.query_one("#training-summary", Static).update(self._summary(run, run.job, run.curves, run.progress or {}))
+
+    @staticmethod
+    def _quiet(run):
+        return bool(run.job) and is_live(run.job) and run.age_s() >= QUIET_S
 
     def pane_shown(self):
         self.refresh_view()
@@ -195,7 +204,7 @@ class TrainingPane(Pane):
         runs = self.runs
         text.append(safe_text("%s  %s" % (job["id"], job.get("name") or "")), style="bold")
         text.append("  %s  run %d/%d ([ ])" % (job.get("state"), runs.index(job["id"]) + 1 if job["id"] in runs else 0, len(runs)))
-        if is_live(job) and run.age_s() >= QUIET_S:  # the figures below are its last, not its now
+        if self._quiet(run):  # the figures below are its last, not its now
             text.append("  nothing new for %s" % format_duration(run.age_s()), style="bold yellow")
         text.append("\n")
         if job["kind"] == "datagen":
