@@ -139,8 +139,8 @@ async def test_pane_on_a_real_speculators_run(speculators_python, client, agent_
         # While it runs, before any validation: the training steps' prediction, said so.
         await wait_until(pilot, lambda: "(training steps, step" in text_of(pane, "#training-summary"), timeout_s=240)
         table = pane.query_one("#training-checkpoints", DataTable)
-        await wait_until(pilot, lambda: pane.jobs[job["id"]]["process_state"] not in ("running", "starting"), timeout_s=300)
-        assert pane.jobs[job["id"]].get("exit_code") == 0, run_cli("logs", "local", job["id"], home=agent_home).stdout[-3000:]
+        await wait_until(pilot, lambda: pane.held.run(job["id"]).job["process_state"] not in ("running", "starting"), timeout_s=300)
+        assert pane.held.run(job["id"]).job.get("exit_code") == 0, run_cli("logs", "local", job["id"], home=agent_home).stdout[-3000:]
         await wait_until(pilot, lambda: table.row_count == 2 and "(validation, epoch 1)" in text_of(pane, "#training-summary"), timeout_s=60)
         await wait_until(pilot, lambda: all(table.get_row_at(i)[3].endswith(" val") for i in range(2)), timeout_s=60)
         reply = curves_json(agent_home, job["id"])

@@ -51,7 +51,7 @@ class LogSaved(Message):
 
 @dataclass
 class JobEvents(Message):
-    """A frame of the host's job events (tui/jobs/book.py applies it). Never merged: each
+    """A frame of the host's job events (tui/host/jobs.py applies it). Never merged: each
     record is a change some pane may announce."""
 
     data: Dict[str, Any]

@@ -187,7 +187,7 @@ class Pane(Requests, Widget):
         """The pane's tab was shown: redraw what changed while hidden."""
 
     def jobs_changed(self, book, changed, records):
-        """The host's jobs changed (see tui/jobs/book.py); called by the app, shown or not."""
+        """The host's jobs changed (see tui/host/jobs.py); called by the app, shown or not."""
 
     def on_unmount(self):
         self.model.forget(self)  # its host's model: the console may show another host by now

@@ -3,7 +3,9 @@ questions (`ask`, on a worker, the answer a message back to whoever asked; `call
 already), owns every stream a view follows (started, paused while the view is hidden, resumed
 from the last seq on whichever client the host has after a reconnect), keeps the host's jobs
 from the one `jobs.events` subscription, follows the host's alerts (one `notify.follow`), and
-holds the host's state as typed, aged records: the link's, its servers' (tui/host/serving.py).
+holds the host's state as typed, aged records: the link's, its jobs (tui/host/jobs.py), its servers'
+(tui/host/serving.py), its GPU samples (tui/host/telemetry.py), its training runs (tui/host/training.py) and its alerts
+(tui/host/alerts.py).
 The console keeps one per host link, so a host shown again shows what it held at once.
 
 Views (panes, screens, the app) read it through `model_of(app)` and get its changes as messages
@@ -17,13 +19,15 @@ from textual.message import Message
 from remote.core.protocol import RemoteError
 
 from ..transport.client import ConnectError
-from ..jobs.book import JobBook
+from .jobs import JobBook
 from ..messages import AgentError, JobEvents, JobEventsEnded
 from ..notify.desktop import HostAlerts
 from .asking import NOT_CONNECTED, Failure, Question, call
+from .alerts import AlertLog
 from .records import Connection
 from .serving import Serving
 from .telemetry import GpuSamples
+from .training import TrainingRuns
 from .streams import PaneStream, StreamData
 
 __all__ = ["Answered", "HostModel", "NOT_CONNECTED", "StreamData", "model_of"]
@@ -49,6 +53,8 @@ class HostModel:
         self.book = JobBook()
         self.serving = Serving(self)  # the host's inference servers, as typed, aged records
         self.gpus = GpuSamples()  # the host's latest GPU sample, aged
+        self.alerts = AlertLog()  # the host's newest alerts, as AlertRecords
+        self.training = TrainingRuns()  # the host's training and data-generation runs, as RunRecords
         self.streams = []  # every stream a view follows, shown or not
         self._events = None  # the jobs.events subscription, of self.client
         self._alerts_client = None  # the client whose alerts are followed (or being subscribed)
@@ -171,7 +177,9 @@ class HostModel:
         return self._alerts is not None and self._alerts.client is self.client
 
     def alerts_came(self, message):
-        """HostAlerts of this host, on the UI thread: the servers' records take theirs."""
+        """HostAlerts of this host, on the UI thread: kept as AlertRecords; the servers' records
+        take theirs."""
+        self.alerts.take(message.alerts, self.host)
         self.serving.take_alerts(message.alerts)
 
     # -- the host's jobs

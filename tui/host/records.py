@@ -66,3 +66,36 @@ class ServerRecord:
     def advice_over(self, window_s):
         advice = self.advice
         return advice.value if advice is not None and advice.key == window_s else None
+
+
+@dataclass(frozen=True)
+class JobRecord:
+    """One job of the host as the console last heard of it (`jobs.events`): the job as
+    `jobs.get` describes it, and the monotonic time that description came."""
+
+    job: Dict[str, Any]
+    received_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def id(self):
+        return self.job["id"]
+
+    def age_s(self, now=None):
+        return (time.monotonic() if now is None else now) - self.received_s
+
+
+@dataclass(frozen=True)
+class AlertRecord:
+    """One alert the host raised (notify.list, notify.follow): the alert as the host sent it
+    (`{time, kind, category, message, ...}`, its `time` the host's clock) and when it came."""
+
+    alert: Dict[str, Any]
+    host: str = ""
+    received_s: float = field(default_factory=time.monotonic)
+
+    @property
+    def time(self):
+        return self.alert.get("time")
+
+    def age_s(self, now=None):
+        return (time.monotonic() if now is None else now) - self.received_s

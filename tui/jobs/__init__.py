@@ -1,2 +1,2 @@
 """Jobs on the host (remote/core's jobs): the Jobs pane, `specdeck run`, `jobs`, `logs`, `stop` and
-`forget`, the console's job book, the jobs table, the new-job form, and how a job reads (model.py)."""
+`forget`, the jobs table, the new-job form, and how a job reads (model.py)."""

@@ -42,7 +42,8 @@ def parse_add(text, on_text=""):
 
 
 class NotificationsScreen(Requests, ModalScreen[None]):
-    """Asks the host (notify.list) when shown and after each change."""
+    """Asks the host (notify.list) for its channels when shown and after each change; its recent
+    alerts are the host model's records."""
 
     AUTO_FOCUS = "#channels"
     BINDINGS = [
@@ -85,6 +86,9 @@ class NotificationsScreen(Requests, ModalScreen[None]):
     def on_mount(self):
         table = self.query_one("#channels", DataTable)
         table.add_columns("id", "format", "where", "on", "quiet", "state", "how")
+        self._shown_version = None
+        self._show_recent()
+        self.set_interval(1.0, self._show_recent)  # an alert the host raises meanwhile shows at once
         self.reload()
 
     # -- asking the host (threads; answers come back as messages)
@@ -127,8 +131,18 @@ class NotificationsScreen(Requests, ModalScreen[None]):
                           Text(safe_text(state), style=STATE_STYLES.get(state, "")), Text(status_text(status)), key=channel["id"])
         if not self.channels:
             self._say("no channels yet: alerts reach an open console only. Type a URL below and press enter.")
-        recent = reply.get("recent") or []
-        lines = [safe_text("%s  %s" % (alert.get("time_text", "?"), alert.get("message", ""))) for alert in recent[:12]]
+        self.model.alerts.take(reply.get("recent") or [], self.model.host)
+        self._show_recent()
+
+    def _show_recent(self):
+        """The host's newest alerts, from the host model's records (notify.list's and those
+        notify.follow brought since), redrawn when they moved."""
+        alerts = self.model.alerts
+        if alerts.version == self._shown_version:
+            return
+        self._shown_version = alerts.version
+        lines = [safe_text("%s  %s" % (record.alert.get("time_text", "?"), record.alert.get("message", "")))
+                 for record in alerts.newest(12)]
         self.query_one("#recent", Static).update(Text("\n".join(lines) or "none yet"))
 
     def _say(self, text, error=False):

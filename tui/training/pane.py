@@ -31,12 +31,11 @@ from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from ..jobs.model import is_live
-from .model import end_alert, loss_text, number
+from .model import loss_text, number
 from .series import CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, metric_series, run_prediction
 
-KINDS = ("training", "datagen")
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
-MAX_LIVE_STEPS = 4000  # live steps kept past the loaded curves before they are loaded again, bucketed
+QUIET_S = 60.0  # a live run that has sent nothing for this long says how long it has been
 RELOAD_S = 30.0  # a running run's curves and alerts are asked again this often while shown
 DRAW_EVERY_S = 0.5
 
@@ -65,16 +64,20 @@ class TrainingPane(Pane):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.runs = []  # job ids, oldest first
-        self.jobs = {}  # id -> the job (book)
         self.selected = None
         self.picked = False  # a run picked with [ or ]: no longer follow the newest live one
         self.metric = METRICS[0]
-        self.curves = {}  # id -> {steps, validation, checkpoints, alerts, break_even, ...} (training.curves + live)
-        self.progress = {}  # id -> the sampler's latest progress (stream snapshot, job events)
-        self.alerted = {}  # id -> alerts already announced
         self._dirty = False
         self._loading = set()
+
+    @property
+    def held(self):
+        """The host model's runs (tui/host/training.py): this pane is a view of them."""
+        return self.model.training
+
+    @property
+    def runs(self):
+        return [job_id for job_id in self.held.ids if self.held.records[job_id].job]
 
     def compose(self) -> ComposeResult:
         yield Static(Text("no training run on this host yet: start one with `specdeck train`"), id="training-summary")
@@ -92,38 +95,22 @@ class TrainingPane(Pane):
         self.follow("training.follow", {}, self._on_records)
         self.set_interval(DRAW_EVERY_S, self._draw_if_dirty)
         self.set_interval(RELOAD_S, self._reload_running)
+        if self.held.preferred() is not None:  # a pane made again (the host shown again): the model's run at once
+            self.select(self.held.preferred())
 
     # -- which runs
 
     def jobs_changed(self, book, changed, records):
-        for job in book.of_kind("training") + book.of_kind("datagen"):
-            before = self.jobs.get(job["id"])
-            self.jobs[job["id"]] = job
-            if job["id"] not in self.runs:
-                self.runs.append(job["id"])
-            if job.get("progress"):
-                self.progress[job["id"]] = job["progress"]
-            ended_now = before is not None and is_live(before) and not is_live(job)
-            if ended_now:
-                self._check_alerts(job["id"])  # a non-zero exit, announced once, whichever run is shown
-                if job["id"] == self.selected:
-                    self._load(job["id"])  # the end's alerts and the last checkpoints
-        self.runs.sort(key=lambda job_id: int(job_id[1:]) if job_id[1:].isdigit() else 0)
-        preferred = self._preferred()
+        for job_id in self.held.jobs_changed(book):
+            self._tell_alerts(job_id)  # a non-zero exit, announced once, whichever run is shown
+            if job_id == self.selected:
+                self._load(job_id)  # the end's alerts and the last checkpoints
+        preferred = self.held.preferred()
         if preferred is not None and preferred != self.selected and not self.picked:
             self.select(preferred)
         else:
             self._dirty = True
             self._draw_if_dirty()
-
-    def _preferred(self):
-        """The run to open on: the newest live training run, else the newest live one, else the newest."""
-        live = [job_id for job_id in self.runs if is_live(self.jobs[job_id])]
-        training = [job_id for job_id in live if self.jobs[job_id]["kind"] == "training"]
-        for candidates in (training, live, self.runs):
-            if candidates:
-                return candidates[-1]
-        return None
 
     def select(self, job_id):
         self.selected = job_id
@@ -131,8 +118,8 @@ class TrainingPane(Pane):
         self._load(job_id)
 
     def _load(self, job_id):
-        job = self.jobs.get(job_id)
-        if job is None or job["kind"] != "training" or job_id in self._loading or self.client is None:
+        job = self.held.run(job_id).job
+        if not job or job["kind"] != "training" or job_id in self._loading or self.client is None:
             return  # not connected yet: client_ready() loads it
         self._loading.add(job_id)
         self.request("training.curves", {"id": job_id, "points": 2000},
@@ -141,15 +128,9 @@ class TrainingPane(Pane):
 
     def _loaded(self, job_id, reply):
         self._loading.discard(job_id)
-        kept = self.curves.get(job_id)
-        for key in ("steps", "validation") if kept else ():  # live records newer than the reply's last
-            last = _order(reply[key][-1]) if reply[key] else (0.0, -1)
-            reply[key] += [entry for entry in kept[key] if _order(entry) > last]
-        if kept:
-            reply["notices"] = list(dict.fromkeys((reply.get("notices") or []) + (kept.get("notices") or [])))
-        reply["loaded_steps"] = len(reply["steps"])
-        self.curves[job_id] = reply
-        self._check_alerts(job_id, announce=job_id in self.alerted)
+        told = bool(self.held.run(job_id).alerted)
+        self.held.loaded(job_id, reply)
+        self._tell_alerts(job_id, announce=told)  # a run's old alerts are not news the first time
         if job_id == self.selected:
             self.refresh_view()
 
@@ -158,73 +139,27 @@ class TrainingPane(Pane):
             self._load(self.selected)
 
     def _reload_running(self):
-        job = self.jobs.get(self.selected)
-        if self.active and job is not None and is_live(job):
+        job = self.held.run(self.selected).job if self.selected else None
+        if self.active and job and is_live(job):
             self._load(self.selected)
 
     # -- live records
 
     def _on_records(self, items):
         for data, _seq in items:
-            for job_id, progress in (data.get("snapshot") or {}).items():
-                self.progress[job_id] = progress
+            self.held.take_progress(data.get("snapshot"))
             for record in data.get("records") or []:
-                self._add_record(record)
+                action = self.held.add_record(record)
+                if action == "load":
+                    self._load(record["job"])
+                elif action == "nan":
+                    self._tell_alerts(record["job"])
         self._dirty = True
 
-    def _add_record(self, record):
-        if record.get("job") is None:
-            return
-        # Kept even before the run's curves are loaded: the store writes once a second, so a
-        # load may not hold the steps that came just before it; the load keeps what is newer.
-        curves = self.curves.setdefault(record["job"], {"steps": [], "validation": []})
-        if record["kind"] == "checkpoint":
-            entry = record["checkpoint"]
-            listed = curves.setdefault("checkpoints", [])
-            for index, known in enumerate(listed):
-                if known["path"] == entry["path"]:
-                    listed[index] = dict(known, **{k: v for k, v in entry.items() if k != "verdict"})
-                    break
-            else:
-                listed.append(entry)
-            self._load(record["job"])  # the host judges it against break-even: ask for the list as judged
-            return
-        if record["kind"] == "stale":  # reading the run fails or hangs on the host
-            self.progress[record["job"]] = dict(self.progress.get(record["job"]) or {}, error=record.get("error"))
-            return
-        if record["kind"] == "notice":
-            notices = curves.setdefault("notices", [])
-            if record.get("text") and record["text"] not in notices:
-                notices.append(record["text"])
-            return
-        kept = curves["steps"] if record["kind"] == "step" else curves["validation"]
-        if kept and _order(kept[-1]) >= _order(record):
-            return
-        kept.append(record)
-        if record["kind"] == "step":
-            curves["latest"] = record
-            if record.get("loss") == "nan":
-                self._check_alerts(record["job"], extra="the loss became NaN at step %s" % record.get("step"))
-            if len(kept) - curves.get("loaded_steps", 0) > MAX_LIVE_STEPS:
-                self._load(record["job"])  # many live steps: the store's buckets draw them as well
-
-    def _alerts(self, job_id):
-        curves = self.curves.get(job_id) or {}
-        found = list(curves.get("alerts") or []) + list(curves.get("live_alerts") or [])
-        job = self.jobs.get(job_id)
-        ended = end_alert(job) if job is not None else None
-        return list(dict.fromkeys(found + ([ended] if ended else [])))
-
-    def _check_alerts(self, job_id, extra=None, announce=True):
-        if extra is not None:
-            live = self.curves.setdefault(job_id, {"steps": [], "validation": []}).setdefault("live_alerts", [])
-            if not any(text.startswith("the loss became NaN") for text in live):
-                live.append(extra)
-        seen = self.alerted.setdefault(job_id, set())
-        for alert in self._alerts(job_id):
-            if alert not in seen and announce:
+    def _tell_alerts(self, job_id, announce=True):
+        for alert in self.held.new_alerts(job_id):
+            if announce:
                 self.notify("%s: %s" % (job_id, alert), title="training alert", severity="warning", timeout=30, markup=False)
-            seen.add(alert)
 
     # -- drawing
 
@@ -232,6 +167,13 @@ class TrainingPane(Pane):
         if self._dirty and self.active:
             self._dirty = False
             self.refresh_view()
+        elif self.active and self.selected is not None and self._quiet(self.held.run(self.selected)):
+            run = self.held.run(self.selected)  # the age in the headline moves though nothing else does
+            self.query_one("#training-summary", Static).update(self._summary(run, run.job, run.curves, run.progress or {}))
+
+    @staticmethod
+    def _quiet(run):
+        return bool(run.job) and is_live(run.job) and run.age_s() >= QUIET_S
 
     def pane_shown(self):
         self.refresh_view()
@@ -240,27 +182,31 @@ class TrainingPane(Pane):
         if self.selected is None:
             return
         job_id = self.selected
-        job = self.jobs.get(job_id, {"id": job_id, "kind": "training", "process_state": "running", "state": "running"})
-        curves = self.curves.get(job_id) or {}
-        progress = self.progress.get(job_id) or {}
-        self.query_one("#training-summary", Static).update(self._summary(job, curves, progress))
-        alerts = ["alert: " + a for a in self._alerts(job_id)]
+        run = self.held.run(job_id)
+        job = run.job or {"id": job_id, "kind": "training", "process_state": "running", "state": "running"}
+        curves, progress = run.curves, run.progress or {}
+        self.query_one("#training-summary", Static).update(self._summary(run, job, curves, progress))
+        alerts = ["alert: " + a for a in run.alerts()]
         alerts += ["notice: " + n for n in (curves.get("notices") or progress.get("notices") or [])]
         if progress.get("error"):
             alerts.append("error: following the run failed: " + progress["error"])
         self.query_one("#training-alerts", Static).update(Text("\n".join(safe_text(alert) for alert in alerts)))
         self.query_one("#training-alerts", Static).display = bool(alerts)
-        self._draw_charts(curves)
+        self._draw_charts(run)
         self._fill_checkpoints(curves.get("checkpoints") or [])
         if job["kind"] == "datagen":
             self.set_status("data generation: samples done of total, from its progress bars")
         else:
             self.set_status("%d run(s); %s: %d steps shown" % (len(self.runs), job_id, len(curves.get("steps") or [])))
 
-    def _summary(self, job, curves, progress):
+    def _summary(self, run, job, curves, progress):
         text = Text()
+        runs = self.runs
         text.append(safe_text("%s  %s" % (job["id"], job.get("name") or "")), style="bold")
-        text.append("  %s  run %d/%d ([ ])\n" % (job.get("state"), self.runs.index(job["id"]) + 1, len(self.runs)))
+        text.append("  %s  run %d/%d ([ ])" % (job.get("state"), runs.index(job["id"]) + 1 if job["id"] in runs else 0, len(runs)))
+        if self._quiet(run):  # the figures below are its last, not its now
+            text.append("  nothing new for %s" % format_duration(run.age_s()), style="bold yellow")
+        text.append("\n")
         if job["kind"] == "datagen":
             done, total, rate = progress.get("done"), progress.get("total"), progress.get("rate")
             text.append("samples %s of %s   %s samples/s   ETA %s" % (
@@ -286,7 +232,7 @@ class TrainingPane(Pane):
             text.append(" (%s, %s)" % (predicted["from"], where))
         text.append("  measured %s" % ("%.2f (ckpt %s)" % (measured[-1]["measured_accept_length"], measured[-1]["name"])
                                        if measured else "-"))
-        line, source = self._break_even(job, curves)
+        line, source = run.break_even()
         if line is not None:
             text.append("  break-even %.2f (%s)" % (line, source))
             judged = run_curves.against_break_even(predicted, checkpoints, line)
@@ -298,21 +244,16 @@ class TrainingPane(Pane):
             text.append("  break-even not known: m measures a checkpoint")
         return text
 
-    def _break_even(self, job, curves):
-        if curves.get("break_even") is not None:
-            return curves["break_even"], "measured" if curves.get("break_even_source") == "measured" else "run"
-        line = (job.get("meta") or {}).get("break_even")
-        return (line, "run") if line is not None else (None, None)
-
-    def _draw_charts(self, curves):
+    def _draw_charts(self, run):
+        curves = run.curves
         steps = curves.get("steps") or []
         metric_chart = self.query_one("#training-metric-chart", TimeChart)
         metric_chart.title = "%s (c: next curve)" % self.metric
         metric_chart.show(metric_series(steps, self.metric))
         accept_chart = self.query_one("#training-accept-chart", TimeChart)
-        line, _ = self._break_even(self.jobs.get(self.selected) or {}, curves)
+        line, _ = run.break_even()
         accept_chart.thresholds = [(line, "break-even")] if line is not None else []
-        predicted = run_prediction(curves, self.progress.get(self.selected) or {})
+        predicted = run_prediction(curves, run.progress or {})
         # The legend shows labels only beside another series: the title says which prediction it is.
         accept_chart.title = "accept length (%s)" % predicted["from"] if predicted["from"] else "accept length"
         series = accept_series(steps, curves.get("validation") or [], curves.get("checkpoints") or [], predicted)
@@ -354,13 +295,13 @@ class TrainingPane(Pane):
         self.refresh_view()
 
     def action_measure(self):
-        checkpoints = (self.curves.get(self.selected) or {}).get("checkpoints") or []
+        checkpoints = self.held.run(self.selected).curves.get("checkpoints") or [] if self.selected else []
         table = self.query_one("#training-checkpoints", DataTable)
         if not checkpoints or table.cursor_row < 0:
             self.notify("no checkpoint to measure yet", severity="warning")
             return
         entry = checkpoints[min(table.cursor_row, len(checkpoints) - 1)]
-        if (self.jobs.get(self.selected, {}).get("meta") or {}).get("measure"):
+        if (self.held.run(self.selected).job.get("meta") or {}).get("measure"):
             self._ask_measure(entry, None)
             return
         self.app.push_screen(PromptScreen("Measure checkpoint %s: TARGET PYTHON [gpus=IDS] [k=3] [port=P] [requests=N] (on the host)"
@@ -401,9 +342,3 @@ def parse_measure(answer):
         else:
             raise ValueError("no measure option %r (there are gpus, k, port, requests, max_tokens, engine)" % key)
     return options
-
-
-def _order(entry):
-    """Where a record stands in its run: records of one read can share a time, never a step."""
-    step = entry.get("step")
-    return entry["time"], step if step is not None else -1
