@@ -93,6 +93,11 @@ def peak():
         hwm = int([l for l in f if l.startswith("VmHWM:")][0].split()[1]) * 1024
     os.write(report_fd, str(hwm).encode())
 atexit.register(peak)
+_exit = os._exit
+def exit_reporting(code):  # the CLI ends with os._exit (no teardown), which skips atexit
+    peak()
+    _exit(code)
+os._exit = exit_reporting
 sys.path.insert(0, %(root)r)
 kind, directory, report_fd = sys.argv[1], sys.argv[2], int(sys.argv[3])
 if kind == "cli":
