@@ -218,6 +218,8 @@ class Keeper:
                 self.serve_link(conn, header)
             elif op == "disconnect":
                 self.reply(conn, self.disconnect(header.get("host")))
+                with self.lock:  # the grace of a keeper left with no link counts from here: the next command finds it
+                    self.last_used = time.monotonic()
                 if self.ending.is_set():
                     conn.close()
                     self.end()
