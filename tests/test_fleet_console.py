@@ -54,7 +54,9 @@ async def test_the_fleet_pane_lists_every_host_and_a_host_that_is_down_fails_alo
         assert app.query_one(TabbedContent).active == "fleet"  # several hosts: the Fleet pane first
         await wait_until(pilot, lambda: summarised(app, "alpha", "beta") and app.link_of("gamma").state == "reconnecting",
                          message="two hosts' summaries, and the third tried again")
-        await wait_until(pilot, lambda: fleet_rows(app)["beta"][2] == "up", message="the rows drawn")
+        # The rows are drawn on a timer: wait for a drawing made after both summaries came.
+        await wait_until(pilot, lambda: all(fleet_rows(app)[name][2] == "up" and not fleet_rows(app)[name][4].startswith("connected,")
+                                            for name in ("alpha", "beta")), message="the rows drawn")
         rows, table = fleet_rows(app), app.query_one(FleetPane).query_one(DataTable)
         beta = dict(zip(("shown",) + model.COLUMNS, rows["beta"]))
         assert beta["GPUS BUSY"].endswith("/8") and beta["MEM GiB"].endswith("/1123.2") and beta["HOTTEST"].endswith("°C")
