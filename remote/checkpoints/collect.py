@@ -10,11 +10,14 @@ Standard library only, Python 3.9+.
 import os
 from collections import Counter, deque
 from collections.abc import Mapping
+from itertools import accumulate
+from operator import add, sub
 
 from .columns import TensorColumns
 from .eagle3 import check_eagle3_shapes, derive_eagle3, effective_norm_before_residual
 from .formats import EAGLE_FORMATS, canonical_names, detect_format, is_eagle3_layout, is_eagle12
-from .locate import load_json_file, resolve
+from .index_fast import agreeing_index
+from .locate import load_json_file, resolve, resolve_index, weight_files_beside_index
 from .problems import CheckpointIOError, CheckpointNotFound, HeaderError, count_text, err, io_error, name_text, warn
 from .safetensors_header import read_header_columns
 from .vocab_maps import check_vocab_maps
@@ -43,17 +46,15 @@ class _File(object):
         self.data_bytes = data_bytes
 
 
-def _read_file_columns(path, label, problems):
-    """(TensorColumns, file size, data start) of one file, adding its problems under its name."""
+def _read_file_columns(path, label):
+    """(TensorColumns, file size, data start, its problems worded under its name) of one file."""
     try:
         columns, file_problems, data_start, size = read_header_columns(path)
     except HeaderError as exc:
-        problems.append(err("%s: %s" % (label, exc)))
-        return TensorColumns(), None, None
+        return TensorColumns(), None, None, [err("%s: %s" % (label, exc))]
     for p in file_problems:
         p["message"] = "%s: %s" % (label, p["message"])
-    problems.extend(_cap(file_problems, label))
-    return columns, size, data_start
+    return columns, size, data_start, _cap(file_problems, label)
 
 
 def _missing(path):
@@ -87,6 +88,7 @@ class Collected(object):
         self.eagle3 = None
         self.dims = {}
         self.canonical = None  # {name: speculators-layout name} where that differs from the name
+        self.name_order = None  # the columns' positions in name order, when collect worked them out
 
     def file_label(self, index):
         info = self.file_info[index]
@@ -138,8 +140,12 @@ def collect(path):
     except OSError as exc:  # a symlink loop, ...
         raise io_error(path, exc)
     problems = []
-    layout = resolve(path, problems)
-    multi = len(layout.weight_files) > 1 or layout.index is not None
+    layout = resolve(path, problems, read_index=False)
+    read = {}  # weight file -> what reading its header gave (read once, whichever path uses it)
+    agreed = _agreeing_index(layout, read) if layout.index_path is not None else None
+    if agreed is None and layout.index_path is not None:
+        resolve_index(layout, problems)
+    multi = len(layout.weight_files) > 1 or layout.index is not None or agreed is not None
     got = Collected(path, layout, multi)
     got.problems = problems
     got.config = load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
@@ -147,15 +153,16 @@ def collect(path):
     claims = _IndexClaims(layout) if layout.index is not None else None
     for weight_file in layout.weight_files:
         label = name_text(os.path.relpath(weight_file, layout.root) if multi else os.path.basename(weight_file))
-        if _missing(weight_file):
+        if weight_file not in read and _missing(weight_file):
             continue  # named as missing with the tensors the index gives it
         try:
-            columns, size, data_start = _read_file_columns(weight_file, label, problems)
+            columns, size, data_start, file_problems = read.pop(weight_file, None) or _read_file_columns(weight_file, label)
         except CheckpointIOError as exc:
             if not multi:
                 raise
             problems.append(err("cannot read %s: %s" % (label, exc.reason or exc)))
             continue
+        problems.extend(file_problems)
         if size is None:  # the header was unreadable; the file still counts (and is hashed)
             size = os.path.getsize(weight_file)
         index = len(got.files)
@@ -164,8 +171,12 @@ def collect(path):
         by_file[weight_file] = (index, columns)
         if claims is not None:
             claims.claim(weight_file, columns)
-    got.columns = _select(layout, by_file, problems, claims)
-    del by_file
+    if agreed is not None:
+        got.columns, got.name_order = _in_index_order(agreed, by_file)
+        _check_total_size(os.path.basename(layout.index_path), agreed.index, got.columns, problems)
+    else:
+        got.columns = _select(layout, by_file, problems, claims)
+    del by_file, read
     layout.index = None  # checked: its weight_map (as large as the listing) is not kept with it
     columns = got.columns
     if None in columns.shapes:
@@ -294,10 +305,69 @@ def _select(layout, by_file, problems, claims):
             for name in unlisted[:10]:
                 problems.append(warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
                                      "ignore it" % (name_text(shard), name, index_name)))
-    metadata = layout.index.get("metadata")
-    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
-    stored = selected.span_bytes()
-    if isinstance(total_size, int) and not isinstance(total_size, bool) and total_size != stored:
-        problems.append(warn("%s says total_size %s bytes, the tensors it lists add up to %s"
-                             % (index_name, count_text(total_size), count_text(stored))))
+    _check_total_size(index_name, layout.index, selected, problems)
     return selected
+
+
+def _check_total_size(index_name, index, selected, problems):
+    metadata = index.get("metadata")
+    total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
+    if isinstance(total_size, int) and not isinstance(total_size, bool):
+        stored = selected.span_bytes()
+        if total_size != stored:
+            problems.append(warn("%s says total_size %s bytes, the tensors it lists add up to %s"
+                                 % (index_name, count_text(total_size), count_text(stored))))
+
+
+class _Agreed(object):
+    """A shard index found to agree with its files (index_fast): the index without its weight_map,
+    and the files' tensors in the order they were read, with their name order."""
+
+    __slots__ = ("index", "columns", "order", "read_order")
+
+    def __init__(self, index, columns, order, read_order):
+        self.index = index
+        self.columns = columns
+        self.order = order
+        self.read_order = read_order
+
+
+def _agreeing_index(layout, read):
+    """_Agreed when the shard index maps exactly the tensors of the weight files beside it (read
+    into `read` either way, for the exact path to use), with layout.weight_files set in the order
+    the index names them; else None."""
+    paths = weight_files_beside_index(layout)
+    if not paths:
+        return None
+    labels = [os.path.relpath(p, layout.root) for p in paths]
+    columns = TensorColumns()
+    for file_index, (path, label) in enumerate(zip(paths, labels)):
+        try:
+            read[path] = _read_file_columns(path, name_text(label))
+        except CheckpointIOError:
+            return None
+        columns.extend(read[path][0], file_index)
+    order = columns.name_order()
+    found = agreeing_index(layout.index_path, labels, columns, order)
+    if found is None:
+        return None
+    index, files = found
+    layout.weight_files = [paths[i] for i in files]
+    return _Agreed(index, columns, order, paths)
+
+
+def _in_index_order(agreed, by_file):
+    """(the agreed files' tensors as columns in the index's order of files, their name order)."""
+    columns, order, read_order = agreed.columns, agreed.order, agreed.read_order
+    new_index = [by_file[path][0] for path in read_order]  # a file's place in got.files
+    if new_index == list(range(len(new_index))):
+        return columns, order  # read in the order the index names the files
+    sizes = [len(by_file[path][1]) for path in read_order]
+    old_starts, new_starts = list(accumulate([0] + sizes[:-1])), [0] * len(sizes)
+    moved = TensorColumns()
+    for read_index in sorted(range(len(sizes)), key=new_index.__getitem__):
+        new_starts[read_index] = len(moved)
+        moved.extend(by_file[read_order[read_index]][1], new_index[read_index])
+    # A tensor's new position is its old one shifted by as much as its file moved.
+    shift = list(map(sub, new_starts, old_starts))
+    return moved, list(map(add, order, map(shift.__getitem__, map(columns.file_indexes.__getitem__, order))))

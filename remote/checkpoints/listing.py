@@ -42,7 +42,8 @@ class Listing(object):
     def __init__(self, got):
         columns = got.columns
         got.columns = None  # the sorted columns below replace them
-        order = columns.name_order()
+        order = got.name_order if got.name_order is not None else columns.name_order()
+        got.name_order = None
         sizes = columns.stored_bytes()
         self.names = list(map(columns.names.__getitem__, order))
         self.dtypes = list(map(columns.dtypes.__getitem__, order))

@@ -51,7 +51,9 @@ class Layout(object):
         self.config_path = None
 
 
-def resolve(path, problems):
+def resolve(path, problems, read_index=True):
+    """The checkpoint's Layout. Its shard index, when it has one, is read now (resolve_index), or
+    only found when read_index is false (collect tries the fast path first)."""
     if os.path.isdir(path):
         root = path
         try:
@@ -81,7 +83,7 @@ def resolve(path, problems):
         base = os.path.basename(path)
         if base.endswith(".json"):
             if base == "config.json":
-                return resolve(root, problems)
+                return resolve(root, problems, read_index)
             layout.index_path = path
         else:
             _check_regular(path)
@@ -92,8 +94,30 @@ def resolve(path, problems):
     if layout.index_path is not None:
         if not os.path.isdir(path):
             _check_regular(layout.index_path)
-        resolve_index(layout, problems)
+        if read_index:
+            resolve_index(layout, problems)
     return layout
+
+
+def weight_files_beside_index(layout):
+    """The paths of the .safetensors files beside the shard index (in name order) when each is a
+    regular file inside the checkpoint's directory, else None: the files an index that agrees
+    with them names, with nothing in their place for the exact path to word."""
+    try:
+        entries = sorted(e for e in os.listdir(layout.root) if e.endswith(".safetensors"))
+    except OSError:
+        return None
+    root_real = os.path.realpath(layout.root)
+    paths = [os.path.normpath(os.path.join(layout.root, e)) for e in entries]
+    for path in paths:
+        try:
+            if not stat.S_ISREG(os.stat(path).st_mode):
+                return None
+        except OSError:
+            return None
+        if not os.path.realpath(path).startswith(root_real + os.sep):
+            return None
+    return paths
 
 
 def _check_regular(path):

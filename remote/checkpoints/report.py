@@ -51,7 +51,7 @@ def inspect(path, sha256=False, progress=None):
     stored = columns.stored_bytes()
     labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
     report_tensors = []
-    for i in columns.name_order():
+    for i in (got.name_order if got.name_order is not None else columns.name_order()):
         name, shape = columns.names[i], columns.shapes[i]
         entry = {"name": name, "dtype": columns.dtypes[i], "shape": list(shape) if shape is not None else None,
                  "bytes": stored[i], "role": namer.role(name)}

@@ -1,0 +1,169 @@
+"""A shard index checked against its shards' headers without parsing its weight_map: the fast path
+for the index of a 64-shard MoE target, whose weight_map names 100,000+ tensors.
+
+Parsed, that weight_map is a dict as large as the listing (a key string and an entry per tensor,
+~30 MB for 140,000 tensors), built only to be compared with the headers and thrown away. Here the
+headers are read first, and the text the weight_map must then be, in the order the common writers
+use (every name sorted, as transformers writes it; or shard after shard, each in its header's
+order), is made from the headers' names and compared with the file's bytes a block at a time: no
+object per entry. The index agrees exactly when the bytes are equal, the rest of the file (its
+metadata) parses as JSON with one weight_map, and no string holds a character JSON would escape.
+
+Anything else (another order or spelling, an escape, a name in two shards, a shard the index
+does not name) answers None, and the exact path (locate.resolve_index and collect's claims)
+reads the index and words what is wrong. Standard library only.
+"""
+
+import json
+import os
+from bisect import bisect_left
+from itertools import groupby, islice
+from operator import eq, ge
+
+from ..core.regular_files import open_regular
+
+_KEY = b'"weight_map"'
+_SPACE = b" \t\n\r"
+# The part of an index before its weight_map (and after it) is its metadata: small.
+_HEAD_BYTES = 64 * 1024
+# Bytes compared at a time (and the entries made into text at a time).
+_BLOCK_ENTRIES = 16384
+
+
+class _Spelling(object):
+    """How the weight_map's entries are spelled: `"name"` + kv + `"shard"` + sep + `"name"` ..."""
+
+    def __init__(self, kv, sep):
+        self.kv = '"%s"' % kv  # closes a name, opens its shard
+        self.sep = '"%s"' % sep  # closes a shard, opens the next name
+
+
+def _skip_space(data, at):
+    while at < len(data) and data[at] in _SPACE:
+        at += 1
+    return at
+
+
+def _spelling(head, first):
+    """The spelling of the entries that start at head[first] (a quote), or None."""
+    end_name = head.find(b'"', first + 1)
+    open_shard = head.find(b'"', end_name + 1)
+    end_shard = head.find(b'"', open_shard + 1)
+    if min(end_name, open_shard, end_shard) < 0:
+        return None
+    kv = head[end_name + 1:open_shard]
+    after = _skip_space(head, end_shard + 1)
+    if after >= len(head) or kv.strip(_SPACE) != b":":
+        return None
+    if head[after:after + 1] == b"}":
+        sep = b", "  # one entry: no separator is ever compared
+    else:
+        next_name = head.find(b'"', end_shard + 1)
+        sep = head[end_shard + 1:next_name]
+        if next_name < 0 or sep.strip(_SPACE) != b",":
+            return None
+    return _Spelling(kv.decode("ascii"), sep.decode("ascii"))
+
+
+def _clean(texts):
+    """Whether every text is ASCII without a quote, a backslash or a control character (JSON
+    writes each of them as it is)."""
+    for start in range(0, len(texts), _BLOCK_ENTRIES):
+        joined = "".join(texts[start:start + _BLOCK_ENTRIES])
+        if not (joined.isascii() and joined.isprintable()) or '"' in joined or "\\" in joined:
+            return False
+    return True
+
+
+def agreeing_index(index_path, labels, columns, order):
+    """(the index without its weight_map, the files in the order the index first names them) when
+    the index at `index_path` maps exactly every tensor of `columns` to its file; else None.
+
+    `columns` are every file's tensors, file after file (file_indexes into `labels`, each file's
+    name as the index spells it), `order` their positions in name order.
+    """
+    names, file_indexes = columns.names, columns.file_indexes
+    starts = [bisect_left(file_indexes, i) for i in range(len(labels))]
+    if not names or starts[0] != 0 or any(map(ge, starts, starts[1:] + [len(names)])):
+        return None  # a file with no tensor is not in the index
+    if not _clean(labels) or not _clean(names):
+        return None
+    sorted_names = list(map(names.__getitem__, order))
+    if any(map(eq, sorted_names, islice(sorted_names, 1, None))):
+        return None  # a name in two files: JSON keeps the last of a key written twice
+    try:
+        with open_regular(index_path) as f:
+            return _compare(f, labels, starts, columns, order, sorted_names)
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _compare(f, labels, starts, columns, order, sorted_names):
+    head = f.read(_HEAD_BYTES)
+    key = head.find(_KEY)
+    colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
+    brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
+    first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
+    if first < 0 or head[first:first + 1] != b'"':
+        return None
+    spelling = _spelling(head, first)
+    if spelling is None:
+        return None
+    first_name = head[first + 1:head.find(b'"', first + 1)].decode("ascii")
+    tries = []
+    if first_name == columns.names[0]:
+        tries.append((lambda: _by_file(labels, starts, columns.names, spelling), list(range(len(labels)))))
+    if first_name == sorted_names[0]:
+        sorted_files = list(map(columns.file_indexes.__getitem__, order))
+        tries.append((lambda: _by_name(sorted_names, sorted_files, labels, spelling),
+                      list(dict.fromkeys(file_index for file_index, _ in groupby(sorted_files)))))
+    for blocks, files in tries:
+        f.seek(first + 1)
+        if all(f.read(len(expected)) == expected for expected in map(_ascii, blocks())):
+            tail = f.read(_HEAD_BYTES + 1)
+            break
+    else:
+        return None
+    if len(tail) > _HEAD_BYTES or tail[:1] != b'"':
+        return None
+    close = _skip_space(tail, 1)
+    if tail[close:close + 1] != b"}":
+        return None
+    rest = head[:brace + 1] + tail[close:]
+    if b"\\" in rest or rest.count(_KEY) != 1:
+        return None  # an escape could spell a second weight_map key
+    index = json.loads(rest.decode("utf-8"))
+    weight_map = index.get("weight_map") if type(index) is dict else None
+    if type(weight_map) is not dict or weight_map:
+        return None
+    return index, files
+
+
+def _ascii(text):
+    return text.encode("ascii")
+
+
+def _by_file(labels, starts, names, spelling):
+    """The weight_map's text file after file, each in its header's order, a block at a time."""
+    kv, sep = spelling.kv, spelling.sep
+    ends = starts[1:] + [len(names)]
+    for file_index, (begin, end) in enumerate(zip(starts, ends)):
+        joint = kv + labels[file_index] + sep
+        for start in range(begin, end, _BLOCK_ENTRIES):
+            stop = min(start + _BLOCK_ENTRIES, end)
+            text = joint.join(names[start:stop]) + (joint if stop < end else kv + labels[file_index])
+            yield text + sep if stop == end and file_index + 1 < len(labels) else text
+
+
+def _by_name(sorted_names, sorted_files, labels, spelling):
+    """The weight_map's text with every name sorted, a block at a time."""
+    kv, sep = spelling.kv, spelling.sep
+    for start in range(0, len(sorted_names), _BLOCK_ENTRIES):
+        chosen = sorted_names[start:start + _BLOCK_ENTRIES]
+        pieces = [kv] * (4 * len(chosen))
+        pieces[0::4] = chosen
+        pieces[2::4] = map(labels.__getitem__, sorted_files[start:start + _BLOCK_ENTRIES])
+        pieces[3::4] = [sep] * len(chosen)
+        if start + _BLOCK_ENTRIES >= len(sorted_names):
+            pieces.pop()  # no separator after the last entry
+        yield "".join(pieces)
