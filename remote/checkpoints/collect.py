@@ -8,6 +8,7 @@ Standard library only, Python 3.9+.
 """
 
 import os
+from bisect import bisect_left
 from collections import Counter, deque
 from collections.abc import Mapping
 from itertools import accumulate
@@ -107,20 +108,35 @@ class Collected(object):
 
 class _ShapesByName(Mapping):
     """{name: shape} over the columns themselves (names unique, every shape known): what the
-    format is told by is a few names looked for, not a second dict of 100,000+ entries."""
+    format is told by is a few names and prefixes looked for, found by bisection in name order,
+    not a second dict of 100,000+ entries."""
 
-    def __init__(self, names, shapes):
+    def __init__(self, names, shapes, order):
         self.names = names
         self.shapes = shapes
+        self.order = order
+        self.sorted_names = list(map(names.__getitem__, order))
+
+    def _position(self, name):
+        at = bisect_left(self.sorted_names, name)
+        return at if at < len(self.sorted_names) and self.sorted_names[at] == name else None
 
     def __getitem__(self, name):
-        try:
-            return self.shapes[self.names.index(name)]
-        except ValueError:
+        at = self._position(name)
+        if at is None:
             raise KeyError(name)
+        return self.shapes[self.order[at]]
 
     def __contains__(self, name):
-        return name in self.names
+        return self._position(name) is not None
+
+    def any_starts(self, prefixes):
+        """Whether a name starts with the prefix (or with one of a tuple of them)."""
+        for prefix in (prefixes if isinstance(prefixes, tuple) else (prefixes,)):
+            at = bisect_left(self.sorted_names, prefix)
+            if at < len(self.sorted_names) and self.sorted_names[at].startswith(prefix):
+                return True
+        return False
 
     def __iter__(self):
         return iter(self.names)
@@ -182,7 +198,9 @@ def collect(path):
     if None in columns.shapes:
         shapes = dict((name, shape) for name, shape in zip(columns.names, columns.shapes) if shape is not None)
     else:
-        shapes = _ShapesByName(columns.names, columns.shapes)
+        if got.name_order is None:
+            got.name_order = columns.name_order()  # the listing's order too
+        shapes = _ShapesByName(columns.names, columns.shapes, got.name_order)
     got.format = detect_format(shapes, got.config)
     if got.format in EAGLE_FORMATS:
         canon_of = canonical_names(list(shapes), got.format)

@@ -26,6 +26,8 @@ _KEY = b'"weight_map"'
 _SPACE = b" \t\n\r"
 # The part of an index before its weight_map (and after it) is its metadata: small.
 _HEAD_BYTES = 64 * 1024
+# What JSON writes escaped: a quote, a backslash, a control character.
+_ESCAPED = b'"\\' + bytes(range(32))
 # Bytes compared at a time (and the entries made into text at a time).
 _BLOCK_ENTRIES = 16384
 
@@ -70,7 +72,10 @@ def _clean(texts):
     writes each of them as it is)."""
     for start in range(0, len(texts), _BLOCK_ENTRIES):
         joined = "".join(texts[start:start + _BLOCK_ENTRIES])
-        if not (joined.isascii() and joined.isprintable()) or '"' in joined or "\\" in joined:
+        if not joined.isascii():
+            return False
+        raw = joined.encode("ascii")
+        if len(raw.translate(None, _ESCAPED)) != len(raw):
             return False
     return True
 

@@ -18,7 +18,7 @@ from itertools import repeat
 
 from . import report
 from .collect import collect
-from .roles import RoleNamer, marked_names, pattern_text
+from .roles import RoleNamer, digit_keys, marked_names, marked_of_key, pattern_text
 
 SORT_KEYS = ("name", "size", "dtype")
 # The first page `checkpoint.inspect` returns: every tensor of any drafter and of most dense
@@ -37,30 +37,29 @@ GROUP_BLOCK_TENSORS = 16384
 
 
 class Listing(object):
-    """One inspected checkpoint: the report without its tensors, and the tensors in columns."""
+    """One inspected checkpoint: the report without its tensors, and the tensors in columns.
+
+    The columns are put in name order when a page, a view or a comparison first asks for them;
+    the summary (all that `inspect` prints of a large checkpoint) reads its first page and its
+    groups through the name order instead, and builds no sorted copy.
+    """
 
     def __init__(self, got):
         columns = got.columns
-        got.columns = None  # the sorted columns below replace them
+        got.columns = None  # the listing's own from here
         order = got.name_order if got.name_order is not None else columns.name_order()
         got.name_order = None
-        sizes = columns.stored_bytes()
-        self.names = list(map(columns.names.__getitem__, order))
-        self.dtypes = list(map(columns.dtypes.__getitem__, order))
-        self.shapes = list(map(columns.shapes.__getitem__, order))
-        self.sizes = list(map(sizes.__getitem__, order))
-        # Where each tensor's data begins in its file's data section (-1: unknown), for compare's
-        # look at the values; 8 bytes a tensor.
-        begins = columns.begins
-        if None in begins:
-            begins = [-1 if begin is None else begin for begin in begins]
-        self.begins = array("q", map(begins.__getitem__, order))
-        self.file_indexes = list(map(columns.file_indexes.__getitem__, order)) if got.multi else None
-        del columns, order, sizes
+        self._read = (columns, columns.stored_bytes(), order)  # in the order the files were read
+        columns.ends = None  # begins and sizes say it
+        self._sorted = None
+        self._sorting = threading.Lock()
+        self.count = len(order)
+        self.multi = got.multi
         self.file_labels = [got.file_label(i) for i in range(len(got.files))] if got.multi else None
         self.namer = RoleNamer(got.format, got.dims, got.canonical)
         self.got = got
-        self.tensor_bytes = sum(self.sizes) if None not in self.sizes else sum(s for s in self.sizes if s is not None)
+        sizes = self._read[1]
+        self.tensor_bytes = sum(sizes) if None not in sizes else sum(s for s in sizes if s is not None)
         self.groups = self._group()
         self.views = OrderedDict()
         self.lock = threading.Lock()
@@ -68,17 +67,56 @@ class Listing(object):
         self.where = None
 
     def __len__(self):
-        return len(self.names)
+        return self.count
+
+    def sorted_columns(self):
+        """The columns in name order (names, dtypes, shapes, sizes, begins, file_indexes), made the
+        first time they are asked for."""
+        with self._sorting:
+            if self._sorted is None:
+                columns, sizes, order = self._read
+                begins = columns.begins
+                if None in begins:
+                    begins = [-1 if begin is None else begin for begin in begins]
+                self._sorted = _Sorted(
+                    list(map(columns.names.__getitem__, order)), list(map(columns.dtypes.__getitem__, order)),
+                    list(map(columns.shapes.__getitem__, order)), list(map(sizes.__getitem__, order)),
+                    # Where each tensor's data begins in its file's data section (-1: unknown), for
+                    # compare's look at the values; 8 bytes a tensor.
+                    array("q", map(begins.__getitem__, order)),
+                    list(map(columns.file_indexes.__getitem__, order)) if self.multi else None)
+                self._read = None
+            return self._sorted
+
+    def _in_name_order(self, start, end):
+        """(names, dtypes, shapes, sizes, file indexes) of the tensors at positions start..end of
+        name order, from whichever columns are kept."""
+        if self._sorted is not None:
+            s = self._sorted
+            return (s.names[start:end], s.dtypes[start:end], s.shapes[start:end], s.sizes[start:end],
+                    s.file_indexes[start:end] if s.file_indexes is not None else None)
+        columns, sizes, order = self._read
+        chosen = order[start:end]
+        return (list(map(columns.names.__getitem__, chosen)), list(map(columns.dtypes.__getitem__, chosen)),
+                list(map(columns.shapes.__getitem__, chosen)), list(map(sizes.__getitem__, chosen)),
+                list(map(columns.file_indexes.__getitem__, chosen)) if self.multi else None)
 
     def _group(self):
         """The name patterns with their counts, bytes, dtypes, first shapes and roles, largest first."""
-        # Tensors counted by (pattern, dtype, shape, size) in C, a block of names at a time (the
-        # marked names are as large as the names); a MoE target has a few hundred such.
+        # Tensors counted by (pattern, dtype, shape, size) in C, a block of names at a time; a MoE
+        # target has a few hundred such. Names that differ only in their digits are counted under
+        # one key and the key marked once; a block where digits are parts of words (w1, fp8) is
+        # marked name by name.
         combos = Counter()
-        for start in range(0, len(self.names), GROUP_BLOCK_TENSORS):
-            end = start + GROUP_BLOCK_TENSORS
-            combos.update(zip(marked_names(self.names[start:end]), self.dtypes[start:end], self.shapes[start:end],
-                              self.sizes[start:end]))
+        for start in range(0, self.count, GROUP_BLOCK_TENSORS):
+            names, dtypes, shapes, sizes, _ = self._in_name_order(start, start + GROUP_BLOCK_TENSORS)
+            keys = digit_keys(names)
+            marked = None if keys is None else dict((key, marked_of_key(key)) for key in dict.fromkeys(keys))
+            if marked is None or None in marked.values():
+                combos.update(zip(marked_names(names), dtypes, shapes, sizes))
+                continue
+            for (key, dtype, shape, size), count in Counter(zip(keys, dtypes, shapes, sizes)).items():
+                combos[(marked[key], dtype, shape, size)] += count
         by_pattern = {}
         # In name order of first appearance, as the dtypes and shapes of a group are listed.
         for (marked, dtype, shape, size), count in combos.items():
@@ -100,40 +138,48 @@ class Listing(object):
         groups.sort(key=lambda g: (-g["bytes"], -g["count"], g["pattern"]))
         return groups
 
+    def _entries(self, names, dtypes, shapes, sizes, file_indexes):
+        """The wire's tensor dicts of these columns' tensors."""
+        role, labels = self.namer.role, self.file_labels
+        entries = [{"name": name, "dtype": dtype, "shape": list(shape) if shape is not None else None,
+                    "bytes": size, "role": role(name)} for name, dtype, shape, size in zip(names, dtypes, shapes, sizes)]
+        if file_indexes is not None:
+            for entry, file_index in zip(entries, file_indexes):
+                entry["file"] = labels[file_index]
+        return entries
+
     def tensor(self, index):
-        shape = self.shapes[index]
-        entry = {"name": self.names[index], "dtype": self.dtypes[index],
-                 "shape": list(shape) if shape is not None else None,
-                 "bytes": self.sizes[index], "role": self.namer.role(self.names[index])}
-        if self.file_indexes is not None:
-            entry["file"] = self.file_labels[self.file_indexes[index]]
-        return entry
+        """The tensor at position `index` of name order, as the wire's dict."""
+        return self._entries(*self._in_name_order(index, index + 1))[0]
 
     def bare_tensors(self):
         """Every tensor as {name, dtype, shape}, in name order: what a comparison matches them by
         (tensors of one shape share its list)."""
-        shape_lists = dict((shape, list(shape)) for shape in set(self.shapes) if shape is not None)
+        s = self.sorted_columns()
+        shape_lists = dict((shape, list(shape)) for shape in set(s.shapes) if shape is not None)
         shape_lists[None] = None
         return [{"name": name, "dtype": dtype, "shape": shape}
-                for name, dtype, shape in zip(self.names, self.dtypes, map(shape_lists.__getitem__, self.shapes))]
+                for name, dtype, shape in zip(s.names, s.dtypes, map(shape_lists.__getitem__, s.shapes))]
 
     def unreadable_names(self, readable_file):
         """The names of the tensors whose bytes cannot be read: outside their file's data section,
         or in a file for which readable_file(path) is false."""
+        s = self.sorted_columns()
         limits = [info.data_bytes if info.data_start is not None and readable_file(info.path) else -1
                   for info in self.got.file_info]
-        files = self.file_indexes if self.file_indexes is not None else repeat(0)
-        return set(name for name, begin, size, file_index in zip(self.names, self.begins, self.sizes, files)
+        files = s.file_indexes if s.file_indexes is not None else repeat(0)
+        return set(name for name, begin, size, file_index in zip(s.names, s.begins, s.sizes, files)
                    if begin < 0 or size is None or begin + size > limits[file_index])
 
     def data_span(self, name):
         """(file path, offset in the file, bytes) of the tensor named `name`, or None when it is not
         here or its data does not lie wholly inside its file's data section."""
-        index = bisect_left(self.names, name)
-        if index == len(self.names) or self.names[index] != name:
+        s = self.sorted_columns()
+        index = bisect_left(s.names, name)
+        if index == len(s.names) or s.names[index] != name:
             return None
-        begin, size = self.begins[index], self.sizes[index]
-        info = self.got.file_info[self.file_indexes[index] if self.file_indexes is not None else 0]
+        begin, size = s.begins[index], s.sizes[index]
+        info = self.got.file_info[s.file_indexes[index] if s.file_indexes is not None else 0]
         if begin < 0 or size is None or info.data_start is None or begin + size > info.data_bytes:
             return None
         return info.path, info.data_start + begin, size
@@ -150,15 +196,15 @@ class Listing(object):
         if sort not in SORT_KEYS:
             raise ValueError("sort must be one of %s" % ", ".join(SORT_KEYS))
         if needle:
-            names, role = self.names, self.namer.role
+            names, role = self.sorted_columns().names, self.namer.role
             indexes = [i for i, name in enumerate(names) if needle in name.lower() or needle in role(name).lower()]
         else:
-            indexes = range(len(self.names))
+            indexes = range(self.count)
         if sort == "size":
-            sizes = self.sizes
+            sizes = self.sorted_columns().sizes
             indexes = sorted(indexes, key=lambda i: -(sizes[i] or 0))  # stable: by name within a size
         elif sort == "dtype":
-            dtypes = self.dtypes
+            dtypes = self.sorted_columns().dtypes
             indexes = sorted(indexes, key=lambda i: dtypes[i] or "")
         with self.lock:
             self.views[key] = indexes
@@ -169,17 +215,37 @@ class Listing(object):
     def page(self, offset=0, limit=FIRST_PAGE_TENSORS, filter_text="", sort="name"):
         indexes = self.view(filter_text, sort)
         chosen = indexes[offset:offset + limit]
-        return {"handle": self.handle, "offset": offset, "total": len(indexes), "tensor_count": len(self.names),
-                "filter": filter_text or "", "sort": sort, "tensors": [self.tensor(i) for i in chosen]}
+        if isinstance(chosen, range) and chosen.step == 1:
+            tensors = self._entries(*self._in_name_order(chosen.start, chosen.stop))
+        else:
+            s = self.sorted_columns()
+            tensors = self._entries(*(None if column is None else list(map(column.__getitem__, chosen))
+                                      for column in (s.names, s.dtypes, s.shapes, s.sizes, s.file_indexes)))
+        return {"handle": self.handle, "offset": offset, "total": len(indexes), "tensor_count": self.count,
+                "filter": filter_text or "", "sort": sort, "tensors": tensors}
 
     def summary(self, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=None):
         """The inspect report with the first page of tensors, the name groups and a handle."""
-        first = [self.tensor(i) for i in range(min(first_page_tensors, len(self.names)))]
+        first = self._entries(*self._in_name_order(0, min(first_page_tensors, self.count)))
         result = report.finish_report(self.got, first, sha256, progress)
-        result.update({"tensor_count": len(self.names), "tensor_bytes": self.tensor_bytes,
-                       "complete": len(first) == len(self.names), "handle": self.handle,
+        result.update({"tensor_count": self.count, "tensor_bytes": self.tensor_bytes,
+                       "complete": len(first) == self.count, "handle": self.handle,
                        "groups": self.groups[:MAX_GROUPS], "group_count": len(self.groups)})
         return result
+
+
+class _Sorted(object):
+    """A listing's columns in name order."""
+
+    __slots__ = ("names", "dtypes", "shapes", "sizes", "begins", "file_indexes")
+
+    def __init__(self, names, dtypes, shapes, sizes, begins, file_indexes):
+        self.names = names
+        self.dtypes = dtypes
+        self.shapes = shapes
+        self.sizes = sizes
+        self.begins = begins
+        self.file_indexes = file_indexes
 
 
 # ---------------------------------------------------------------------------------------------

@@ -190,6 +190,35 @@ def marked_names(names):
     return list(map(_WITHOUT_FIRST, _NUMBER_AFTER_DOT.sub(".{#}", text).split("\n")))
 
 
+# Digits written "#" in one pass over bytes: names that differ only in their digits share a key.
+_DIGITS_AS_MARKS = bytes.maketrans(b"0123456789", b"#" * 10)
+_MARKS_AFTER_DOT = re.compile(r"\.#+(?![^.\n])")
+_MARKED_OF_KEY = {}
+
+
+def digit_keys(names):
+    """Each name with every digit written "#", in a few passes over bytes, or None when a name is
+    not ASCII or holds a "#" or a newline (then marked_names). Names of one key have one
+    marked_numbers pattern when every run of marks is a whole number part (marked_of_key)."""
+    text = "\n".join(names)
+    if not text.isascii() or "#" in text or text.count("\n") != len(names) - 1:
+        return None
+    return text.encode("ascii").translate(_DIGITS_AS_MARKS).decode("ascii").split("\n")
+
+
+def marked_of_key(key):
+    """The marked_numbers pattern every name of a digit key has, or None when a digit of theirs
+    is part of a word ("w1", "fp8": each name is marked on its own)."""
+    marked = _MARKED_OF_KEY.get(key)
+    if marked is None:
+        marked = _MARKS_AFTER_DOT.sub(".{#}", "." + key)[1:]
+        if "#" in marked.replace("{#}", ""):
+            marked = False
+        if len(_MARKED_OF_KEY) < 100000:  # bounded, as _PATTERN_TEXT
+            _MARKED_OF_KEY[key] = marked
+    return marked or None
+
+
 def marked_name(name):
     """(the name with its numbers marked `{#}`, the numbers as written)."""
     return _NUMBER.sub("{#}", name), _NUMBER.findall(name)

@@ -107,10 +107,12 @@ def cmd_inspect(args):
     report = checkpoint.inspect(args.sha256)
     failed = any(p["level"] == "error" for p in report["problems"])
     # The text views are imported only for text: --json never needs them.
-    if report.get("complete", True):
+    if args.json:
+        _stream_json(checkpoint, report, every=args.all)
+    elif report.get("complete", True):
         emit(args, report, lambda: _view().format_inspect(report))
     elif args.all:
-        (_stream_json if args.json else _stream_text)(checkpoint, report)
+        _stream_text(checkpoint, report)
     else:
         emit(args, report, lambda: _view().format_inspect_summary(report))
     return EXIT_FAILED if failed else 0
@@ -122,20 +124,23 @@ def _view():
     return view
 
 
-def _stream_json(checkpoint, report, out=None):
-    """One JSON document, as --json prints a complete report, written page by page."""
+def _stream_json(checkpoint, report, out=None, every=True):
+    """The report as one JSON document, a tensor a line (each through the C encoder, which an
+    indented dump does not use), with every tensor's page after the first when `every`."""
     out = out or sys.stdout
     head = dict(report)
     first = head.pop("tensors")
-    head["complete"] = True
+    pages = _pages(checkpoint, report) if every and not report.get("complete", True) else ()
+    if every:
+        head["complete"] = True
     text = json.dumps(head, indent=2)  # ends with "\n}": the tensors go in before the brace
     out.write(text[:-2] + ',\n  "tensors": [')
     separator = "\n    "
-    for tensors in itertools.chain([first], _pages(checkpoint, report)):
-        for tensor in tensors:
-            out.write(separator + json.dumps(tensor))
+    for tensors in itertools.chain([first], pages):
+        if tensors:
+            out.write(separator + ",\n    ".join(map(json.dumps, tensors)))
             separator = ",\n    "
-    out.write("\n  ]\n}\n")
+    out.write("\n  ]\n}\n" if separator != "\n    " else "]\n}\n")
     out.flush()
 
 

@@ -203,7 +203,8 @@ class TerminalStream:
         self.as_json = as_json
 
     def write(self, text):
-        if not text.isprintable():
+        # Most text holds no control but its newlines: two passes in C rather than a translation.
+        if not text.isprintable() and not text.replace("\n", " ").isprintable():
             text = text.translate(_JSON_ESCAPES) if self.as_json else safe_text(text, keep="\n")
         return self.raw.write(text)
 
