@@ -259,3 +259,47 @@ def test_safetensors_own_spelling_takes_the_canonical_path(tmp_path):
     assert [(n, d, list(s), b) for n, d, s, b in zip(columns.names, columns.dtypes, columns.shapes, columns.bytes)] == \
         [(t["name"], t["dtype"], t["shape"], t["bytes"]) for t in tensors]
     assert ours(path) == theirs(path) and len(ours(path)) == 4
+
+
+_PIECES = ('":{"dtype":"', '],"data_offsets":[', ']},"', '","shape":[', ",", '"', "\x00", "\x01", "\n", "\\", "]", "}")
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_a_compact_header_spliced_is_read_fast_only_as_the_exact_parser_reads_it(data):
+    """The compact path cuts a header at its fixed strings: pieces of one moved, doubled, dropped
+    or swapped for another, or a control character put in, and it either declines (the exact
+    parser reads it) or reads exactly what the exact parser reads."""
+    from remote.checkpoints.safetensors_header import check_header_rows, parse_header_json
+
+    sizes = data.draw(st.lists(st.sampled_from([(("F32", [2]), 8), (("BF16", [3, 1]), 6), (("U8", []), 1)]),
+                               min_size=1, max_size=4))
+    header, at = {"__metadata__": {"format": "pt"}} if data.draw(st.booleans()) else {}, 0
+    for i, ((dtype, shape), size) in enumerate(sizes):
+        header["t.%d.w" % i] = {"dtype": dtype, "shape": shape, "data_offsets": [at, at + size]}
+        at += size
+    text = json.dumps(header, separators=(",", ":"))
+    for _ in range(data.draw(st.integers(0, 3))):  # none: the spelling as written
+        start = data.draw(st.integers(0, len(text)))
+        end = data.draw(st.integers(start, min(len(text), start + 24)))
+        move = data.draw(st.sampled_from(["drop", "double", "insert", "move"]))
+        if move == "drop":
+            text = text[:start] + text[end:]
+        elif move == "double":
+            text = text[:end] + text[start:end] + text[end:]
+        elif move == "insert":
+            text = text[:start] + data.draw(st.sampled_from(_PIECES)) + text[start:]
+        else:
+            piece, rest = text[start:end], text[:start] + text[end:]
+            where = data.draw(st.integers(0, len(rest)))
+            text = rest[:where] + piece + rest[where:]
+    fast = header_fast.parse_canonical(text, at)
+    if fast is None:
+        return
+    try:
+        rows, problems = check_header_rows(parse_header_json(text.encode("utf-8")), at)
+    except ck.HeaderError as exc:
+        raise AssertionError("read fast, refused by the exact parser (%s): %r" % (exc, text))
+    columns, fast_problems = fast
+    assert fast_problems == problems, text
+    assert columns.rows() == [tuple(tuple(v) if isinstance(v, list) else v for v in row) for row in rows], text

@@ -26,18 +26,51 @@ from .header_json import SURROGATE_ESCAPE, refuse_constant
 
 # A JSON string with nothing to unescape: no quote, backslash or control character.
 _PLAIN_STRING = r'[^"\\\x00-\x1f]*'
+# The bytes a plain string may not hold.
+_NOT_IN_PLAIN_STRING = b'"\\' + bytes(range(32))
 # A JSON integer (no sign, no leading zero: serde refuses 01, and -0 is a float to it).
 _INTEGER = r"(?:0|[1-9][0-9]*)"
-# One entry: its name, its dtype and shape as one piece (`BF16","shape":[4,8`: a MoE shard has a
-# dozen distinct ones among thousands of entries, each read once), and its data offsets.
-_ENTRY = re.compile(r',"(' + _PLAIN_STRING + r')":\{"dtype":"([A-Z0-9_]+","shape":\[[0-9,]*)\],"data_offsets":\[('
-                    + _INTEGER + r"),(" + _INTEGER + r")\]\}")
+# An entry, `"NAME":{"dtype":"BF16","shape":[4,8],"data_offsets":[0,64]}`, is its name, its dtype
+# and shape as one piece (`BF16","shape":[4,8`: a MoE shard has a dozen distinct ones among
+# thousands of entries, each checked once) and its offsets, between these three strings (the
+# third one also between one entry and the next):
+_AFTER_NAME = '":{"dtype":"'
+_AFTER_KIND = '],"data_offsets":['
+_AFTER_ENTRY = ']},"'
+# The pieces are cut at every one of them at once, a mark ("\0" after a name, "\1" after a
+# kind) saying which one each piece came after: the order is then checked with the pieces.
+_KIND_MARK, _OFFSETS_MARK = "\0", "\1"
+_KIND = re.compile(_KIND_MARK + r'[A-Z0-9_]+","shape":\[[0-9,]*')
+_OFFSETS = re.compile(r"(?:\x01%s,%s\n)*\x01%s,%s" % ((_INTEGER,) * 4))
 _SHAPE_AFTER_DTYPE = '","shape":['
-_ENTRY_FIXED_CHARS = len(',"":{"dtype":"],"data_offsets":[,]}')
 _METADATA = re.compile(r'"__metadata__":\{((?:"' + _PLAIN_STRING + '":"' + _PLAIN_STRING + '"(?:,"' + _PLAIN_STRING
                        + '":"' + _PLAIN_STRING + r'")*)?)\}')
 # JSON's whitespace, which may follow the header object (safetensors pads with spaces).
 _JSON_SPACE = " \t\n\r"
+
+
+def _entry_pieces(body, first):
+    """(names, kinds, offsets texts) of the entries from body[first] (the first name) to the
+    end of the header object, or None when they are not spelled exactly the compact way."""
+    if not body.endswith("]}}") or _KIND_MARK in body or _OFFSETS_MARK in body:
+        return None
+    flat = body[first:-3].replace(_AFTER_NAME, _AFTER_ENTRY + _KIND_MARK).replace(_AFTER_KIND, _AFTER_ENTRY + _OFFSETS_MARK)
+    pieces = flat.split(_AFTER_ENTRY)
+    del flat
+    if len(pieces) % 3:
+        return None
+    names, kinds, offsets = pieces[0::3], pieces[1::3], pieces[2::3]
+    del pieces
+    # A name is a plain string (nor can it begin with a mark: marks are control characters).
+    raw = "".join(names).encode("utf-8")
+    if len(raw.translate(None, _NOT_IN_PLAIN_STRING)) != len(raw):
+        return None
+    # Each offsets piece came after a kind, each kind after a name: the pieces are in the order
+    # the compact spelling has them, and nothing else lies between them.
+    offsets_text = "\n".join(offsets)
+    if not all(map(_KIND.fullmatch, set(kinds))) or not _OFFSETS.fullmatch(offsets_text):
+        return None
+    return names, kinds, offsets_text.replace("\n" + _OFFSETS_MARK, ",")[1:].split(",")
 
 
 def parse_canonical(text, data_bytes):
@@ -52,22 +85,24 @@ def parse_canonical(text, data_bytes):
         # No string holds a quote, so '":"' counts the pairs: fewer keys means one came twice.
         if pairs and len(json.loads("{" + pairs + "}")) != pairs.count('":"'):
             return None
-        entries = body[metadata.end():-1]
+        first = metadata.end() + 2
+        if not body.startswith(',"', metadata.end()):
+            return None
     else:
-        entries = "," + body[1:-1]
-    found = _ENTRY.findall(entries)
-    if not found:
+        first = 2
+        if not body.startswith('"', 1):
+            return None
+    found = _entry_pieces(body, first)
+    if found is None:
         return None
-    names, kinds, begin_texts, end_texts = zip(*found)
-    del found
-    # The matches must tile the entries exactly: then nothing else stands between them.
-    covered = len(names) * _ENTRY_FIXED_CHARS + sum(sum(map(len, column)) for column in
-                                                    (names, kinds, begin_texts, end_texts))
-    if covered != len(entries) or "__metadata__" in names or len(set(names)) != len(names):
+    names, kinds, offsets = found
+    begin_texts, end_texts = offsets[0::2], offsets[1::2]
+    del found, offsets
+    if "__metadata__" in names or len(set(names)) != len(names):
         return None
-    of_kind = {}  # `BF16","shape":[4,8` -> (dtype, shape, bytes it needs)
+    of_kind = {}  # `\0BF16","shape":[4,8` -> (dtype, shape, bytes it needs)
     for kind in set(kinds):
-        dtype, _, shape_text = kind.partition(_SHAPE_AFTER_DTYPE)
+        dtype, _, shape_text = kind[1:].partition(_SHAPE_AFTER_DTYPE)
         if dtype not in DTYPE_BITS:
             return None
         try:
@@ -89,8 +124,8 @@ def parse_canonical(text, data_bytes):
     # are the ends shifted (canonical integers are equal exactly when their spellings are).
     if (begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1] and ends[-1] == data_bytes
             and ends == list(accumulate(sizes))):
-        return TensorColumns(list(names), dtypes, shapes, sizes, [0] + ends[:-1], ends), []
-    return check_columns(list(names), dtypes, shapes, list(map(int, begin_texts)), ends, data_bytes)
+        return TensorColumns(names, dtypes, shapes, sizes, [0] + ends[:-1], ends), []
+    return check_columns(names, dtypes, shapes, list(map(int, begin_texts)), ends, data_bytes)
 
 
 # ---------------------------------------------------------------------------------------------
