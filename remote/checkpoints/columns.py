@@ -11,9 +11,12 @@ class TensorColumns(object):
     begins / ends (the data_offsets); None marks what is unusable. `file_indexes` says which
     file each tensor is in, once tensors of several files are put together."""
 
-    __slots__ = ("names", "dtypes", "shapes", "bytes", "begins", "ends", "file_indexes")
+    __slots__ = ("names", "dtypes", "shapes", "bytes", "begins", "ends", "file_indexes", "spans_are_bytes")
 
-    def __init__(self, names=None, dtypes=None, shapes=None, sizes=None, begins=None, ends=None):
+    def __init__(self, names=None, dtypes=None, shapes=None, sizes=None, begins=None, ends=None, spans_are_bytes=None):
+        # spans_are_bytes: every data_offsets span is sound and holds exactly `bytes` (what the
+        # fast paths found, or an empty set of columns), so neither is worked out again.
+        self.spans_are_bytes = names is None if spans_are_bytes is None else spans_are_bytes
         self.names = names if names is not None else []
         self.dtypes = dtypes if dtypes is not None else []
         self.shapes = shapes if shapes is not None else []
@@ -40,6 +43,7 @@ class TensorColumns(object):
         """Append `other`'s tensors (those at `indexes`, or all), marked as in file `file_index`."""
         if self.file_indexes is None:
             self.file_indexes = []
+        self.spans_are_bytes = self.spans_are_bytes and other.spans_are_bytes
         for mine, theirs in ((self.names, other.names), (self.dtypes, other.dtypes), (self.shapes, other.shapes),
                              (self.bytes, other.bytes), (self.begins, other.begins), (self.ends, other.ends)):
             mine.extend(theirs if indexes is None else map(theirs.__getitem__, indexes))
@@ -55,6 +59,8 @@ class TensorColumns(object):
     def stored_bytes(self):
         """What each tensor occupies in its file: its data_offsets span when that is sound, else
         the bytes its shape and dtype need."""
+        if self.spans_are_bytes:
+            return self.bytes
         spans = self._spans()
         if spans is not None:
             # Mostly what the shapes need: then those sizes, one int shared by every tensor of a
@@ -64,6 +70,8 @@ class TensorColumns(object):
 
     def span_bytes(self):
         """The bytes of every sound data_offsets span, added up."""
+        if self.spans_are_bytes:
+            return sum(self.bytes)
         if None not in self.begins and None not in self.ends and (not self.ends or min(map(sub, self.ends, self.begins)) >= 0):
             return sum(map(sub, self.ends, self.begins))  # two passes, and no int kept per tensor
         return sum(e - b for b, e in zip(self.begins, self.ends) if b is not None and e >= b)

@@ -124,7 +124,7 @@ def parse_canonical(text, data_bytes):
     # are the ends shifted (canonical integers are equal exactly when their spellings are).
     if (begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1] and ends[-1] == data_bytes
             and ends == list(accumulate(sizes))):
-        return TensorColumns(names, dtypes, shapes, sizes, [0] + ends[:-1], ends), []
+        return TensorColumns(names, dtypes, shapes, sizes, [0] + ends[:-1], ends, spans_are_bytes=True), []
     return check_columns(names, dtypes, shapes, list(map(int, begin_texts)), ends, data_bytes)
 
 
@@ -236,7 +236,7 @@ def check_columns(names, dtypes, shapes, begins, ends, data_bytes):
     sizes = list(map(sub, ends, begins))
     if list(map(needs.__getitem__, zip(dtypes, shapes))) != sizes:
         return None
-    columns = TensorColumns(names, dtypes, shapes, sizes, begins, ends)
+    columns = TensorColumns(names, dtypes, shapes, sizes, begins, ends, spans_are_bytes=True)
     return columns, tiling_problems(names, begins, ends, data_bytes)
 
 
