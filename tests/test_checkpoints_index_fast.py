@@ -1,5 +1,6 @@
-"""A shard index checked without parsing its weight_map (remote/checkpoints/index_fast.py) says
-exactly what the exact path says: the same report, problems, files and pages, for the spellings
+"""A shard index checked without parsing its weight_map (remote/checkpoints/index_fast.py), and a
+summary made shard after shard without a listing (summary_stream.py), say exactly what the exact
+path says: the same report, problems, files and pages, for the spellings
 the common writers use (taken fast) and for every index that does not agree with its shards
 (sent to the exact path, which words what is wrong)."""
 
@@ -10,7 +11,7 @@ import sys
 
 import pytest
 
-from remote.checkpoints import collect, listing, locate
+from remote.checkpoints import collect, listing, locate, summary_stream
 
 sys.path.insert(0, os.path.dirname(__file__))
 import checkpoint_fixtures as fx  # noqa: E402
@@ -41,10 +42,16 @@ def variant(target, tmp_path, text=None, index=None):
 
 
 def everything(directory):
-    """What a user gets: the summary, every page, the name-filtered view's first tensors."""
+    """What a user gets: the summary, every page, the name-filtered view's first tensors. The
+    summary made shard after shard without a listing (what `inspect` prints here), where it
+    answers, is the listing's."""
     kept = listing.open_listing(directory)
     summary = dict(kept.summary())
     summary.pop("handle")
+    streamed = summary_stream.summary(directory)
+    if streamed is not None:
+        assert streamed.pop("handle") is None
+        assert streamed == summary
     pages, offset = [], len(summary["tensors"])
     while offset < summary["tensor_count"]:
         page = kept.page(offset, 50)
@@ -77,7 +84,7 @@ SPELLINGS = {
 @pytest.mark.parametrize("spelling", sorted(SPELLINGS))
 def test_an_agreeing_index_in_a_common_spelling_is_taken_fast_with_the_same_report(target, tmp_path, monkeypatch, spelling):
     directory = variant(target, tmp_path, SPELLINGS[spelling](target["index"]))
-    assert taken_fast(directory)
+    assert taken_fast(directory) and summary_stream.summary(directory) is not None
     fast = everything(directory)
     assert fast == exact(directory, monkeypatch)
     summary = fast[0]
@@ -123,7 +130,7 @@ DISAGREEING = {
 def test_an_index_that_disagrees_goes_to_the_exact_path_which_words_it(target, tmp_path, monkeypatch, case):
     write, words = DISAGREEING[case]
     directory = variant(target, tmp_path, write(target["index"]))
-    assert not taken_fast(directory)
+    assert not taken_fast(directory) and summary_stream.summary(directory) is None
     fast = everything(directory)
     assert fast == exact(directory, monkeypatch)
     messages = " | ".join(p["message"] for p in fast[0]["problems"])
@@ -136,14 +143,14 @@ def test_an_index_that_disagrees_goes_to_the_exact_path_which_words_it(target, t
 def test_a_shard_the_index_does_not_name_or_one_without_tensors_goes_to_the_exact_path(target, tmp_path, monkeypatch):
     directory = variant(target, tmp_path, index=target["index"])
     os.link(os.path.join(directory, "model-00001-of-00005.safetensors"), os.path.join(directory, "zz-copy.safetensors"))
-    assert not taken_fast(directory)
+    assert not taken_fast(directory) and summary_stream.summary(directory) is None
     fast = everything(directory)
     assert fast == exact(directory, monkeypatch)
     assert any("zz-copy.safetensors is in the directory but the shard index does not name it" in p["message"]
                for p in fast[0]["problems"])
     os.remove(os.path.join(directory, "zz-copy.safetensors"))
     fx.write_header_only_shard(os.path.join(directory, "empty.safetensors"), [])
-    assert not taken_fast(directory)
+    assert not taken_fast(directory) and summary_stream.summary(directory) is None
     assert everything(directory) == exact(directory, monkeypatch)
 
 
@@ -153,7 +160,7 @@ def test_a_shard_linked_from_outside_the_directory_goes_to_the_exact_path(target
     outside = str(tmp_path / "outside.safetensors")
     shutil.move(shard, outside)
     os.symlink(outside, shard)
-    assert not taken_fast(directory)
+    assert not taken_fast(directory) and summary_stream.summary(directory) is None
     fast = everything(directory)
     assert fast == exact(directory, monkeypatch)
     assert any("outside the checkpoint directory" in p["message"] for p in fast[0]["problems"])

@@ -14,9 +14,11 @@ does not name) answers None, and the exact path (locate.resolve_index and collec
 reads the index and words what is wrong. Standard library only.
 """
 
+import hashlib
 import json
 import os
-from bisect import bisect_left
+import re
+from bisect import bisect_left, bisect_right
 from itertools import groupby, islice
 from operator import eq, ge
 
@@ -172,3 +174,207 @@ def _by_name(sorted_names, sorted_files, labels, spelling):
         if start + _BLOCK_ENTRIES >= len(sorted_names):
             pieces.pop()  # no separator after the last entry
         yield "".join(pieces)
+
+
+# ---------------------------------------------------------------------------------------------
+# The same index read as it streams, for a summary that keeps no listing (summary_stream.py)
+
+_READ_BYTES = 1 << 20
+_BODY_END = re.compile(rb'"[ \t\n\r]*\}')
+
+
+def name_digest(names):
+    """What a sequence of names is compared by: sha256 of each name and a newline."""
+    return hashlib.sha256(("\n".join(names) + "\n").encode("utf-8")).digest() if names else hashlib.sha256().digest()
+
+
+def index_digests(index_path):
+    """(the index without its weight_map, {shard: (tensors, name_digest of its names in the index's
+    order)}, the shards in the order the index first names them) of a shard index spelled the
+    common ways (no escape, one separator throughout) whose keys are all distinct, read a block
+    at a time; None for any other (the exact path reads it)."""
+    try:
+        with open_regular(index_path) as f:
+            return _digests(f)
+    except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
+        return None
+
+
+def _digests(f):
+    head = f.read(_HEAD_BYTES)
+    key = head.find(_KEY)
+    colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
+    brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
+    first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
+    if first < 0 or head[first:first + 1] != b'"':
+        return None
+    spelling = _spelling(head, first)
+    if spelling is None:
+        return None
+    kv, sep = spelling.kv.encode("ascii"), spelling.sep.encode("ascii")
+    hashes, counts = {}, {}
+    pending, at, ended = b"", first + 1, None
+    f.seek(at)
+    while ended is None:
+        block = f.read(_READ_BYTES)
+        text = pending + block
+        end = _BODY_END.search(text)
+        if end is not None:
+            ended, piece, tail = True, text[:end.start()], text[end.start():]
+        elif not block:
+            return None
+        else:
+            cut = text.rfind(sep)
+            if cut < 0:
+                pending = text
+                if len(pending) > 16 * _READ_BYTES:
+                    return None
+                continue
+            piece, pending = text[:cut], text[cut + len(sep):]
+        if not _take_entries(piece, kv, sep, hashes, counts):
+            return None
+    tail += f.read(_HEAD_BYTES + 1)
+    close = _skip_space(tail, 1)
+    if len(tail) > _HEAD_BYTES or tail[close:close + 1] != b"}":
+        return None
+    rest = head[:brace + 1] + tail[close:]
+    if b"\\" in rest or rest.count(_KEY) != 1:
+        return None
+    index = json.loads(rest.decode("utf-8"))
+    weight_map = index.get("weight_map") if type(index) is dict else None
+    if type(weight_map) is not dict or weight_map:
+        return None
+    shards = list(counts)
+    return index, dict((shard, (counts[shard], hashes[shard].digest())) for shard in shards), shards
+
+
+def _take_entries(piece, kv, sep, hashes, counts):
+    """Adds `name": "shard` entries (joined by the separator) to each shard's count and digest;
+    false when they are not spelled so."""
+    if b"\0" in piece:
+        return False
+    # A mark after each name's separator says which separator each part came after.
+    parts = piece.replace(kv, sep + b"\0").split(sep)
+    names, shards = parts[0::2], parts[1::2]
+    distinct = set(shards)
+    if len(names) != len(shards) or not all(shard[:1] == b"\0" for shard in distinct):
+        return False
+    joined = b"".join(names) + b"".join(shard[1:] for shard in distinct)
+    if not joined.isascii() or len(joined.translate(None, _ESCAPED)) != len(joined):
+        return False  # a quote, an escape or a control character
+    for shard in dict.fromkeys(shards):  # each shard first in the order the index names them
+        label = shard[1:].decode("ascii")
+        if label not in counts:
+            hashes[label], counts[label] = hashlib.sha256(), 0
+    order = sorted(range(len(shards)), key=shards.__getitem__)  # by shard, in the index's order within one
+    by_shard = list(map(shards.__getitem__, order))
+    for shard in sorted(distinct):
+        start, end = bisect_left(by_shard, shard), bisect_right(by_shard, shard)
+        label = shard[1:].decode("ascii")
+        hashes[label].update(b"\n".join(map(names.__getitem__, order[start:end])) + b"\n")
+        counts[label] += end - start
+    return True
+
+
+class ShardWalk(object):
+    """An index written shard after shard, each shard's entries in its header's order (as the
+    common sharding scripts write it), read beside the shards: `label()` is the shard the next
+    entry names, `take(label, names)` compares that shard's entries with the text its header's
+    names make, a block at a time, and `index()` is the rest of the file once every entry was
+    taken. Any difference answers None or false, and the digests (index_digests) or the exact
+    path decide instead."""
+
+    def __init__(self, f, head, brace, first, spelling):
+        self.f = f
+        self.head = head
+        self.brace = brace
+        self.kv, self.sep = spelling.kv, spelling.sep
+        self.at = first + 1  # just after the quote that opens the next entry's name
+        self.ended = False
+        self.tail = None
+
+    @classmethod
+    def open(cls, index_path):
+        try:
+            f = open_regular(index_path)
+        except OSError:
+            return None
+        try:
+            head = f.read(_HEAD_BYTES)
+        except OSError:
+            f.close()
+            return None
+        key = head.find(_KEY)
+        colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
+        brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
+        first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
+        spelling = _spelling(head, first) if first >= 0 and head[first:first + 1] == b'"' else None
+        if spelling is None:
+            f.close()
+            return None
+        return cls(f, head, brace, first, spelling)
+
+    def close(self):
+        self.f.close()
+
+    def label(self):
+        """The shard the next entry names (None at the end of the weight_map, or when it cannot tell)."""
+        if self.ended:
+            return None
+        kv = self.kv.encode("ascii")
+        try:
+            self.f.seek(self.at)
+            ahead = self.f.read(_HEAD_BYTES)
+        except OSError:
+            return None
+        start = ahead.find(kv)
+        end = ahead.find(b'"', start + len(kv)) if start >= 0 else -1
+        if end < 0:
+            return None
+        try:
+            return ahead[start + len(kv):end].decode("ascii")
+        except UnicodeDecodeError:
+            return None
+
+    def take(self, label, names):
+        """Whether the next entries are exactly `names`, in this order, each mapped to `label`."""
+        if not names or not _clean([label]) or not _clean(names):
+            return False
+        kv, sep = self.kv, self.sep
+        joint = kv + label + sep
+        try:
+            self.f.seek(self.at)
+            for start in range(0, len(names), _BLOCK_ENTRIES):
+                stop = min(start + _BLOCK_ENTRIES, len(names))
+                text = (joint.join(names[start:stop]) + (joint if stop < len(names) else kv + label)).encode("ascii")
+                if self.f.read(len(text)) != text:
+                    return False
+            after = self.f.read(len(sep))
+        except (OSError, UnicodeEncodeError):
+            return False
+        if after == sep.encode("ascii"):
+            self.at = self.f.tell()
+            return True
+        if after[:1] != b'"':
+            return False
+        self.tail = after + self.f.read(_HEAD_BYTES + 1)
+        self.ended = True
+        return True
+
+    def index(self):
+        """The index without its weight_map, once every entry was taken; else None."""
+        tail = self.tail
+        if not self.ended or tail is None or len(tail) > _HEAD_BYTES:
+            return None
+        close = _skip_space(tail, 1)
+        if tail[close:close + 1] != b"}":
+            return None
+        rest = self.head[:self.brace + 1] + tail[close:]
+        if b"\\" in rest or rest.count(_KEY) != 1:
+            return None
+        try:
+            index = json.loads(rest.decode("utf-8"))
+        except ValueError:
+            return None
+        weight_map = index.get("weight_map") if type(index) is dict else None
+        return index if type(weight_map) is dict and not weight_map else None

@@ -103,50 +103,14 @@ class Listing(object):
 
     def _group(self):
         """The name patterns with their counts, bytes, dtypes, first shapes and roles, largest first."""
-        # Tensors counted by (pattern, dtype, shape, size) in C, a block of names at a time; a MoE
-        # target has a few hundred such. Names that differ only in their digits are counted under
-        # one key and the key marked once; a block where digits are parts of words (w1, fp8) is
-        # marked name by name.
         combos = Counter()
         for start in range(0, self.count, GROUP_BLOCK_TENSORS):
             names, dtypes, shapes, sizes, _ = self._in_name_order(start, start + GROUP_BLOCK_TENSORS)
-            keys = digit_keys(names)
-            marked = None if keys is None else dict((key, marked_of_key(key)) for key in dict.fromkeys(keys))
-            if marked is None or None in marked.values():
-                combos.update(zip(marked_names(names), dtypes, shapes, sizes))
-                continue
-            for (key, dtype, shape, size), count in Counter(zip(keys, dtypes, shapes, sizes)).items():
-                combos[(marked[key], dtype, shape, size)] += count
-        by_pattern = {}
-        # In name order of first appearance, as the dtypes and shapes of a group are listed.
-        for (marked, dtype, shape, size), count in combos.items():
-            group = by_pattern.get(marked)
-            if group is None:
-                group = by_pattern[marked] = [0, 0, {}, {}]
-            group[0] += count
-            group[1] += (size or 0) * count
-            group[2][dtype] = True
-            if len(group[3]) <= SHAPES_PER_GROUP:
-                group[3][shape] = True
-        groups = []
-        for marked, (count, size, dtypes, shapes) in by_pattern.items():
-            groups.append({"pattern": pattern_text(marked), "count": count, "bytes": size,
-                           "dtypes": [d for d in dtypes if d is not None],
-                           "shapes": [list(s) for s in list(shapes)[:SHAPES_PER_GROUP] if s is not None],
-                           "more_shapes": len(shapes) > SHAPES_PER_GROUP,
-                           "role": self.namer.pattern_role(marked)})
-        groups.sort(key=lambda g: (-g["bytes"], -g["count"], g["pattern"]))
-        return groups
+            count_combos(combos, names, dtypes, shapes, sizes)
+        return name_groups(combos, self.namer)
 
     def _entries(self, names, dtypes, shapes, sizes, file_indexes):
-        """The wire's tensor dicts of these columns' tensors."""
-        role, labels = self.namer.role, self.file_labels
-        entries = [{"name": name, "dtype": dtype, "shape": list(shape) if shape is not None else None,
-                    "bytes": size, "role": role(name)} for name, dtype, shape, size in zip(names, dtypes, shapes, sizes)]
-        if file_indexes is not None:
-            for entry, file_index in zip(entries, file_indexes):
-                entry["file"] = labels[file_index]
-        return entries
+        return tensor_entries(self.namer, self.file_labels, names, dtypes, shapes, sizes, file_indexes)
 
     def tensor(self, index):
         """The tensor at position `index` of name order, as the wire's dict."""
@@ -232,6 +196,55 @@ class Listing(object):
                        "complete": len(first) == self.count, "handle": self.handle,
                        "groups": self.groups[:MAX_GROUPS], "group_count": len(self.groups)})
         return result
+
+
+def count_combos(combos, names, dtypes, shapes, sizes):
+    """Adds tensors (in name order) to `combos`, a Counter of (marked name, dtype, shape, size), in
+    C. Names that differ only in their digits are counted under one key and the key marked once;
+    where digits are parts of words (w1, fp8), name by name."""
+    keys = digit_keys(names)
+    marked = None if keys is None else dict((key, marked_of_key(key)) for key in dict.fromkeys(keys))
+    if marked is None or None in marked.values():
+        combos.update(zip(marked_names(names), dtypes, shapes, sizes))
+        return
+    for (key, dtype, shape, size), count in Counter(zip(keys, dtypes, shapes, sizes)).items():
+        combos[(marked[key], dtype, shape, size)] += count
+
+
+def name_groups(combos, namer):
+    """The name patterns of `combos` (in name order of their first tensor) with their counts,
+    bytes, dtypes, first shapes and roles, largest first."""
+    by_pattern = {}
+    # In name order of first appearance, as the dtypes and shapes of a group are listed.
+    for (marked, dtype, shape, size), count in combos.items():
+        group = by_pattern.get(marked)
+        if group is None:
+            group = by_pattern[marked] = [0, 0, {}, {}]
+        group[0] += count
+        group[1] += (size or 0) * count
+        group[2][dtype] = True
+        if len(group[3]) <= SHAPES_PER_GROUP:
+            group[3][shape] = True
+    groups = []
+    for marked, (count, size, dtypes, shapes) in by_pattern.items():
+        groups.append({"pattern": pattern_text(marked), "count": count, "bytes": size,
+                       "dtypes": [d for d in dtypes if d is not None],
+                       "shapes": [list(s) for s in list(shapes)[:SHAPES_PER_GROUP] if s is not None],
+                       "more_shapes": len(shapes) > SHAPES_PER_GROUP,
+                       "role": namer.pattern_role(marked)})
+    groups.sort(key=lambda g: (-g["bytes"], -g["count"], g["pattern"]))
+    return groups
+
+
+def tensor_entries(namer, labels, names, dtypes, shapes, sizes, file_indexes):
+    """The wire's tensor dicts of these columns' tensors (`file` where there are several files)."""
+    role = namer.role
+    entries = [{"name": name, "dtype": dtype, "shape": list(shape) if shape is not None else None,
+                "bytes": size, "role": role(name)} for name, dtype, shape, size in zip(names, dtypes, shapes, sizes)]
+    if file_indexes is not None:
+        for entry, file_index in zip(entries, file_indexes):
+            entry["file"] = labels[file_index]
+    return entries
 
 
 class _Sorted(object):

@@ -219,6 +219,16 @@ def marked_of_key(key):
     return marked or None
 
 
+def marked_per_name(names):
+    """marked_names(names), through digit keys where every key has one pattern."""
+    keys = digit_keys(names)
+    if keys is not None:
+        marks = dict((key, marked_of_key(key)) for key in dict.fromkeys(keys))
+        if None not in marks.values():
+            return list(map(marks.__getitem__, keys))
+    return marked_names(names)
+
+
 def marked_name(name):
     """(the name with its numbers marked `{#}`, the numbers as written)."""
     return _NUMBER.sub("{#}", name), _NUMBER.findall(name)

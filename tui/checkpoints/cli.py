@@ -33,16 +33,23 @@ def add_commands(commands):
 
 
 class _LocalCheckpoint(object):
-    """A checkpoint on this machine, listed in this process."""
+    """A checkpoint on this machine, read in this process: summarised shard after shard when only
+    the summary is wanted (summary_stream: no listing kept), else listed for its pages."""
 
     def __init__(self, path):
         self.path = path
         self.listing = None
 
-    def inspect(self, sha256=False):
+    def inspect(self, sha256=False, pages=True):
         from remote.checkpoints import listing
 
         try:
+            if not pages:
+                from remote.checkpoints import summary_stream
+
+                found = summary_stream.summary(self.path, sha256=sha256)
+                if found is not None:
+                    return found
             self.listing = listing.open_listing(self.path)
         except listing.report.CheckpointIOError as exc:
             raise _io_error(exc)
@@ -60,7 +67,7 @@ class _HostCheckpoint(object):
         self.path = path
         self.handle = None
 
-    def inspect(self, sha256=False):
+    def inspect(self, sha256=False, pages=True):
         reply = self._call("checkpoint.inspect", {"path": self.path, "sha256": sha256}, 3600)
         self.handle = reply.get("handle")
         return reply
@@ -104,7 +111,7 @@ def _full_report(checkpoint):
 
 def cmd_inspect(args):
     checkpoint = _checkpoint(args, args.path)
-    report = checkpoint.inspect(args.sha256)
+    report = checkpoint.inspect(args.sha256, pages=args.all)
     failed = any(p["level"] == "error" for p in report["problems"])
     # The text views are imported only for text: --json never needs them.
     if args.json:

@@ -1,0 +1,218 @@
+"""A large target's inspect summary in one pass, shard after shard, keeping no listing: what
+`specdeck inspect local:DIR` prints (without --all) where the checkpoint lies.
+
+A Listing (listing.py) keeps every tensor for paging: 140,000 names of a 64-shard MoE target are
+~15 MB of strings before any list. A summary needs only the first page, the name groups and the
+totals, so here each shard's header is read, folded into those and dropped. The shard index is
+checked without being kept either: each shard's names are digested in the index's order
+(index_fast.index_digests) and compared with the digest of the shard's own names, in its header's
+order and sorted (the two orders the common writers use); a name in two shards is found by a set
+of hashes.
+
+Only for what that covers: a directory whose index agrees exactly with the weight files beside
+it, of a target (no drafter's checks). Anything else answers None, and the caller makes a
+Listing, whose summary this one equals in everything but its handle (None: nothing is kept to
+page). Standard library only.
+"""
+
+import os
+from array import array
+from bisect import bisect_left
+from collections import Counter
+from itertools import islice, repeat
+from operator import eq
+
+from . import report
+from .collect import Collected, _check_total_size, _File, _read_file_columns
+from .formats import EAGLE_FORMATS, detect_format
+from .index_fast import ShardWalk, index_digests, name_digest
+from .listing import FIRST_PAGE_TENSORS, MAX_GROUPS, name_groups, tensor_entries
+from .locate import load_json_file, resolve, weight_files_beside_index
+from .problems import CheckpointIOError, name_text
+from .roles import RoleNamer, marked_per_name
+
+# Names detect_format asks about, and prefixes it looks for: one witness of each is enough for it
+# to answer as it does over every name.
+_FORMAT_NAMES = ("model.fc.weight", "draft_id_to_target_id", "fc.weight", "d2t")
+_FORMAT_PREFIXES = ("midlayer.", "layers.", "model.layers.", "model.embed_tokens.", "transformer.", "model.decoder.")
+
+
+class _Spans(object):
+    """What _check_total_size asks of the tensors: the bytes of their spans, added up."""
+
+    def __init__(self, total):
+        self.total = total
+
+    def span_bytes(self):
+        return self.total
+
+
+def summary(path, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=None):
+    """listing.open_listing(path).summary(...) without the listing, or None where this pass cannot
+    answer for the exact path (see the module's text)."""
+    if not os.path.isdir(path):
+        return None
+    layout = resolve(path, [], read_index=False)
+    paths = weight_files_beside_index(layout) if layout.index_path is not None else None
+    if not paths:
+        return None
+    at_label = dict((os.path.relpath(p, layout.root), p) for p in paths)
+    # An index written shard after shard is read beside the shards; any other, by its digests.
+    got = _walked(path, at_label, first_page_tensors)
+    if got is None:
+        got = _digested(path, at_label, first_page_tensors)
+    if got is None:
+        return None
+    got, fold = got
+    hashes = sorted(fold.hashes)
+    if any(map(eq, hashes, islice(hashes, 1, None))):
+        return None  # a name in two shards (or two names of one hash): the exact path says which
+    del hashes
+    layout = got.layout
+    _check_total_size(os.path.basename(layout.index_path), fold.index, _Spans(fold.tensor_bytes), got.problems)
+    got.format = detect_format(fold.format_names, got.config)
+    if got.format in EAGLE_FORMATS:
+        return None  # a drafter's shapes are checked against each other: the listing's path
+    got.dims = {"eagle12": False}
+    namer = RoleNamer(got.format, got.dims)
+    labels = [got.file_label(i) for i in range(len(got.files))]
+    first = tensor_entries(namer, labels, *(list(column) for column in zip(*fold.first))) if fold.first else []
+    result = report.finish_report(got, first, sha256, progress)
+    groups = name_groups(Counter(dict(sorted(fold.combos.items(), key=lambda item: fold.first_name[item[0]]))), namer)
+    result.update({"tensor_count": fold.count, "tensor_bytes": fold.tensor_bytes, "complete": len(first) == fold.count,
+                   "handle": None, "groups": groups[:MAX_GROUPS], "group_count": len(groups)})
+    return result
+
+
+def _started(path):
+    """A Collected as collect() starts one, its index not read (resolve's problems, config.json)."""
+    problems = []
+    layout = resolve(path, problems, read_index=False)
+    got = Collected(path, layout, multi=True)
+    got.problems = problems
+    got.config = load_json_file(layout.config_path, "config.json", problems) if layout.config_path else None
+    return got
+
+
+def _shard(got, fold, at_label, label, check):
+    """Reads the shard `label` into got and fold; false when check(columns) or the fold refuses it."""
+    weight_file = at_label.get(label)
+    if weight_file is None:
+        return False
+    try:
+        columns, size, data_start, file_problems = _read_file_columns(weight_file, name_text(label))
+    except CheckpointIOError:
+        return False
+    if size is None or not columns.spans_are_bytes or not check(columns) or not fold.add(columns, len(got.files)):
+        return False
+    got.problems.extend(file_problems)
+    got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
+    got.file_info.append(_File(weight_file, data_start, size - data_start))
+    got.layout.weight_files.append(weight_file)
+    return True
+
+
+def _walked(path, at_label, first_page_tensors):
+    """(got, fold) with the index read beside the shards (index_fast.ShardWalk), or None."""
+    got, fold = _started(path), _Fold(first_page_tensors)
+    walk = ShardWalk.open(got.layout.index_path)
+    if walk is None:
+        return None
+    try:
+        while True:
+            label = walk.label()
+            if label is None:
+                break
+            if label in fold.taken or not _shard(got, fold, at_label, label, lambda columns: walk.take(label, columns.names)):
+                return None
+            fold.taken.add(label)
+        fold.index = walk.index()
+    finally:
+        walk.close()
+    if fold.index is None or fold.taken != set(at_label):
+        return None  # a file the index does not name
+    return got, fold
+
+
+def _digested(path, at_label, first_page_tensors):
+    """(got, fold) with each shard's names held to its digest in the index, or None."""
+    got = _started(path)
+    digests = index_digests(got.layout.index_path)
+    if digests is None:
+        return None
+    index, by_shard, shard_order = digests
+    if set(at_label) != set(shard_order):
+        return None  # a file the index does not name, or a shard that is not there
+    fold = _Fold(first_page_tensors)
+    fold.index = index
+    for label in shard_order:
+        if not _shard(got, fold, at_label, label, lambda columns: _digest_agrees(columns.names, by_shard[label])):
+            return None
+    return got, fold
+
+
+def _digest_agrees(names, entry):
+    """Whether the index's (count, digest) of a shard is its header's names, in their order or sorted."""
+    count, digest = entry
+    return count == len(names) and (digest == name_digest(names) or digest == name_digest(sorted(names)))
+
+
+class _Fold(object):
+    """The totals, the first page, the name groups and the format's witnesses of the shards so far."""
+
+    def __init__(self, first_page_tensors):
+        self.page = first_page_tensors
+        self.count = 0
+        self.tensor_bytes = 0
+        self.first = []  # (name, dtype, shape, size, file index), the page's smallest names
+        self.combos = Counter()
+        self.first_name = {}  # combo -> its first name in name order
+        self.hashes = array("q")  # every name's hash, 8 bytes a tensor
+        self.format_names = {}
+        self.taken = set()  # the shards read
+        self.index = None  # the index without its weight_map
+
+    def add(self, columns, file_index):
+        """Folds one shard in."""
+        names, count = columns.names, len(columns)
+        order = sorted(range(count), key=names.__getitem__)
+        in_order = list(map(names.__getitem__, order))
+        self.hashes.extend(map(hash, names))  # a name in two shards is looked for once all are read
+        self.count += count
+        self.tensor_bytes += sum(columns.bytes)
+        dtypes = list(map(columns.dtypes.__getitem__, order))
+        shapes = list(map(columns.shapes.__getitem__, order))
+        sizes = list(map(columns.bytes.__getitem__, order))
+        combos = list(zip(marked_per_name(in_order), dtypes, shapes, sizes))
+        self.combos.update(combos)
+        first_name = self.first_name
+        for combo, name in dict(zip(reversed(combos), reversed(in_order))).items():  # each combo's first
+            known = first_name.get(combo)
+            if known is None or name < known:
+                first_name[combo] = name
+        del combos
+        # The page's candidates: this shard's smallest names, below the page's last one once it is full.
+        take = self.page if len(self.first) < self.page else bisect_left(in_order, self.first[-1][0], 0, self.page)
+        if take:
+            page = list(zip(in_order[:take], dtypes, shapes, sizes, repeat(file_index)))
+            self.first = sorted(self.first + page)[:self.page] if self.first else page
+        self._witnesses(in_order, columns, order)
+        return True
+
+    def _witnesses(self, in_order, columns, order):
+        """The names detect_format asks about, and one name of each prefix it looks for."""
+        shapes = self.format_names
+        for name in _FORMAT_NAMES:
+            at = bisect_left(in_order, name)
+            if at < len(in_order) and in_order[at] == name:
+                shapes[name] = columns.shapes[order[at]]
+        for prefix in _FORMAT_PREFIXES:
+            at = bisect_left(in_order, prefix)
+            if at < len(in_order) and in_order[at].startswith(prefix):
+                shapes.setdefault(in_order[at], columns.shapes[order[at]])
+        hidden = [i for i, name in enumerate(in_order) if ".hidden_norm." in name] \
+            if any(map(str.__contains__, in_order, repeat(".hidden_norm."))) else []
+        for at in hidden[:1] + [i for i in hidden if in_order[i].startswith("model.layers.")][:1]:
+            shapes.setdefault(in_order[at], columns.shapes[order[at]])
+        if not shapes and in_order:
+            shapes[in_order[0]] = columns.shapes[order[0]]  # `len(names)` is asked too
