@@ -9,7 +9,6 @@ does not read the headers again. Standard library only.
 """
 
 import os
-import secrets
 from array import array
 from bisect import bisect_left
 import threading
@@ -297,6 +296,8 @@ def open_listing(path):
             if listing.where == where and kept_signature == signature:
                 _KEPT.move_to_end(handle)
                 return listing
+    import secrets  # (a summary made without a listing never needs it)
+
     listing = Listing(collect(path))
     listing.where = where
     listing.handle = secrets.token_hex(8)

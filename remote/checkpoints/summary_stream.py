@@ -184,13 +184,16 @@ class _Fold(object):
         shapes = list(map(columns.shapes.__getitem__, order))
         sizes = list(map(columns.bytes.__getitem__, order))
         combos = list(zip(marked_per_name(in_order), dtypes, shapes, sizes))
-        self.combos.update(combos)
+        shard = Counter(combos)
+        self.combos.update(shard)
         first_name = self.first_name
-        for combo, name in dict(zip(reversed(combos), reversed(in_order))).items():  # each combo's first
-            known = first_name.get(combo)
-            if known is None or name < known:
-                first_name[combo] = name
-        del combos
+        # Each combo's first name, looked for only where this shard's names could come before it.
+        if any(first_name.get(combo, "") >= in_order[0] or combo not in first_name for combo in shard):
+            for combo, name in dict(zip(reversed(combos), reversed(in_order))).items():
+                known = first_name.get(combo)
+                if known is None or name < known:
+                    first_name[combo] = name
+        del combos, shard
         # The page's candidates: this shard's smallest names, below the page's last one once it is full.
         take = self.page if len(self.first) < self.page else bisect_left(in_order, self.first[-1][0], 0, self.page)
         if take:
