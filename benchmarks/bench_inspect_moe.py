@@ -3,7 +3,10 @@
 Side by side on the same header-only shards (tests/checkpoint_fixtures.py, built once and
 cached), each method in its own fresh process so that its peak RSS is its own:
   safetensors   safe_open(shard).keys() + get_slice(k).get_shape()/get_dtype(), every shard
+  ours, one pass remote.checkpoints.summary_stream: shard after shard, no listing kept (what
+                `inspect` without --all runs where the checkpoint lies)
   ours          remote.checkpoints.listing: read, check, group by name pattern, summary + first page
+                (what the daemon keeps for the console's pages)
   ours, paged   the same, then every page of 5,000 tensors (what `inspect --all` does)
   daemon        checkpoint.inspect + every checkpoint.tensors page through the real local agent:
                 the console's and the daemon's peak RSS (skipped when the console cannot start one)
@@ -49,6 +52,11 @@ if method == "safetensors":
                 piece = f.get_slice(key)
                 piece.get_shape(), piece.get_dtype()
                 count += 1
+elif method == "ours-one-pass":
+    from remote.checkpoints import summary_stream
+    summary = summary_stream.summary(directory)
+    assert summary is not None, "the one-pass summary declined"
+    count = summary["tensor_count"]
 elif method in ("ours", "ours-paged"):
     from remote.checkpoints import listing
     kept = listing.open_listing(directory)
@@ -192,7 +200,8 @@ def main(argv=None):
               % ("{:,}".format(facts["tensors"]), "{:,}".format(header_bytes), time.perf_counter() - started))
         run_child("ours", directory)  # warm the page cache for every method alike
         rows = [("safetensors: safe_open keys + get_slice shape/dtype", median_run("safetensors", directory, args.repeat)),
-                ("ours: summary + first page", median_run("ours", directory, args.repeat)),
+                ("ours, one pass: summary + first page (inspect)", median_run("ours-one-pass", directory, args.repeat)),
+                ("ours, listing: summary + first page (the daemon)", median_run("ours", directory, args.repeat)),
                 ("ours: summary + every page", median_run("ours-paged", directory, args.repeat))]
         daemon = None
         if not args.no_daemon:
