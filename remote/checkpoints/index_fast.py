@@ -48,6 +48,19 @@ def _skip_space(data, at):
     return at
 
 
+def _weight_map_start(head):
+    """(where the weight_map's brace is, where its first entry's quote is, the entries' spelling)
+    in the start of an index, or None."""
+    key = head.find(_KEY)
+    colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
+    brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
+    first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
+    if first < 0 or head[first:first + 1] != b'"':
+        return None
+    spelling = _spelling(head, first)
+    return None if spelling is None else (brace, first, spelling)
+
+
 def _spelling(head, first):
     """The spelling of the entries that start at head[first] (a quote), or None."""
     end_name = head.find(b'"', first + 1)
@@ -107,15 +120,10 @@ def agreeing_index(index_path, labels, columns, order):
 
 def _compare(f, labels, starts, columns, order, sorted_names):
     head = f.read(_HEAD_BYTES)
-    key = head.find(_KEY)
-    colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
-    brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
-    first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
-    if first < 0 or head[first:first + 1] != b'"':
+    found = _weight_map_start(head)
+    if found is None:
         return None
-    spelling = _spelling(head, first)
-    if spelling is None:
-        return None
+    brace, first, spelling = found
     first_name = head[first + 1:head.find(b'"', first + 1)].decode("ascii")
     tries = []
     if first_name == columns.names[0]:
@@ -131,6 +139,14 @@ def _compare(f, labels, starts, columns, order, sorted_names):
             break
     else:
         return None
+    index = _without_weight_map(head, brace, tail)
+    return None if index is None else (index, files)
+
+
+def _without_weight_map(head, brace, tail):
+    """The index without its weight_map: the start of the file to the weight_map's brace, and
+    `tail` from the quote that closes its last entry; None when that is not one JSON object with
+    one weight_map, or when the tail is longer than metadata is."""
     if len(tail) > _HEAD_BYTES or tail[:1] != b'"':
         return None
     close = _skip_space(tail, 1)
@@ -139,11 +155,12 @@ def _compare(f, labels, starts, columns, order, sorted_names):
     rest = head[:brace + 1] + tail[close:]
     if b"\\" in rest or rest.count(_KEY) != 1:
         return None  # an escape could spell a second weight_map key
-    index = json.loads(rest.decode("utf-8"))
-    weight_map = index.get("weight_map") if type(index) is dict else None
-    if type(weight_map) is not dict or weight_map:
+    try:
+        index = json.loads(rest.decode("utf-8"))
+    except ValueError:
         return None
-    return index, files
+    weight_map = index.get("weight_map") if type(index) is dict else None
+    return index if type(weight_map) is dict and not weight_map else None
 
 
 def _ascii(text):
@@ -202,15 +219,10 @@ def index_digests(index_path):
 
 def _digests(f):
     head = f.read(_HEAD_BYTES)
-    key = head.find(_KEY)
-    colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
-    brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
-    first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
-    if first < 0 or head[first:first + 1] != b'"':
+    found = _weight_map_start(head)
+    if found is None:
         return None
-    spelling = _spelling(head, first)
-    if spelling is None:
-        return None
+    brace, first, spelling = found
     kv, sep = spelling.kv.encode("ascii"), spelling.sep.encode("ascii")
     hashes, counts = {}, {}
     pending, at, ended = b"", first + 1, None
@@ -233,16 +245,8 @@ def _digests(f):
             piece, pending = text[:cut], text[cut + len(sep):]
         if not _take_entries(piece, kv, sep, hashes, counts):
             return None
-    tail += f.read(_HEAD_BYTES + 1)
-    close = _skip_space(tail, 1)
-    if len(tail) > _HEAD_BYTES or tail[close:close + 1] != b"}":
-        return None
-    rest = head[:brace + 1] + tail[close:]
-    if b"\\" in rest or rest.count(_KEY) != 1:
-        return None
-    index = json.loads(rest.decode("utf-8"))
-    weight_map = index.get("weight_map") if type(index) is dict else None
-    if type(weight_map) is not dict or weight_map:
+    index = _without_weight_map(head, brace, tail + f.read(_HEAD_BYTES + 1))
+    if index is None:
         return None
     shards = list(counts)
     return index, dict((shard, (counts[shard], hashes[shard].digest())) for shard in shards), shards
@@ -304,15 +308,11 @@ class ShardWalk(object):
         except OSError:
             f.close()
             return None
-        key = head.find(_KEY)
-        colon = _skip_space(head, key + len(_KEY)) if key >= 0 else -1
-        brace = _skip_space(head, colon + 1) if colon >= 0 and head[colon:colon + 1] == b":" else -1
-        first = _skip_space(head, brace + 1) if brace >= 0 and head[brace:brace + 1] == b"{" else -1
-        spelling = _spelling(head, first) if first >= 0 and head[first:first + 1] == b'"' else None
-        if spelling is None:
+        found = _weight_map_start(head)
+        if found is None:
             f.close()
             return None
-        return cls(f, head, brace, first, spelling)
+        return cls(f, head, *found)
 
     def close(self):
         self.f.close()
@@ -363,18 +363,6 @@ class ShardWalk(object):
 
     def index(self):
         """The index without its weight_map, once every entry was taken; else None."""
-        tail = self.tail
-        if not self.ended or tail is None or len(tail) > _HEAD_BYTES:
+        if not self.ended or self.tail is None:
             return None
-        close = _skip_space(tail, 1)
-        if tail[close:close + 1] != b"}":
-            return None
-        rest = self.head[:self.brace + 1] + tail[close:]
-        if b"\\" in rest or rest.count(_KEY) != 1:
-            return None
-        try:
-            index = json.loads(rest.decode("utf-8"))
-        except ValueError:
-            return None
-        weight_map = index.get("weight_map") if type(index) is dict else None
-        return index if type(weight_map) is dict and not weight_map else None
+        return _without_weight_map(self.head, self.brace, self.tail)
