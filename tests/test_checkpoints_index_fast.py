@@ -10,6 +10,8 @@ import shutil
 import sys
 
 import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
 
 from remote.checkpoints import collect, listing, locate, summary_stream
 
@@ -164,3 +166,24 @@ def test_a_shard_linked_from_outside_the_directory_goes_to_the_exact_path(target
     fast = everything(directory)
     assert fast == exact(directory, monkeypatch)
     assert any("outside the checkpoint directory" in p["message"] for p in fast[0]["problems"])
+
+
+_NAME_PIECES = ["midlayer.", "layers.0.", "model.layers.1.", "model.", "fc.weight", "d2t", "t2d", "hidden_norm.", ".hidden_norm.",
+                "model.embed_tokens.", "transformer.", "model.decoder.", "draft_id_to_target_id", "model.fc.weight", "weight",
+                "lm_head.", "norm.", "x"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(names=st.lists(st.lists(st.sampled_from(_NAME_PIECES), min_size=1, max_size=4).map("".join), max_size=12, unique=True),
+       config=st.sampled_from([None, {}, {"architectures": ["LlamaForCausalLM"]}, {"architectures": ["LlamaForCausalLMEagle3"]},
+                               {"speculators_config": {}}]))
+@example(names=["d2t.hidden_norm.weight", "model.layers.1.hidden_norm.weight"], config=None)  # the second decides
+@example(names=["layers.0.x", "fc.weight", "midlayer.x"], config={"architectures": ["LlamaForCausalLM"]})
+def test_the_format_told_from_the_decisive_names_alone_is_the_format_of_all(names, config):
+    """The one-pass summary keeps only the names the format is told by (a witness of each thing
+    detect_format asks); over them it must answer as over every name."""
+    from remote.checkpoints.formats import decisive_names, detect_format
+
+    shapes = dict((name, [8, 16] if name.endswith("fc.weight") else [8]) for name in names)
+    kept = dict((name, shapes[name]) for name in decisive_names(sorted(names)))
+    assert detect_format(kept, config) == detect_format(shapes, config)

@@ -36,7 +36,7 @@ def _cap(problems, label):
                                                       count_text(errors)))]
 
 
-class _File(object):
+class FileInfo(object):
     """One weight file as read: where its data section starts and how long it is."""
 
     __slots__ = ("path", "data_start", "data_bytes")
@@ -47,7 +47,7 @@ class _File(object):
         self.data_bytes = data_bytes
 
 
-def _read_file_columns(path, label):
+def read_file_columns(path, label):
     """(TensorColumns, file size, data start, its problems worded under its name) of one file."""
     try:
         columns, file_problems, data_start, size = read_header_columns(path)
@@ -172,7 +172,7 @@ def collect(path):
         if weight_file not in read and _missing(weight_file):
             continue  # named as missing with the tensors the index gives it
         try:
-            columns, size, data_start, file_problems = read.pop(weight_file, None) or _read_file_columns(weight_file, label)
+            columns, size, data_start, file_problems = read.pop(weight_file, None) or read_file_columns(weight_file, label)
         except CheckpointIOError as exc:
             if not multi:
                 raise
@@ -183,13 +183,13 @@ def collect(path):
             size = os.path.getsize(weight_file)
         index = len(got.files)
         got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
-        got.file_info.append(_File(weight_file, data_start, size - (data_start or size)))
+        got.file_info.append(FileInfo(weight_file, data_start, size - (data_start or size)))
         by_file[weight_file] = (index, columns)
         if claims is not None:
             claims.claim(weight_file, columns)
     if agreed is not None:
         got.columns, got.name_order = _in_index_order(agreed, by_file)
-        _check_total_size(os.path.basename(layout.index_path), agreed.index, got.columns, problems)
+        check_total_size(os.path.basename(layout.index_path), agreed.index, got.columns.span_bytes(), problems)
     else:
         got.columns = _select(layout, by_file, problems, claims)
     del by_file, read
@@ -323,15 +323,15 @@ def _select(layout, by_file, problems, claims):
             for name in unlisted[:10]:
                 problems.append(warn("%s holds tensor %r, which %s does not list; loaders that follow the index "
                                      "ignore it" % (name_text(shard), name, index_name)))
-    _check_total_size(index_name, layout.index, selected, problems)
+    check_total_size(index_name, layout.index, selected.span_bytes(), problems)
     return selected
 
 
-def _check_total_size(index_name, index, selected, problems):
+def check_total_size(index_name, index, stored, problems):
+    """A warning when the index's metadata says another total_size than the `stored` bytes."""
     metadata = index.get("metadata")
     total_size = metadata.get("total_size") if isinstance(metadata, dict) else None
     if isinstance(total_size, int) and not isinstance(total_size, bool):
-        stored = selected.span_bytes()
         if total_size != stored:
             problems.append(warn("%s says total_size %s bytes, the tensors it lists add up to %s"
                                  % (index_name, count_text(total_size), count_text(stored))))
@@ -361,7 +361,7 @@ def _agreeing_index(layout, read):
     columns = TensorColumns()
     for file_index, (path, label) in enumerate(zip(paths, labels)):
         try:
-            read[path] = _read_file_columns(path, name_text(label))
+            read[path] = read_file_columns(path, name_text(label))
         except CheckpointIOError:
             return None
         columns.extend(read[path][0], file_index)

@@ -6,6 +6,7 @@ Works on names, shapes and config dicts only. Standard library only, Python 3.9+
 """
 
 import re
+from bisect import bisect_left
 from itertools import repeat
 
 FORMATS = ("specforge", "speculators", "eagle", "vllm", "hf", "unknown")
@@ -59,6 +60,37 @@ def _any_starts(names, prefix):
     return any(map(str.startswith, names, repeat(prefix)))
 
 
+# What detect_format asks of the names, every one: the names it looks for, the prefixes, and the
+# part of a name it looks inside them for. decisive_names keeps one witness of each.
+_ASKED_NAMES = ("model.fc.weight", "draft_id_to_target_id", "fc.weight", "d2t")
+_HF_PREFIXES = ("model.layers.", "model.embed_tokens.", "transformer.", "model.decoder.")
+_ASKED_PREFIXES = ("midlayer.", "layers.") + _HF_PREFIXES
+_HIDDEN_NORM = ".hidden_norm."
+
+
+def decisive_names(sorted_names):
+    """The names of a sorted list that detect_format's answer over all of them depends on: each
+    name it looks for, the first name of each prefix it looks for, the first holding a hidden
+    norm (and the first of those under model.layers.), and at least one name. detect_format over
+    only these (with their shapes) answers as it does over every name."""
+    found = [name for name in _ASKED_NAMES if _in_sorted(sorted_names, name)]
+    for prefix in _ASKED_PREFIXES:
+        at = bisect_left(sorted_names, prefix)
+        if at < len(sorted_names) and sorted_names[at].startswith(prefix):
+            found.append(sorted_names[at])
+    if any(map(str.__contains__, sorted_names, repeat(_HIDDEN_NORM))):
+        hidden = [name for name in sorted_names if _HIDDEN_NORM in name]
+        found += hidden[:1] + [name for name in hidden if name.startswith("model.layers.")][:1]
+    if not found and sorted_names:
+        found.append(sorted_names[0])
+    return list(dict.fromkeys(found))
+
+
+def _in_sorted(sorted_names, name):
+    at = bisect_left(sorted_names, name)
+    return at < len(sorted_names) and sorted_names[at] == name
+
+
 def detect_format(shapes, config):
     """One of FORMATS, from tensor names (a dict of name -> shape) and config.json (dict or None)."""
     names = shapes
@@ -72,13 +104,13 @@ def detect_format(shapes, config):
             return "eagle"
         return "specforge"
     eagle_marks = ("model.fc.weight" in names or "draft_id_to_target_id" in names
-                   or (any(map(str.__contains__, names, repeat(".hidden_norm.")))
-                       and any(n.startswith("model.layers.") and ".hidden_norm." in n for n in names)))
+                   or (any(map(str.__contains__, names, repeat(_HIDDEN_NORM)))
+                       and any(n.startswith("model.layers.") and _HIDDEN_NORM in n for n in names)))
     if eagle_marks:
         return "vllm"
     if "fc.weight" in names and _any_starts(names, "layers."):
         return "eagle" if is_eagle12(shapes) else "speculators"
-    if _any_starts(names, ("model.layers.", "model.embed_tokens.", "transformer.", "model.decoder.")) \
+    if _any_starts(names, _HF_PREFIXES) \
             or (archs and len(names)):
         return "hf"
     return "unknown"

@@ -23,29 +23,13 @@ from itertools import islice, repeat
 from operator import eq
 
 from . import report
-from .collect import Collected, _check_total_size, _File, _read_file_columns
-from .formats import EAGLE_FORMATS, detect_format
+from .collect import Collected, FileInfo, check_total_size, read_file_columns
+from .formats import EAGLE_FORMATS, decisive_names, detect_format
 from .index_fast import ShardWalk, index_digests, name_digest
 from .listing import FIRST_PAGE_TENSORS, MAX_GROUPS, name_groups, tensor_entries
 from .locate import load_json_file, resolve, weight_files_beside_index
 from .problems import CheckpointIOError, name_text
 from .roles import RoleNamer, marked_per_name
-
-# Names detect_format asks about, and prefixes it looks for: one witness of each is enough for it
-# to answer as it does over every name.
-_FORMAT_NAMES = ("model.fc.weight", "draft_id_to_target_id", "fc.weight", "d2t")
-_FORMAT_PREFIXES = ("midlayer.", "layers.", "model.layers.", "model.embed_tokens.", "transformer.", "model.decoder.")
-
-
-class _Spans(object):
-    """What _check_total_size asks of the tensors: the bytes of their spans, added up."""
-
-    def __init__(self, total):
-        self.total = total
-
-    def span_bytes(self):
-        return self.total
-
 
 def summary(path, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=None):
     """listing.open_listing(path).summary(...) without the listing, or None where this pass cannot
@@ -69,7 +53,7 @@ def summary(path, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=
         return None  # a name in two shards (or two names of one hash): the exact path says which
     del hashes
     layout = got.layout
-    _check_total_size(os.path.basename(layout.index_path), fold.index, _Spans(fold.tensor_bytes), got.problems)
+    check_total_size(os.path.basename(layout.index_path), fold.index, fold.tensor_bytes, got.problems)
     got.format = detect_format(fold.format_names, got.config)
     if got.format in EAGLE_FORMATS:
         return None  # a drafter's shapes are checked against each other: the listing's path
@@ -100,14 +84,14 @@ def _shard(got, fold, at_label, label, check):
     if weight_file is None:
         return False
     try:
-        columns, size, data_start, file_problems = _read_file_columns(weight_file, name_text(label))
+        columns, size, data_start, file_problems = read_file_columns(weight_file, name_text(label))
     except CheckpointIOError:
         return False
     if size is None or not columns.spans_are_bytes or not check(columns) or not fold.add(columns, len(got.files)):
         return False
     got.problems.extend(file_problems)
     got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
-    got.file_info.append(_File(weight_file, data_start, size - data_start))
+    got.file_info.append(FileInfo(weight_file, data_start, size - data_start))
     got.layout.weight_files.append(weight_file)
     return True
 
@@ -203,19 +187,7 @@ class _Fold(object):
         return True
 
     def _witnesses(self, in_order, columns, order):
-        """The names detect_format asks about, and one name of each prefix it looks for."""
-        shapes = self.format_names
-        for name in _FORMAT_NAMES:
-            at = bisect_left(in_order, name)
-            if at < len(in_order) and in_order[at] == name:
-                shapes[name] = columns.shapes[order[at]]
-        for prefix in _FORMAT_PREFIXES:
-            at = bisect_left(in_order, prefix)
-            if at < len(in_order) and in_order[at].startswith(prefix):
-                shapes.setdefault(in_order[at], columns.shapes[order[at]])
-        hidden = [i for i, name in enumerate(in_order) if ".hidden_norm." in name] \
-            if any(map(str.__contains__, in_order, repeat(".hidden_norm."))) else []
-        for at in hidden[:1] + [i for i in hidden if in_order[i].startswith("model.layers.")][:1]:
-            shapes.setdefault(in_order[at], columns.shapes[order[at]])
-        if not shapes and in_order:
-            shapes[in_order[0]] = columns.shapes[order[0]]  # `len(names)` is asked too
+        """The names detect_format's answer depends on (formats.decisive_names), with their shapes."""
+        for name in decisive_names(in_order):
+            if name not in self.format_names:
+                self.format_names[name] = columns.shapes[order[bisect_left(in_order, name)]]
