@@ -137,8 +137,9 @@ def test_recycled_pid_is_not_taken_for_the_job(agent_home, client):
     run_path = agent_home / "jobs" / job["id"] / "run.json"
     run = json.loads(run_path.read_text())
     # Pretend the supervisor's pid now belongs to another process: same pid, other start time.
-    os.kill(run["pid"], signal.SIGKILL)
+    # The supervisor goes first: killed after its job, it could still write how the job ended.
     os.kill(run["supervisor_pid"], signal.SIGKILL)
+    os.kill(run["pid"], signal.SIGKILL)
     run["supervisor_pid"] = os.getpid()
     run_path.write_text(json.dumps(run))
     assert job_state(client, job["id"])["state"] == "lost"
