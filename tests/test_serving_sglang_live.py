@@ -41,7 +41,10 @@ def test_an_sglang_server_job_and_an_attached_url(client, tmp_path):
 
         # The same server by URL, no log: its gauges, each the latest value with its age.
         url = "http://127.0.0.1:%d" % port
-        attached = json.loads(run_cli("spec", "local", "--url", url, "--json", check=0).stdout)
+        # Its settings come from its server info, read beside the first scrape: waited for.
+        attached = wait_for(lambda: (lambda reply: reply if reply.get("speculative") else None)(
+            json.loads(run_cli("spec", "local", "--url", url, "--json", check=0).stdout)), 30,
+            message="the attached server's settings")
         assert attached["reading"] == "latest" and attached["source"] == "gauges" and attached["window_s"] is None
         assert attached["accept_length"] == 3.4 and attached["draft_acceptance_rate"] == 0.6
         assert attached["gauges"]["age_s"] is not None and "windows" not in attached

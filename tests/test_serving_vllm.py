@@ -50,9 +50,10 @@ class Served:
         return self.client.call("serving.stats", {"id": self.job["id"], "window_s": window_s})
 
     def read_since_burst(self):
-        """Wait until the sampler has read the server after the last burst ended (its reads are
-        a second apart, later on a busy machine)."""
-        wait_for(lambda: (self.stats().get("time") or 0) > self.last_request_at, 30)
+        """Wait until the sampler has read the server a second after the last burst ended (its
+        reads are a second apart, later on a busy machine; the engine counts a request's last
+        step a moment after its reply)."""
+        wait_for(lambda: (self.stats().get("time") or 0) > self.last_request_at + 1.0, 30)
 
     def log(self):
         return self.client.call("jobs.tail", {"id": self.job["id"], "offset": 0, "max_bytes": 1024 * 1024})["text"]

@@ -9,6 +9,10 @@ order), is made from the headers' names and compared with the file's bytes a blo
 object per entry. The index agrees exactly when the bytes are equal, the rest of the file (its
 metadata) parses as JSON with one weight_map, and no string holds a character JSON would escape.
 
+For a summary that keeps no listing (summary_stream.py) the same index is read as it streams:
+ShardWalk compares it shard by shard beside the shards' headers, and index_digests gives each
+shard's count and a digest of its names in the index's order, a block at a time.
+
 Anything else (another order or spelling, an escape, a name in two shards, a shard the index
 does not name) answers None, and the exact path (locate.resolve_index and collect's claims)
 reads the index and words what is wrong. Standard library only.

@@ -4,10 +4,11 @@
 A Listing (listing.py) keeps every tensor for paging: 140,000 names of a 64-shard MoE target are
 ~15 MB of strings before any list. A summary needs only the first page, the name groups and the
 totals, so here each shard's header is read, folded into those and dropped. The shard index is
-checked without being kept either: each shard's names are digested in the index's order
-(index_fast.index_digests) and compared with the digest of the shard's own names, in its header's
-order and sorted (the two orders the common writers use); a name in two shards is found by a set
-of hashes.
+checked without being kept either: written shard after shard (each in its header's order), it is
+read beside the shards and compared with the text their names make (index_fast.ShardWalk); in any
+other order, each shard's names are digested in the index's order (index_fast.index_digests) and
+compared with the digest of the shard's own names, in its header's order or sorted (as
+transformers writes it). A name in two shards is found among the names' hashes, 8 bytes a tensor.
 
 Only for what that covers: a directory whose index agrees exactly with the weight files beside
 it, of a target (no drafter's checks). Anything else answers None, and the caller makes a
@@ -30,6 +31,7 @@ from .listing import FIRST_PAGE_TENSORS, MAX_GROUPS, name_groups, tensor_entries
 from .locate import load_json_file, resolve, weight_files_beside_index
 from .problems import CheckpointIOError, name_text
 from .roles import RoleNamer, marked_per_name
+
 
 def summary(path, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=None):
     """listing.open_listing(path).summary(...) without the listing, or None where this pass cannot
@@ -157,7 +159,7 @@ class _Fold(object):
         self.index = None  # the index without its weight_map
 
     def add(self, columns, file_index):
-        """Folds one shard in."""
+        """Folds one shard in (true: the caller's check is the only one that refuses a shard)."""
         names, count = columns.names, len(columns)
         order = sorted(range(count), key=names.__getitem__)
         in_order = list(map(names.__getitem__, order))
@@ -179,7 +181,12 @@ class _Fold(object):
                     first_name[combo] = name
         del combos, shard
         # The page's candidates: this shard's smallest names, below the page's last one once it is full.
-        take = self.page if len(self.first) < self.page else bisect_left(in_order, self.first[-1][0], 0, self.page)
+        if not self.page:
+            take = 0
+        elif len(self.first) < self.page:
+            take = self.page
+        else:
+            take = bisect_left(in_order, self.first[-1][0], 0, self.page)
         if take:
             page = list(zip(in_order[:take], dtypes, shapes, sizes, repeat(file_index)))
             self.first = sorted(self.first + page)[:self.page] if self.first else page

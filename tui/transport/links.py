@@ -136,13 +136,37 @@ def _read_line(sock, timeout_s, buffer=b""):
 
 def _greeted(sock, timeout_s=GREETING_TIMEOUT_S):
     """Wait (briefly) for the keeper's greeting; a keeper that refuses us says so instead.
-    Returns what came after the greeting (the answer to a request sent before it came)."""
-    greeting, rest = _read_line(sock, timeout_s)
+    Returns what came after the greeting (the answer to a request sent before it came).
+
+    A keeper that has not greeted in `timeout_s` is left alone when it is stopped (SIGSTOP, a
+    debugger) or this system cannot tell; one that is running, only slow (a laptop whose cores
+    are busy), is given KEEPER_START_S more: else the command would link by itself, and the
+    keeper, holding nothing, would end."""
+    try:
+        greeting, rest = _read_line(sock, timeout_s)
+    except KeeperStuck:
+        if _peer_stopped(sock) is not False:
+            raise
+        greeting, rest = _read_line(sock, KEEPER_START_S)
     if greeting.get("keeper") == "hello":
         return rest
     if greeting.get("ok") is False:
         raise error_from(greeting.get("error") or {})
     raise KeeperGone("the link keeper did not greet")
+
+
+def _peer_stopped(sock):
+    """Whether the process at the socket's other end is stopped: True or False, or None where
+    this system cannot tell (no SO_PEERCRED, no /proc)."""
+    import struct
+
+    try:
+        pid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+        with open("/proc/%d/stat" % pid) as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (AttributeError, OSError, IndexError, ValueError, struct.error):
+        return None
+    return state in ("T", "t")
 
 
 def _send(sock, message):
