@@ -115,36 +115,58 @@ def agreeing_index(index_path, labels, columns, order):
     sorted_names = list(map(names.__getitem__, order))
     if any(map(eq, sorted_names, islice(sorted_names, 1, None))):
         return None  # a name in two files: JSON keeps the last of a key written twice
+    ends = starts[1:] + [len(names)]
+    names_of = dict((label, names[start:end]) for label, start, end in zip(labels, starts, ends))
+    walked = walk_shards(index_path, names_of.get)
+    if walked is not None and len(walked[1]) == len(labels):
+        index, walk_order = walked
+        at = dict((label, i) for i, label in enumerate(labels))
+        return index, [at[label] for label in walk_order]
     try:
         with open_regular(index_path) as f:
-            return _compare(f, labels, starts, columns, order, sorted_names)
+            return _sorted_compare(f, labels, columns, order, sorted_names)
     except (OSError, ValueError):  # UnicodeDecodeError is a ValueError
         return None
 
 
-def _compare(f, labels, starts, columns, order, sorted_names):
+def walk_shards(index_path, names_of):
+    """(the index without its weight_map, its shards in its order) when it is written shard after
+    shard, each in its header's order, every shard's names being names_of(label) (None: no such
+    shard); else None. A shard named twice is refused (ShardWalk)."""
+    walk = ShardWalk.open(index_path)
+    if walk is None:
+        return None
+    order = []
+    try:
+        while True:
+            label = walk.label()
+            if label is None:
+                break
+            names = None if label in order else names_of(label)
+            if names is None or not walk.take(label, names):
+                return None
+            order.append(label)
+        index = walk.index()
+    finally:
+        walk.close()
+    return None if index is None else (index, order)
+
+
+def _sorted_compare(f, labels, columns, order, sorted_names):
+    """What agreeing_index answers for an index with every name sorted (as transformers writes it)."""
     head = f.read(_HEAD_BYTES)
     found = _weight_map_start(head)
     if found is None:
         return None
     brace, first, spelling = found
-    first_name = head[first + 1:head.find(b'"', first + 1)].decode("ascii")
-    tries = []
-    if first_name == columns.names[0]:
-        tries.append((lambda: _by_file(labels, starts, columns.names, spelling), list(range(len(labels)))))
-    if first_name == sorted_names[0]:
-        sorted_files = list(map(columns.file_indexes.__getitem__, order))
-        tries.append((lambda: _by_name(sorted_names, sorted_files, labels, spelling),
-                      list(dict.fromkeys(file_index for file_index, _ in groupby(sorted_files)))))
-    for blocks, files in tries:
-        f.seek(first + 1)
-        if all(f.read(len(expected)) == expected for expected in map(_ascii, blocks())):
-            tail = f.read(_HEAD_BYTES + 1)
-            break
-    else:
+    if head[first + 1:head.find(b'"', first + 1)].decode("ascii") != sorted_names[0]:
         return None
-    index = _without_weight_map(head, brace, tail)
-    return None if index is None else (index, files)
+    sorted_files = list(map(columns.file_indexes.__getitem__, order))
+    f.seek(first + 1)
+    if not all(f.read(len(expected)) == expected for expected in map(_ascii, _by_name(sorted_names, sorted_files, labels, spelling))):
+        return None
+    index = _without_weight_map(head, brace, f.read(_HEAD_BYTES + 1))
+    return None if index is None else (index, list(dict.fromkeys(file_index for file_index, _ in groupby(sorted_files))))
 
 
 def _without_weight_map(head, brace, tail):
@@ -169,18 +191,6 @@ def _without_weight_map(head, brace, tail):
 
 def _ascii(text):
     return text.encode("ascii")
-
-
-def _by_file(labels, starts, names, spelling):
-    """The weight_map's text file after file, each in its header's order, a block at a time."""
-    kv, sep = spelling.kv, spelling.sep
-    ends = starts[1:] + [len(names)]
-    for file_index, (begin, end) in enumerate(zip(starts, ends)):
-        joint = kv + labels[file_index] + sep
-        for start in range(begin, end, _BLOCK_ENTRIES):
-            stop = min(start + _BLOCK_ENTRIES, end)
-            text = joint.join(names[start:stop]) + (joint if stop < end else kv + labels[file_index])
-            yield text + sep if stop == end and file_index + 1 < len(labels) else text
 
 
 def _by_name(sorted_names, sorted_files, labels, spelling):

@@ -5,7 +5,7 @@ A Listing (listing.py) keeps every tensor for paging: 140,000 names of a 64-shar
 ~15 MB of strings before any list. A summary needs only the first page, the name groups and the
 totals, so here each shard's header is read, folded into those and dropped. The shard index is
 checked without being kept either: written shard after shard (each in its header's order), it is
-read beside the shards and compared with the text their names make (index_fast.ShardWalk); in any
+read beside the shards and compared with the text their names make (index_fast.walk_shards); in any
 other order, each shard's names are digested in the index's order (index_fast.index_digests) and
 compared with the digest of the shard's own names, in its header's order or sorted (as
 transformers writes it). A name in two shards is found among the names' hashes, 8 bytes a tensor.
@@ -26,7 +26,7 @@ from operator import eq
 from . import report
 from .collect import Collected, FileInfo, check_total_size, read_file_columns
 from .formats import EAGLE_FORMATS, decisive_names, detect_format
-from .index_fast import ShardWalk, index_digests, name_digest
+from .index_fast import index_digests, name_digest, walk_shards
 from .listing import FIRST_PAGE_TENSORS, MAX_GROUPS, name_groups, tensor_entries
 from .locate import load_json_file, resolve, weight_files_beside_index
 from .problems import CheckpointIOError, name_text
@@ -80,43 +80,38 @@ def _started(path):
     return got
 
 
-def _shard(got, fold, at_label, label, check):
-    """Reads the shard `label` into got and fold; false when check(columns) or the fold refuses it."""
+def _shard(got, fold, at_label, label, check=None):
+    """The columns of the shard `label`, read into got and fold; None when it is not there, when
+    check(columns) is false, or when it is not read by the fast paths."""
     weight_file = at_label.get(label)
     if weight_file is None:
-        return False
+        return None
     try:
         columns, size, data_start, file_problems = read_file_columns(weight_file, name_text(label))
     except CheckpointIOError:
-        return False
-    if size is None or not columns.spans_are_bytes or not check(columns) or not fold.add(columns, len(got.files)):
-        return False
+        return None
+    if size is None or not columns.spans_are_bytes or (check is not None and not check(columns)):
+        return None
+    fold.add(columns, len(got.files))
     got.problems.extend(file_problems)
     got.files.append({"path": os.path.abspath(weight_file), "bytes": size})
     got.file_info.append(FileInfo(weight_file, data_start, size - data_start))
     got.layout.weight_files.append(weight_file)
-    return True
+    return columns
 
 
 def _walked(path, at_label, first_page_tensors):
-    """(got, fold) with the index read beside the shards (index_fast.ShardWalk), or None."""
+    """(got, fold) with the index read beside the shards (index_fast.walk_shards), or None."""
     got, fold = _started(path), _Fold(first_page_tensors)
-    walk = ShardWalk.open(got.layout.index_path)
-    if walk is None:
-        return None
-    try:
-        while True:
-            label = walk.label()
-            if label is None:
-                break
-            if label in fold.taken or not _shard(got, fold, at_label, label, lambda columns: walk.take(label, columns.names)):
-                return None
-            fold.taken.add(label)
-        fold.index = walk.index()
-    finally:
-        walk.close()
-    if fold.index is None or fold.taken != set(at_label):
+
+    def names_of(label):
+        columns = _shard(got, fold, at_label, label)
+        return None if columns is None else columns.names
+
+    walked = walk_shards(got.layout.index_path, names_of)
+    if walked is None or set(walked[1]) != set(at_label):
         return None  # a file the index does not name
+    fold.index = walked[0]
     return got, fold
 
 
@@ -132,7 +127,7 @@ def _digested(path, at_label, first_page_tensors):
     fold = _Fold(first_page_tensors)
     fold.index = index
     for label in shard_order:
-        if not _shard(got, fold, at_label, label, lambda columns: _digest_agrees(columns.names, by_shard[label])):
+        if _shard(got, fold, at_label, label, lambda columns: _digest_agrees(columns.names, by_shard[label])) is None:
             return None
     return got, fold
 
@@ -155,11 +150,10 @@ class _Fold(object):
         self.first_name = {}  # combo -> its first name in name order
         self.hashes = array("q")  # every name's hash, 8 bytes a tensor
         self.format_names = {}
-        self.taken = set()  # the shards read
         self.index = None  # the index without its weight_map
 
     def add(self, columns, file_index):
-        """Folds one shard in (true: the caller's check is the only one that refuses a shard)."""
+        """Folds one shard in."""
         names, count = columns.names, len(columns)
         order = sorted(range(count), key=names.__getitem__)
         in_order = list(map(names.__getitem__, order))
@@ -191,7 +185,6 @@ class _Fold(object):
             page = list(zip(in_order[:take], dtypes, shapes, sizes, repeat(file_index)))
             self.first = sorted(self.first + page)[:self.page] if self.first else page
         self._witnesses(in_order, columns, order)
-        return True
 
     def _witnesses(self, in_order, columns, order):
         """The names detect_format's answer depends on (formats.decisive_names), with their shapes."""
