@@ -78,7 +78,7 @@ def decisive_names(sorted_names):
         at = bisect_left(sorted_names, prefix)
         if at < len(sorted_names) and sorted_names[at].startswith(prefix):
             found.append(sorted_names[at])
-    if any(map(str.__contains__, sorted_names, repeat(_HIDDEN_NORM))):
+    if _HIDDEN_NORM in "\n".join(sorted_names):  # one search rather than one call a name
         hidden = [name for name in sorted_names if _HIDDEN_NORM in name]
         found += hidden[:1] + [name for name in hidden if name.startswith("model.layers.")][:1]
     if not found and sorted_names:

@@ -4,8 +4,8 @@ whole header checked in a few passes over lists instead of a few dozen operation
 Two parsers, each answering None as soon as anything is unusual, so that the exact parser
 (header_json) and the entry-by-entry checks (header_checks) word what is wrong:
 - canonical: the compact spelling safetensors itself writes (`{"__metadata__":{...},"w":{"dtype":
-  "BF16","shape":[4,8],"data_offsets":[0,64]},...}`), matched by one regular expression that
-  must cover the header exactly;
+  "BF16","shape":[4,8],"data_offsets":[0,64]},...}`), cut at its fixed strings, each piece then
+  checked (the offsets of tensors that tile the data section as the one text their sizes spell);
 - plain: any other spelling, through the C JSON parser.
 Both end in check_columns, which checks dtypes and shapes once per distinct value and sizes
 and offsets as whole lists. Standard library only, Python 3.9+.
@@ -65,12 +65,33 @@ def _entry_pieces(body, first):
     raw = "".join(names).encode("utf-8")
     if len(raw.translate(None, _NOT_IN_PLAIN_STRING)) != len(raw):
         return None
-    # Each offsets piece came after a kind, each kind after a name: the pieces are in the order
-    # the compact spelling has them, and nothing else lies between them.
-    offsets_text = "\n".join(offsets)
-    if not all(map(_KIND.fullmatch, set(kinds))) or not _OFFSETS.fullmatch(offsets_text):
+    # Each kind came after a name (its mark says so); the offsets pieces are checked by the caller.
+    if not all(map(_KIND.fullmatch, set(kinds))):
         return None
-    return names, kinds, offsets_text.replace("\n" + _OFFSETS_MARK, ",")[1:].split(",")
+    return names, kinds, "\n".join(offsets)
+
+
+def _tiled_offsets_text(ends):
+    """The offsets pieces, joined as _entry_pieces joins them, of tensors that tile the data
+    section in header order and end at `ends`: `\1B,E` each, every begin the end before it."""
+    count = len(ends)
+    spelled = list(map(str, ends))
+    parts = [None] * (4 * count)
+    parts[0::4] = ["\n" + _OFFSETS_MARK] * count
+    parts[0] = _OFFSETS_MARK
+    parts[1::4] = ["0"] + spelled[:-1]
+    parts[2::4] = [","] * count
+    parts[3::4] = spelled
+    return "".join(parts)
+
+
+def _offsets(offsets_text):
+    """(begins, ends) as ints from offsets pieces, or None unless each piece is `\1B,E` with B and
+    E integers spelled as serde reads them, in the order the compact spelling has them."""
+    if not _OFFSETS.fullmatch(offsets_text):
+        return None
+    texts = offsets_text.replace("\n" + _OFFSETS_MARK, ",")[1:].split(",")
+    return list(map(int, texts[0::2])), list(map(int, texts[1::2]))
 
 
 def parse_canonical(text, data_bytes):
@@ -95,9 +116,8 @@ def parse_canonical(text, data_bytes):
     found = _entry_pieces(body, first)
     if found is None:
         return None
-    names, kinds, offsets = found
-    begin_texts, end_texts = offsets[0::2], offsets[1::2]
-    del found, offsets
+    names, kinds, offsets_text = found
+    del found
     if "__metadata__" in names or len(set(names)) != len(names):
         return None
     of_kind = {}  # `\0BF16","shape":[4,8` -> (dtype, shape, bytes it needs)
@@ -118,14 +138,16 @@ def parse_canonical(text, data_bytes):
     dtypes, shapes, sizes = list(map(itemgetter(0), described)), list(map(itemgetter(1), described)), \
         list(map(itemgetter(2), described))
     del described
-    ends = list(map(int, end_texts))
-    # Tiled in header order (the common case: each begin spelled as the end before it), every end
-    # is the sum of the sizes before it: the offsets are checked as whole lists, and the begins
-    # are the ends shifted (canonical integers are equal exactly when their spellings are).
-    if (begin_texts[0] == "0" and begin_texts[1:] == end_texts[:-1] and ends[-1] == data_bytes
-            and ends == list(accumulate(sizes))):
+    # Tiled in header order (the common case), every end is the sum of the sizes up to it and
+    # every begin the end before it: the offsets text is then exactly the one those sums spell
+    # (canonical integers are equal exactly when their spellings are), made and compared whole.
+    ends = list(accumulate(sizes))
+    if ends[-1] == data_bytes and offsets_text == _tiled_offsets_text(ends):
         return TensorColumns(names, dtypes, shapes, sizes, [0] + ends[:-1], ends, spans_are_bytes=True), []
-    return check_columns(names, dtypes, shapes, list(map(int, begin_texts)), ends, data_bytes)
+    offsets = _offsets(offsets_text)
+    if offsets is None:
+        return None
+    return check_columns(names, dtypes, shapes, offsets[0], offsets[1], data_bytes)
 
 
 # ---------------------------------------------------------------------------------------------

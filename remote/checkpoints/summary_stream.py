@@ -17,6 +17,7 @@ page). Standard library only.
 """
 
 import os
+import struct
 from array import array
 from bisect import bisect_left
 from collections import Counter
@@ -148,32 +149,35 @@ class _Fold(object):
         self.first = []  # (name, dtype, shape, size, file index), the page's smallest names
         self.combos = Counter()
         self.first_name = {}  # combo -> its first name in name order
-        self.hashes = array("q")  # every name's hash, 8 bytes a tensor
+        self.hashes = array("d")  # every name's hash, 8 bytes a tensor
         self.format_names = {}
         self.index = None  # the index without its weight_map
 
     def add(self, columns, file_index):
         """Folds one shard in."""
         names, count = columns.names, len(columns)
+        dtypes, shapes, sizes = columns.dtypes, columns.shapes, columns.bytes
         order = sorted(range(count), key=names.__getitem__)
         in_order = list(map(names.__getitem__, order))
-        self.hashes.extend(map(hash, names))  # a name in two shards is looked for once all are read
+        # A name in two shards is looked for once all are read, among the names' hashes as
+        # doubles (which sort fastest): two names share one only by a chance of about n^2/2^54,
+        # and that sends the summary to the exact path, which tells.
+        self.hashes.frombytes(struct.pack("%dd" % count, *map(hash, names)))
         self.count += count
-        self.tensor_bytes += sum(columns.bytes)
-        dtypes = list(map(columns.dtypes.__getitem__, order))
-        shapes = list(map(columns.shapes.__getitem__, order))
-        sizes = list(map(columns.bytes.__getitem__, order))
-        combos = list(zip(marked_per_name(in_order), dtypes, shapes, sizes))
-        shard = Counter(combos)
+        self.tensor_bytes += sum(sizes)
+        marked = marked_per_name(names)
+        shard = Counter(zip(marked, dtypes, shapes, sizes))
         self.combos.update(shard)
         first_name = self.first_name
         # Each combo's first name, looked for only where this shard's names could come before it.
         if any(first_name.get(combo, "") >= in_order[0] or combo not in first_name for combo in shard):
-            for combo, name in dict(zip(reversed(combos), reversed(in_order))).items():
+            combos = list(zip(marked, dtypes, shapes, sizes))
+            for combo, name in dict(zip(map(combos.__getitem__, reversed(order)), reversed(in_order))).items():
                 known = first_name.get(combo)
                 if known is None or name < known:
                     first_name[combo] = name
-        del combos, shard
+            del combos
+        del marked, shard
         # The page's candidates: this shard's smallest names, below the page's last one once it is full.
         if not self.page:
             take = 0
@@ -182,7 +186,7 @@ class _Fold(object):
         else:
             take = bisect_left(in_order, self.first[-1][0], 0, self.page)
         if take:
-            page = list(zip(in_order[:take], dtypes, shapes, sizes, repeat(file_index)))
+            page = [(names[i], dtypes[i], shapes[i], sizes[i], file_index) for i in order[:take]]
             self.first = sorted(self.first + page)[:self.page] if self.first else page
         self._witnesses(in_order, columns, order)
 
