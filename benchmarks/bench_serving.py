@@ -48,7 +48,7 @@ def delay_and_cpu():
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     from remote.serving import metrics
     from tests.helpers.cli import daemon_pid, stop_daemon
-    from tests.test_serving_metrics import MetricsServer
+    from tests.helpers.metrics import MetricsServer
     from tui.transport.connection import open_client
 
     server = MetricsServer()
