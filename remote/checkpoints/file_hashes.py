@@ -2,7 +2,6 @@
 one hashing routine (remote/core/hashing.py). Standard library only, Python 3.9+.
 """
 
-import hashlib
 import os
 import time
 
@@ -34,6 +33,8 @@ def sha256_file(path, progress=None, block_bytes=HASH_BLOCK_BYTES):
     progress(done_bytes, total_bytes, path) is called at most every PROGRESS_INTERVAL_S and
     once at the end.
     """
+    import hashlib  # here: a command that only lists a checkpoint never loads OpenSSL
+
     try:
         total = os.path.getsize(path)
         done = [0, time.monotonic()]

@@ -18,7 +18,6 @@ does not name) answers None, and the exact path (locate.resolve_index and collec
 reads the index and words what is wrong. Standard library only.
 """
 
-import hashlib
 import json
 import os
 import re
@@ -216,6 +215,8 @@ _BODY_END = re.compile(rb'"[ \t\n\r]*\}')
 
 def name_digest(names):
     """What a sequence of names is compared by: sha256 of each name and a newline."""
+    import hashlib  # here: an index in the shards' own order needs no digest, nor OpenSSL's load (~4 ms)
+
     return hashlib.sha256(("\n".join(names) + "\n").encode("utf-8")).digest() if names else hashlib.sha256().digest()
 
 
@@ -280,6 +281,8 @@ def _take_entries(piece, kv, sep, hashes, counts):
     joined = b"".join(names) + b"".join(shard[1:] for shard in distinct)
     if not joined.isascii() or len(joined.translate(None, _ESCAPED)) != len(joined):
         return False  # a quote, an escape or a control character
+    import hashlib
+
     for shard in dict.fromkeys(shards):  # each shard first in the order the index names them
         label = shard[1:].decode("ascii")
         if label not in counts:

@@ -3,7 +3,6 @@ each other: every draft id lands on a target id inside the vocabulary that t2d m
 marks no other. Standard library only, Python 3.9+.
 """
 
-import hashlib
 import operator
 import struct
 
@@ -92,4 +91,6 @@ def check_vocab_maps(d2t, t2d, dims, display, problems):
         elif kept > len(distinct):
             stray = next(i for i, flag in enumerate(flags) if flag and i not in distinct)
             problems.append(err("%s is true at target id %d, which no draft id maps to" % (t2d_name, stray)))
+    import hashlib  # a drafter's maps only: a target's listing never loads OpenSSL
+
     return hashlib.sha256(d2t_raw + b"|" + t2d_raw).hexdigest()

@@ -3,7 +3,6 @@
 through one reusable buffer, so hashing a 2.4 GB file costs a few MiB of memory and keeps up
 with `sha256sum` (benchmarks/bench_sha256.py)."""
 
-import hashlib
 import os
 
 from .regular_files import open_regular
@@ -49,4 +48,6 @@ def hash_file(path, hasher, limit=None, progress=None, stop=None, buf=None):
 
 def sha256_file(path, progress=None, block_bytes=BLOCK_BYTES):
     """Hex sha256 of a whole file; `progress(n)` as for hash_file."""
+    import hashlib  # when hashing: a command that only lists a checkpoint never loads OpenSSL
+
     return hash_file(path, hashlib.sha256(), progress=progress, buf=bytearray(block_bytes)).hexdigest()
