@@ -116,10 +116,13 @@ def vllm_ab(requests=8, max_tokens=64):
     os.environ["SPECDECK_HOME"] = tempfile.mkdtemp()
     client = open_client("local")
     port = 18731
+    # The same prompts to the job and to the plain client below (the job's own set has long-context
+    # prompts that the tiny target's 512-token window cannot hold).
+    prompts = [bench.BUILTIN_PROMPTS[i % len(bench.BUILTIN_PROMPTS)] for i in range(requests)]
     try:
         job = client.call("serving.bench", {"target": models["target"], "drafter": models["drafter_agree"], "k": 3, "port": port,
                                             "python": python, "env": serving_fixtures.SERVER_ENV, "engine_args": serving_fixtures.ENGINE_ARGS,
-                                            "requests": requests, "max_tokens": max_tokens}, timeout=120)
+                                            "requests": requests, "max_tokens": max_tokens, "prompts": prompts}, timeout=120)
         while True:
             job = client.call("jobs.get", {"id": job["id"]})
             if job["process_state"] not in ("running", "starting"):
@@ -142,7 +145,6 @@ def vllm_ab(requests=8, max_tokens=64):
                 if process.poll() is not None:
                     raise SystemExit("vLLM died while starting")
                 time.sleep(0.5)
-            prompts = [bench.BUILTIN_PROMPTS[i % len(bench.BUILTIN_PROMPTS)] for i in range(requests)]
             serving_fixtures.complete(url, models["target"], prompts[0], bench.WARMUP_TOKENS)  # as the job warms up
             tokens, elapsed_s = 0, 0.0
             for prompt in prompts:
