@@ -41,6 +41,8 @@ import sys
 from remote.core.records import replace_file
 from remote.core.windows import parse_duration
 
+from .places import config_path
+
 
 
 def toml_reader():
@@ -71,11 +73,6 @@ LONG_DOTTED_KEY = re.compile(r"(?<![A-Za-z0-9_-])(?:%s[ \t]*\.[ \t]*){%d,}" % (_
 
 class ConfigError(Exception):
     """The config file exists but cannot be used: one line naming the file (and the key)."""
-
-
-def config_path():
-    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return os.path.join(base, "specdeck", "config.toml")
 
 
 def shown_path(path):

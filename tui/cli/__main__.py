@@ -1,8 +1,3 @@
-import sys
+from .entry import run
 
-from .main import COMMAND_NAMES, exit_now, main
-
-code = main()
-if sys.argv[1:2] and sys.argv[1] in COMMAND_NAMES:
-    exit_now(code)
-sys.exit(code)
+run()

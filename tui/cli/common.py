@@ -1,4 +1,4 @@
-"""What every command shares: the one-line error, connecting, --json output, HOST:PATH, logging.
+"""What every command shares: the one-line error, connecting, --json output, HOST:PATH.
 
 Errors go through one place, `failure()`: one line on stderr (`specdeck: ...`), or with --json
 one JSON object on stderr, `{"error": {"type": ..., "message": ...}}`, and the exit code the
@@ -11,13 +11,10 @@ HostKeyRevoked, HostKeyUnknown, AuthenticationRefused), or UsageError.
 A verdict, wherever a command prints one in JSON, has one shape: `{"status", "message"}`
 (remote/checkpoints/verdicts.py).
 
-Logging: warnings (a malformed frame from the agent, paramiko's own tracebacks) go to
-specdeck.log under $XDG_STATE_HOME/specdeck (default ~/.local/state/specdeck); -v also prints
-the client's info on stderr, -vv everything including paramiko's.
+Logging (where warnings go, -v and -vv) is tui/logs.py.
 """
 
 import json
-import logging
 import os
 import re
 import sys
@@ -218,62 +215,6 @@ def guard_terminal(as_json):
         stream = getattr(sys, name)
         if stream is not None and not isinstance(stream, TerminalStream):
             setattr(sys, name, TerminalStream(stream, as_json))
-
-
-def log_path():
-    from ..transport.keeper_socket import state_dir
-
-    return os.path.join(state_dir(), "specdeck.log")
-
-
-class _QuietParamiko(logging.Filter):
-    """paramiko logs each failed handshake as a traceback: only for -vv on stderr."""
-
-    def filter(self, record):
-        return not record.name.startswith("paramiko")
-
-
-class _LogFile(logging.Handler):
-    """The rotating log file, made at its first record: most commands log nothing, and
-    logging.handlers (with socket, pickle, queue) is not worth importing for nothing."""
-
-    def __init__(self, path):
-        super().__init__()
-        self.path = path
-        self.file = None
-
-    def emit(self, record):
-        if self.file is None:
-            import logging.handlers
-
-            self.file = logging.handlers.RotatingFileHandler(self.path, maxBytes=1 << 20, backupCount=1, delay=True)
-            self.file.setFormatter(logging.Formatter("%(asctime)s %(process)d %(levelname)s %(name)s: %(message)s"))
-        self.file.handle(record)
-
-    def close(self):
-        if self.file is not None:
-            self.file.close()
-        super().close()
-
-
-def setup_logging(verbosity=0, to_stderr=True):
-    """Warnings to the log file (opened on the first record); -v: info on stderr, -vv: debug."""
-    root = logging.getLogger()
-    root.setLevel(logging.DEBUG if verbosity >= 2 else logging.INFO if verbosity else logging.WARNING)
-    path = log_path()
-    try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        to_file = _LogFile(path)
-        to_file.setLevel(logging.WARNING if not verbosity else logging.DEBUG)
-        root.addHandler(to_file)
-    except OSError:
-        pass  # no writable state directory: logging is not worth failing a command over
-    if to_stderr and verbosity:
-        to_stderr_handler = logging.StreamHandler(sys.stderr)
-        to_stderr_handler.setFormatter(logging.Formatter("specdeck: %(name)s: %(message)s"))
-        if verbosity < 2:
-            to_stderr_handler.addFilter(_QuietParamiko())
-        root.addHandler(to_stderr_handler)
 
 
 def emit(args, value, human):

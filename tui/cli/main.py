@@ -35,30 +35,9 @@ import importlib
 import re
 import sys
 
-from .common import (EXIT_USAGE, agent_python, connection_options, failure, guard_terminal, report_error, setup_logging,
+from .commands import AREAS, COMMAND_NAMES
+from .common import (EXIT_USAGE, agent_python, connection_options, failure, guard_terminal, report_error,
                      split_host_path)
-
-# Each area's module and the commands it adds, in help order. A command imports its own module
-# only: a headless command over a warm link is one round trip plus this process's start, and
-# importing every area's CLI (and building every parser) was most of that start.
-# tests/test_console_cli_errors.py checks this table against what each module adds.
-AREAS = (
-    ("tui.telemetry.cli", ("gpus",)),
-    ("tui.jobs.cli", ("run", "jobs", "logs", "stop", "forget")),
-    ("tui.checkpoints.cli", ("inspect", "compare")),
-    ("tui.downloads.cli", ("download", "verify")),
-    ("tui.serving.cli", ("serve", "spec", "breakeven", "bench", "advise", "coverage")),
-    ("tui.serving.baseline_cli", ("baseline", "doctor")),
-    ("tui.cli.config", ("config",)),
-    ("tui.training.cli", ("train", "curves", "checkpoints")),
-    ("tui.notify.cli", ("notify",)),
-    ("tui.report.cli", ("report",)),
-    ("tui.fleet.cli", ("fleet",)),
-    ("tui.cli.daemon", ("daemon",)),
-    ("tui.cli.links", ("disconnect",)),
-    ("tui.web.cli", ("web",)),
-)
-COMMAND_NAMES = frozenset(name for _, names in AREAS for name in names)
 
 
 HELP = """The console, and every console action as a headless command with --json.
@@ -149,6 +128,18 @@ def build_parser(command=None):
     return parser
 
 
+_BUILT = {}  # an area's module -> its parser (a warm runner builds each once, before its children fork)
+
+
+def area_parser(command):
+    """build_parser(command), made once per area in a process."""
+    module = next(module for module, names in AREAS if command in names)
+    parser = _BUILT.get(module)
+    if parser is None:
+        parser = _BUILT[module] = build_parser(command)
+    return parser
+
+
 def command_parser(parser, name):
     """The sub-parser of command `name` in `parser` (build_parser's)."""
     subparsers = next(action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
@@ -208,7 +199,10 @@ def _ssh_alias(name):
 
 def open_console(argv):
     args = console_parser().parse_args(argv)
-    setup_logging(args.verbose, to_stderr=False)  # the screen is the terminal's: log to the file only
+    from .. import logs
+
+    logs.setup(args.verbose, to_stderr=False)  # the screen is the terminal's: log to the file only
+    logs.installed()  # Textual and the panes log through logging itself: its records go to the file too
     from .. import config
     from ..app import SpecdeckApp
 
@@ -245,12 +239,14 @@ def main(argv=None):
         split = argv.index("--")
         argv, command_argv = argv[:split], argv[split + 1 :]
     Parser.json_errors = "--json" in argv
-    parser = build_parser(argv[0])
+    parser = area_parser(argv[0])
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the command's own usage says what it takes, not the top level's
         command_parser(parser, argv[0]).error("unrecognized arguments: %s" % " ".join(unknown))
     guard_terminal(args.json)  # from here on, no host's text drives the terminal
-    setup_logging(args.verbose)
+    from .. import logs
+
+    logs.setup(args.verbose)
     if args.command == "run":
         args.argv = args.argv + command_argv
     args.after_dashes = command_argv  # serve, bench: the engine's own arguments
@@ -275,9 +271,10 @@ def exit_now(code):
     """End a headless command without the interpreter's teardown (every module and object
     freed one by one: ~15 ms of a warm command's 0.2 s), once what must outlive it is out:
     stdout, stderr, the log file. A thread still working (none of ours is) gets the usual exit."""
-    import logging
     import os
     import threading
+
+    from .. import logs
 
     if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
         sys.exit(code)
@@ -286,7 +283,8 @@ def exit_now(code):
         sys.stderr.flush()
     except (BrokenPipeError, ValueError):  # the reader left (`| head`), or main closed the stream
         pass
-    logging.shutdown()
+    if logs.loaded():
+        logs.installed().shutdown()
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)
 
 

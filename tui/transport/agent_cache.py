@@ -12,12 +12,12 @@ on every read) or missing is no error: the agent is built as before.
 
 import hashlib
 import json
-import logging
 import os
 
+from .. import logs
 from .keeper_socket import not_private
 
-log = logging.getLogger("tui.links")
+log = logs.get("tui.links")
 
 MAX_AGENT_BYTES = 64 << 20
 

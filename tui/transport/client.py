@@ -13,14 +13,15 @@ CLI sends it to a log file, and to stderr with -v: see tui/cli/common.py).
 """
 
 import itertools
-import logging
 import threading
 import time
 
 from remote import PROTOCOL_VERSION
 from remote.core.protocol import FrameReader, ProtocolError, RemoteError, encode
 
-log = logging.getLogger("tui.client")  # the name --verbose lines have always carried
+from .. import logs
+
+log = logs.get("tui.client")  # the name --verbose lines have always carried
 
 HELLO_TIMEOUT_S = 30.0
 # Seconds from the start of one reconnect attempt to the start of the next (the last repeats).

@@ -6,7 +6,6 @@ A dead link is noticed by the client's heartbeat and by TCP_USER_TIMEOUT on our 
 (paramiko's keepalive alone never notices).
 """
 
-import logging
 import os
 import re
 import socket
@@ -32,8 +31,6 @@ def __getattr__(name):
         return getattr(ssh_transport, name)
     raise AttributeError("module %r has no attribute %r" % (__name__, name))
 
-
-log = logging.getLogger("tui.connection")
 
 # While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
 # quickly and tried again, so that a SYN goes out at least every second: the link is used

@@ -61,9 +61,9 @@ def main(argv):
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
-    from ..cli.common import setup_logging
+    from .. import logs
 
-    setup_logging(0, to_stderr=False)
+    logs.setup(0, to_stderr=False)
     # The agent's zipapp is built (tens of ms, mostly zlib, which lets go of the GIL) while the
     # first command's SSH connection is being made, not after it.
     threading.Thread(target=_build_agent, name="keeper-build", daemon=True).start()

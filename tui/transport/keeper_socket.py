@@ -15,11 +15,13 @@ settings, keys, known_hosts and how long links stay): the socket's name is a has
 of this code's version, so an upgraded specdeck never takes a link from an older keeper.
 """
 
-import logging
 import os
 import stat
 
-log = logging.getLogger("tui.links")
+from .. import logs
+from ..places import config_path, state_dir
+
+log = logs.get("tui.links")
 
 MAX_SOCKET_PATH_BYTES = 100  # sun_path holds ~107 bytes
 # In the socket's name: a client and a keeper of another protocol never meet.
@@ -53,12 +55,6 @@ def private_directory(path):
     except OSError as exc:
         return "cannot make it: %s" % (exc.strerror or exc)
     return not_private(path, directory=True)
-
-
-def state_dir():
-    """This machine's specdeck state ($XDG_STATE_HOME/specdeck): the log, the links pointer."""
-    base = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
-    return os.path.join(base, "specdeck")
 
 
 def pointer_path():
@@ -124,7 +120,6 @@ def identity():
     """What one keeper serves: this HOME, this config file, this code."""
     from remote import AGENT_VERSION
 
-    from ..config import config_path
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     text = "\0".join([os.path.expanduser("~"), config_path(), here, AGENT_VERSION, PROTOCOL])

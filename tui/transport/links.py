@@ -20,16 +20,16 @@ or `{"ok": false, "cold": true}` when `warm_only` found no live link. `{"op": "d
 """
 
 import json
-import logging
 import os
 import socket
 import sys
 import time
 
+from .. import logs
 from .client import ConnectError
 from .keeper_socket import socket_path
 
-log = logging.getLogger("tui.links")
+log = logs.get("tui.links")
 
 KEEPER_START_S = 10.0  # a keeper just started has this long to listen, and then to greet
 # A keeper that runs greets at once (a thread's start and one line): one that does not within

@@ -15,12 +15,15 @@ import socket
 from dataclasses import dataclass, field
 from typing import List, Optional
 
+from .. import logs
 from . import known_hosts
 from .client import ConnectError
 
-# paramiko logs a whole traceback when a handshake fails; with no handler configured Python
-# would print it to stderr before our one line. Where logging is set up (tui/cli/common.py)
-# the records still reach its handlers.
+# paramiko logs through logging itself: the log is set up as the command asked before paramiko
+# is loaded (tui/logs.py). A failed handshake is logged as a whole traceback; with no handler
+# configured Python would print it to stderr before our one line, and with one set up the
+# records still reach its handlers.
+logs.installed()
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 CONNECT_TIMEOUT_S = 10.0  # TCP connect, and separately the SSH greeting + key exchange

@@ -36,6 +36,9 @@ from aiohttp import web
 from textual_serve.app_service import AppService
 from textual_serve.server import Server
 
+from .. import logs
+
+logs.installed()  # aiohttp and textual-serve log through logging itself: set up before they log
 log = logging.getLogger("specdeck.web")
 
 COOKIE = "specdeck_web"
