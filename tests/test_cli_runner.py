@@ -41,6 +41,18 @@ def processes(word):
     return found
 
 
+def commands_of(runner):
+    """The runner's children that run a command (its spare, waiting for the next, has /dev/null for stdout)."""
+    running = []
+    for pid in children_of(runner):
+        try:
+            if os.readlink("/proc/%d/fd/1" % pid) != os.devnull:
+                running.append(pid)
+        except OSError:
+            pass
+    return running
+
+
 def children_of(pid):
     found = []
     for entry in os.listdir("/proc"):
@@ -136,10 +148,10 @@ def test_ctrl_c_and_a_killed_command_end_the_child(laptop):
     for end, code in ((signal.SIGINT, 130), (signal.SIGKILL, -signal.SIGKILL)):
         follow = laptop.start("logs", "gpuhost", job, "--follow")
         assert follow.stdout.readline().startswith(b"tick")  # following, from the runner's child
-        [child] = children_of(runner)
+        [child] = commands_of(runner)
         follow.send_signal(end)
         assert follow.wait(30) == code
-        wait_for(lambda: not children_of(runner), 30, message="the child to end with its command")
+        wait_for(lambda: not commands_of(runner), 30, message="the child to end with its command")
         assert not os.path.exists("/proc/%d/stat" % child) or "Z" in Path("/proc/%d/stat" % child).read_text().rsplit(")", 1)[1].split()[0]
         follow.stdout.close()
         follow.stderr.close()

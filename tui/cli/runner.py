@@ -6,7 +6,8 @@ A warm command over a held link is one round trip plus what this laptop does, an
 it did was a fresh interpreter importing the CLI (~45 ms of a 2-core laptop's CPU, twice that
 with its cores busy). Handed to the runner (tui/cli/runner_client.py), the command's own process
 imports next to nothing and the child starts with everything loaded, as Mercurial's chg or
-Android's zygote do. The runner is single-threaded, so a fork of it holds no other thread's lock.
+Android's zygote do; a child is forked ahead and takes the next command off the socket itself.
+The runner is single-threaded, so a fork of it holds no other thread's lock.
 
 Its socket is the keeper's with `.run` added (a directory only this user can open; every peer is
 checked with SO_PEERCRED as well). A headless command run in its own process starts a runner
@@ -14,11 +15,12 @@ when a keeper listens and no runner does (tui/cli/entry.py); the runner ends wit
 (whose lock it finds free), after its children. A request from another interpreter, or under
 another locale or time zone, is answered `no`: that command runs in its own process.
 
-A child's client that goes away (killed, or its terminal closed) gets its child a SIGTERM; the
-client passes SIGINT, SIGTERM, SIGHUP and SIGQUIT on. Standard library only.
+A child whose client goes away (killed, or its terminal closed) ends with SIGTERM; the client
+passes SIGINT, SIGTERM, SIGHUP and SIGQUIT on. Standard library only.
 """
 
 import fcntl
+import gc
 import io
 import marshal
 import os
@@ -28,10 +30,12 @@ import socket
 import struct
 import sys
 import threading
+import time
 
 from .runner_client import FORWARDED_SIGNALS, LOCALE_VARIABLES
 
-CHECK_S = 1.0  # how often the runner looks for its keeper and reaps its children
+CHECK_S = 1.0  # how often the runner looks for its keeper
+SPARE_AFTER_S = 0.2  # the next spare, once one took a command that has not ended yet
 REQUEST_TIMEOUT_S = 2.0
 MAX_REQUEST_BYTES = 16 << 20
 WATCHED = select.POLLRDHUP | select.POLLHUP | select.POLLERR
@@ -65,6 +69,9 @@ def main(argv):
         return 0  # another runner serves this keeper
     keeper_lock = open(keeper_path + ".lock", "a")
     _load()
+    # What is loaded now is never collected: a child's collections then leave the shared pages
+    # alone instead of writing to every object's header in them (a copy of each page, per child).
+    gc.freeze()
     try:
         os.unlink(path)  # a killed runner's socket
     except FileNotFoundError:
@@ -109,60 +116,70 @@ def keeper_gone(keeper_lock):
 
 
 class Runner(object):
+    """The parent: keeps one child forked ahead (the spare), which takes the next command off the
+    socket itself (no fork between a command and its start), reaps its children, and ends once
+    its keeper has, after them."""
+
     def __init__(self, listener, keeper_lock, lock):
         self.listener = listener
         self.keeper_lock = keeper_lock
         self.lock = lock  # this runner's own: a child holding it on would keep the next runner out
-        self.children = {}  # pid -> our copy of its client's connection (until it is reaped)
-        self.poll = select.poll()
-        self.poll.register(listener, select.POLLIN)
+        self.children = set()  # not yet reaped, the spare among them
+        self.spare = None
+        self.spare_due = 0.0  # when the next spare is forked (monotonic)
+        self.taken_r, self.taken_w = os.pipe()  # the spare writes a byte here once it took a command
         self.locale = {name: os.environ.get(name) for name in LOCALE_VARIABLES}
+        # A child's end wakes the loop (its byte on this pipe), so the next spare follows at once.
+        self.woken_r, self.woken_w = os.pipe()
+        os.set_blocking(self.woken_w, False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.woken_w)
 
     def serve(self):
         ending = False
+        watch = select.poll()
+        watch.register(self.taken_r, select.POLLIN)
+        watch.register(self.woken_r, select.POLLIN)
         while not ending or self.children:
-            for fd, events in self.poll.poll(CHECK_S * 1000):
-                if fd == self.listener.fileno():
-                    if not ending:
-                        self.accept()
-                else:
-                    self.client_left(fd)
+            now = time.monotonic()
+            if not ending and self.spare is None and now >= self.spare_due:
+                self.spare = self.fork_spare()
+            wait_s = CHECK_S if self.spare is not None or ending else max(0.0, min(CHECK_S, self.spare_due - now))
+            for fd, _ in watch.poll(wait_s * 1000):
+                os.read(fd, 512)
+                if fd == self.taken_r:
+                    # Not forked at once: a fork would take CPU from the command just taken. The
+                    # next spare comes when a command ends, or SPARE_AFTER_S after one was taken.
+                    self.spare, self.spare_due = None, time.monotonic() + SPARE_AFTER_S
             self.reap()
             if not ending and keeper_gone(self.keeper_lock):
                 ending = True
-                self.poll.unregister(self.listener)
                 self.listener.close()
+                if self.spare is not None:
+                    os.kill(self.spare, signal.SIGTERM)  # idle, in accept(): it holds no command
 
-    def accept(self):
+    def fork_spare(self):
         try:
-            conn, _ = self.listener.accept()
-        except OSError:
-            return
-        fds = []
-        try:
-            peer = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-            if struct.unpack("3i", peer)[1] != os.getuid():
-                conn.close()
-                return
-            conn.settimeout(REQUEST_TIMEOUT_S)
-            request, fds = _read_request(conn)
-            why = self.refusal(request, fds)
-            if why:
-                conn.sendall(b"no " + why.encode() + b"\n")
-                conn.close()
-                return
             pid = os.fork()
+        except OSError:
+            return None  # tried again after CHECK_S
+        if pid == 0:
+            self.spare_child()
+        self.children.add(pid)
+        return pid
+
+    def reap(self):
+        while self.children:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
             if pid == 0:
-                self.child(conn, fds, request)
-            conn.sendall(b"pid %d\n" % pid)
-        except (OSError, ValueError, EOFError, TypeError, KeyError):
-            conn.close()
-            return
-        finally:
-            for fd in fds:
-                os.close(fd)
-        self.children[pid] = conn
-        self.poll.register(conn, WATCHED)
+                return
+            self.children.discard(pid)
+            if pid == self.spare:
+                self.spare = None
+            self.spare_due = 0.0  # a command ended (or the spare did): the next spare now
 
     def refusal(self, request, fds):
         if len(fds) != 3:
@@ -173,68 +190,75 @@ class Runner(object):
             return "locale"
         return None
 
-    def client_left(self, fd):
-        """A child's client went away: its child is sent SIGTERM (until reaped, the pid is its)."""
-        for pid, conn in self.children.items():
-            if conn.fileno() == fd:
-                self.poll.unregister(fd)
-                try:
-                    os.kill(pid, signal.SIGTERM)
-                except OSError:
-                    pass
-                return
-
-    def reap(self):
-        while self.children:
-            try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if pid == 0:
-                return
-            conn = self.children.pop(pid, None)
-            if conn is not None:
-                try:
-                    self.poll.unregister(conn)
-                except KeyError:
-                    pass
-                conn.close()
-
-    def child(self, conn, fds, request):
-        """In the forked child: become the command's process, run it, say its exit code."""
-        code = 1
+    def spare_child(self):
+        """In a forked child: take the next command, become its process, run it, say its exit code."""
+        code = 0
         try:
-            for held in [self.listener, self.keeper_lock, self.lock] + list(self.children.values()):
+            signal.set_wakeup_fd(-1)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            for held in (self.keeper_lock, self.lock):
                 held.close()
-            for name in FORWARDED_SIGNALS + ("SIGCHLD",):
-                signal.signal(getattr(signal, name), signal.SIG_DFL)
-            signal.signal(signal.SIGINT, signal.default_int_handler)
-            for target, fd in enumerate(fds):
-                os.dup2(fd, target)
-            for fd in set(fds) - {0, 1, 2}:
+            for fd in (self.taken_r, self.woken_r, self.woken_w):
                 os.close(fd)
-            os.environ.clear()
-            os.environ.update(request["env"])
-            _set_streams(request["streams"])
-            conn.settimeout(None)
-            if _read_exactly(conn, 3) != b"go\n":
-                os._exit(0)  # the command gave up waiting: it runs in its own process, not here too
-            try:
-                os.chdir(request["cwd"])
-            except OSError as exc:
-                sys.stderr.write("specdeck: cannot work in %s: %s\n" % (request["cwd"], exc.strerror or exc))
-                sys.stderr.flush()
-                code = 2
-            else:
-                sys.argv = ["specdeck"] + request["argv"]
-                code = _run(request["argv"])
+            conn, _ = self.listener.accept()
+            os.write(self.taken_w, b"t")
+            os.close(self.taken_w)
+            self.listener.close()
+            peer = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+            if struct.unpack("3i", peer)[1] == os.getuid():
+                conn.settimeout(REQUEST_TIMEOUT_S)
+                request, fds = _read_request(conn)
+                why = self.refusal(request, fds)
+                if why:
+                    conn.sendall(b"no " + why.encode() + b"\n")
+                else:
+                    conn.sendall(b"pid %d\n" % os.getpid())
+                    code = _command(conn, fds, request)
         except BaseException:
             code = 1
-        try:
-            conn.sendall(b"exit %d\n" % code)
-        except OSError:
-            pass
         os._exit(code)
+
+
+def _command(conn, fds, request):
+    """Be the command's process (its descriptors, environment, streams and directory) once its
+    client says go, run it, and send its exit code."""
+    for name in FORWARDED_SIGNALS + ("SIGCHLD",):
+        signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    for fd in set(fds) - {0, 1, 2}:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request["env"])
+    _set_streams(request["streams"])
+    conn.settimeout(None)
+    if _read_exactly(conn, 3) != b"go\n":
+        return 0  # the command gave up waiting: it runs in its own process, not here too
+    threading.Thread(target=_end_when_left, args=(conn,), name="runner-client", daemon=True).start()
+    try:
+        os.chdir(request["cwd"])
+    except OSError as exc:
+        sys.stderr.write("specdeck: cannot work in %s: %s\n" % (request["cwd"], exc.strerror or exc))
+        sys.stderr.flush()
+        code = 2
+    else:
+        sys.argv = ["specdeck"] + request["argv"]
+        code = _run(request["argv"])
+    try:
+        conn.sendall(b"exit %d\n" % code)
+    except OSError:
+        pass
+    return code
+
+
+def _end_when_left(conn):
+    """The command's client went away (killed, or its terminal closed): the command ends too."""
+    watch = select.poll()
+    watch.register(conn, WATCHED)
+    watch.poll()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _read_request(conn):
