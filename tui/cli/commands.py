@@ -22,3 +22,6 @@ AREAS = (
     ("tui.web.cli", ("web",)),
 )
 COMMAND_NAMES = frozenset(name for _, names in AREAS for name in names)
+# Run in their own process, never by the warm runner (tui/cli/runner.py): the web console is a
+# long-lived server of its own.
+OWN_PROCESS = frozenset(["web"])

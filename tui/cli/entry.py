@@ -7,10 +7,7 @@ Nothing is imported before that choice but the command table and the runner's cl
 
 import sys
 
-from .commands import COMMAND_NAMES
-
-# Run in their own process: the web console is a long-lived server of its own.
-OWN_PROCESS = frozenset(["web"])
+from .commands import COMMAND_NAMES, OWN_PROCESS
 
 
 def run():

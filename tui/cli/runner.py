@@ -98,7 +98,7 @@ def _load():
 
     from ..transport import connection, links  # noqa: F401
     from . import main as cli
-    from .entry import OWN_PROCESS
+    from .commands import OWN_PROCESS
 
     for _, names in cli.AREAS:
         if not OWN_PROCESS.intersection(names):
