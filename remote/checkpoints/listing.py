@@ -15,6 +15,7 @@ import threading
 from collections import Counter, OrderedDict
 from itertools import repeat
 
+from ..core.heap import keep_large_blocks
 from . import report
 from .collect import collect
 from .roles import RoleNamer, digit_keys, marked_names, marked_of_key, pattern_text
@@ -289,6 +290,7 @@ def _signature(path):
 def open_listing(path):
     """The listing of the checkpoint at `path`: kept from before when nothing there changed,
     else read now and kept under a new handle."""
+    keep_large_blocks()
     where = os.path.abspath(path)
     signature = _signature(where)
     with _KEPT_LOCK:

@@ -24,6 +24,7 @@ from collections import Counter
 from itertools import islice, repeat
 from operator import eq
 
+from ..core.heap import keep_large_blocks
 from . import report
 from .collect import Collected, FileInfo, check_total_size, read_file_columns
 from .formats import EAGLE_FORMATS, decisive_names, detect_format
@@ -39,6 +40,7 @@ def summary(path, first_page_tensors=FIRST_PAGE_TENSORS, sha256=False, progress=
     answer for the exact path (see the module's text)."""
     if not os.path.isdir(path):
         return None
+    keep_large_blocks()
     layout = resolve(path, [], read_index=False)
     paths = weight_files_beside_index(layout) if layout.index_path is not None else None
     if not paths:
