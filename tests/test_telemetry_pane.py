@@ -68,6 +68,12 @@ async def test_alert_rings_the_bell_and_what_fired_unseen_is_shown_on_connect(ag
             await wait_until(pilot, lambda: any("GPU 0: memory" in n.message and "full for" in n.message for n in app._notifications),
                              message="what fired while nobody watched, in a notification")
             assert any(n.title == "while nobody watched" for n in app._notifications)
+            # A toast of several lines (alerts, a failed connection and what to do): each line is
+            # cleaned of a host's controls, and the lines show one under the other.
+            app.notify(["GPU 1: \x1b[2Jcleared", "press r to try again"], title="two lines", markup=False)
+            await wait_until(pilot, lambda: any(n.title == "two lines" for n in app._notifications), message="the toast")
+            [toast] = [n for n in app._notifications if n.title == "two lines"]
+            assert toast.message == "GPU 1: \\x1b[2Jcleared\npress r to try again"
             await wait_until(pilot, lambda: client.call("telemetry.alerts", {"unseen": True})["alerts"] == [], message="marked seen")
             # A new one while connected rings again.
             rung = len(bells)

@@ -28,7 +28,6 @@ from textual.screen import ModalScreen
 from textual.widgets import TabbedContent, TabPane
 from textual.worker import Worker, WorkerState
 
-from . import display
 from .connecting import HostConnections
 from .checkpoints.pane import TensorsPane
 from .downloads.pane import DownloadsPane
@@ -151,11 +150,6 @@ class SpecdeckApp(HostConnections, DesktopAlerts, PaneHost):
         if pane_class is FleetPane:
             return FleetPane(links=self.links, current=self.current)
         return pane_class()
-
-    def notify(self, message, *, title="", **kwargs):
-        """Every toast, from every pane: a host's text in it (a job name, an error line, an
-        alert's reason) shows its controls as escapes, never as what they would do."""
-        return super().notify(display.safe_text(message), title=display.safe_text(title), **kwargs)
 
     def on_mount(self):
         self.set_interval(1.0, self._show_rtt)

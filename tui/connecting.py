@@ -57,8 +57,8 @@ class HostConnections:
         self._show_rtt()
         if message.state == "failed":
             reason = message.detail.get("error") or "the connection failed"
-            next_step = "" if "press r" in reason else "\npress r to try again"
-            self.notify(reason + next_step, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
+            lines = [reason] if "press r" in reason else [reason, "press r to try again"]
+            self.notify(lines, title="cannot connect to %s" % self.host, severity="error", timeout=15, markup=False)
         self.refresh_bindings()
 
     def on_client_ready(self, message: ClientReady):

@@ -7,6 +7,7 @@ are another, so they run the same mechanism."""
 from textual.app import App
 from textual.widgets import TabbedContent, TabPane
 
+from . import display
 from .host.model import HostModel
 from .host.records import Connection
 from .messages import JobEvents, JobEventsEnded, OpenCheckpoint
@@ -20,6 +21,13 @@ class PaneHost(App):
     def __init__(self, client=None, **kwargs):
         super().__init__(**kwargs)
         self.model = HostModel(self, client)
+
+    def notify(self, message, *, title="", **kwargs):
+        """Every toast, from every pane: a host's text in it (a job name, an error line, an
+        alert's reason) shows its controls as escapes, never as what they would do. A list is
+        the toast's lines: each is cleaned, and they show one under the other."""
+        lines = [message] if isinstance(message, str) else message
+        return super().notify("\n".join(map(display.safe_text, lines)), title=display.safe_text(title), **kwargs)
 
     @property
     def client(self):

@@ -386,6 +386,6 @@ class GpusPane(Pane):
         titles = {alert.get("title") or alert_title(alert) for alert in alerts[-6:]}
         title = "while nobody watched" if missed else titles.pop() if len(titles) == 1 else "alerts"
         self.app.bell()
-        self.notify("\n".join(lines), title=title, severity="warning", timeout=30 if missed else 15, markup=False)
+        self.notify(lines, title=title, severity="warning", timeout=30 if missed else 15, markup=False)
         until = max(max(a["fired_at"], a.get("ended_at") or 0) for a in alerts)
         self.request("telemetry.alerts_seen", {"until": until}, title="alerts")
