@@ -12,7 +12,7 @@ at most one round trip over `ssh HOST true`, warm under 0.25 s at 150 ms.
 
 test_headless_busy (`-k busy`): at 150 ms, quiet and then with a busy loop on every core of
 this machine (a laptop compiling something), `ssh HOST true`, `specdeck jobs HOST` cold and warm
-interleaved in the same run (one of each per round), best and median of the rounds, the ratio
+(the installed `specdeck` script, as a user runs it) interleaved in the same run (one of each per round), best and median of the rounds, the ratio
 to `ssh HOST true` printed and the targets (cold within one round trip of ssh true, warm at
 most 0.2 s) checked. Beside each cold command: the CPU seconds of the command and of the keeper
 it started (their sum is what busy cores make slower).
@@ -157,8 +157,11 @@ def test_headless_busy(sshd, tmp_path, host_python, host_user):
             env = dict(os.environ, HOME=str(home))
             env.pop("SSH_AUTH_SOCK", None)
             ssh = ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "gpuhost", "true"]
-            cli_env = dict(env, PYTHONPATH=str(REPO_ROOT), XDG_RUNTIME_DIR=str(runtime_dir))
-            cli = [sys.executable, "-m", "tui.cli", "jobs", "gpuhost", "--python", host_python, "--json"]
+            cli_env = dict(env, XDG_RUNTIME_DIR=str(runtime_dir))
+            # `specdeck` as a user runs it: the script that `pip install` put beside this interpreter.
+            script = Path(sys.executable).with_name("specdeck")
+            assert script.exists(), "no %s: install the project first (pip install -e .)" % script
+            cli = [str(script), "jobs", "gpuhost", "--python", host_python, "--json"]
 
             def timed(argv, run_env):
                 t0 = time.perf_counter()

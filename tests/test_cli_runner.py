@@ -25,8 +25,9 @@ from tests.helpers.waits import wait_for
 RAN_WARM = "tui.runner: run by the warm runner"
 
 
-def processes(word):
-    """pid -> parent pid of the live processes whose command line holds `word`."""
+def processes(*words):
+    """pid -> parent pid of the live processes whose command line holds every one of `words`
+    (one that ends while it is read is not live)."""
     found = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
@@ -36,7 +37,7 @@ def processes(word):
             stat = Path("/proc", entry, "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if word.encode() in cmdline and stat[0] != "Z":
+        if all(str(word).encode() in cmdline for word in words) and stat[0] != "Z":
             found[int(entry)] = int(stat[1])
     return found
 
@@ -89,7 +90,7 @@ class Laptop:
     def runner(self):
         """The pid of this laptop's runner, once it listens."""
         def listening():
-            mine = [pid for pid in processes("tui.cli.runner") if str(self.runtime_dir).encode() in Path("/proc", str(pid), "cmdline").read_bytes()]
+            mine = list(processes("tui.cli.runner", self.runtime_dir))
             sockets = list((self.runtime_dir / "specdeck").glob("*.sock.run")) if (self.runtime_dir / "specdeck").exists() else []
             return mine[0] if mine and sockets else None
         return wait_for(listening, 30, message="the runner to listen")
@@ -104,8 +105,7 @@ def laptop(sshd, tmp_path, host_python):
     yield user
     for pid in keeper_pids(runtime_dir):
         os.kill(pid, signal.SIGKILL)
-    wait_for(lambda: not [pid for pid in processes("tui.cli.runner") if str(runtime_dir).encode() in Path("/proc", str(pid), "cmdline").read_bytes()],
-             30, message="the runner to end with its keeper")
+    wait_for(lambda: not processes("tui.cli.runner", runtime_dir), 30, message="the runner to end with its keeper")
 
 
 def test_a_warm_command_runs_in_the_runner_as_it_would_in_its_own_process(laptop, tmp_path):
@@ -132,12 +132,20 @@ def test_a_warm_command_runs_in_the_runner_as_it_would_in_its_own_process(laptop
     assert [dict(reply, handle=None) for reply in listed] == [dict(listed[1], handle=None)] * 2 and RAN_WARM in warm.stderr
 
 
-def test_another_locale_runs_the_command_in_its_own_process(laptop):
-    laptop.runner()
+def test_the_installed_script_runs_warm_and_another_locale_in_its_own_process(laptop):
+    runner = laptop.runner()
     result = laptop.cli("jobs", "gpuhost", "--json", "-v", LC_ALL="C")
     assert result.returncode == 0, result.stderr
     assert RAN_WARM not in result.stderr
     assert RAN_WARM in laptop.cli("jobs", "gpuhost", "--json", "-v").stderr
+    # `specdeck` as pip installed it, its interpreter named as pip wrote it (`python3`, where this
+    # runner was started as `python`): the same interpreter, run warm.
+    script = Path(sys.executable).with_name("specdeck")
+    installed = subprocess.run([str(script)] + laptop.argv("jobs", "gpuhost", "--json", "-v")[3:], capture_output=True, text=True,
+                               timeout=120, env=laptop.env(), cwd=str(REPO_ROOT))
+    assert installed.returncode == 0, installed.stderr
+    assert "%s (%d)" % (RAN_WARM, runner) in installed.stderr
+    assert json.loads(installed.stdout) == json.loads(laptop.cli("jobs", "gpuhost", "--json").stdout)
 
 
 def test_ctrl_c_and_a_killed_command_end_the_child(laptop):

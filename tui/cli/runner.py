@@ -115,6 +115,17 @@ def keeper_gone(keeper_lock):
     return True
 
 
+def same_interpreter(executable, prefix):
+    """Whether a command's interpreter is the runner's: the same binary (`python` and `python3`
+    of one environment are two names of it) in the same environment."""
+    if prefix != sys.prefix or not isinstance(executable, str):
+        return False
+    try:
+        return executable == sys.executable or os.path.samefile(executable, sys.executable)
+    except OSError:
+        return False
+
+
 class Runner(object):
     """The parent: keeps one child forked ahead (the spare), which takes the next command off the
     socket itself (no fork between a command and its start), reaps its children, and ends once
@@ -184,7 +195,7 @@ class Runner(object):
     def refusal(self, request, fds):
         if len(fds) != 3:
             return "stdio"
-        if request.get("executable") != sys.executable:
+        if not same_interpreter(request.get("executable"), request.get("prefix")):
             return "interpreter"
         if request.get("locale") != self.locale:
             return "locale"
@@ -236,7 +247,8 @@ def _command(conn, fds, request):
     conn.settimeout(None)
     if _read_exactly(conn, 3) != b"go\n":
         return 0  # the command gave up waiting: it runs in its own process, not here too
-    threading.Thread(target=_end_when_left, args=(conn,), name="runner-client", daemon=True).start()
+    sys.executable = request["executable"]  # `python3` where the runner was started as `python`: the same binary
+    _end_when_left(conn)
     try:
         os.chdir(request["cwd"])
     except OSError as exc:
@@ -254,7 +266,24 @@ def _command(conn, fds, request):
 
 
 def _end_when_left(conn):
-    """The command's client went away (killed, or its terminal closed): the command ends too."""
+    """When the command's client goes away (killed, or its terminal closed), the command ends too:
+    the kernel sends this process SIGTERM as the client's end closes (O_ASYNC, with F_SETSIG
+    naming the signal), which the client never otherwise does before the exit code is sent. No
+    thread watches: one would be a start and a hand-over of the GIL in every command, each a
+    wait on busy cores. Where F_SETSIG is missing (not Linux), a thread does watch."""
+    if not hasattr(fcntl, "F_SETSIG"):
+        threading.Thread(target=_watch, args=(conn,), name="runner-client", daemon=True).start()
+        return
+    fcntl.fcntl(conn, fcntl.F_SETOWN, os.getpid())
+    fcntl.fcntl(conn, fcntl.F_SETSIG, signal.SIGTERM)
+    fcntl.fcntl(conn, fcntl.F_SETFL, fcntl.fcntl(conn, fcntl.F_GETFL) | os.O_ASYNC)
+    watch = select.poll()
+    watch.register(conn, WATCHED)
+    if watch.poll(0):  # gone before the signal was asked for
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _watch(conn):
     watch = select.poll()
     watch.register(conn, WATCHED)
     watch.poll()

@@ -42,7 +42,7 @@ def request(argv):
     """What the runner is told: everything of this process that the command's outcome depends on."""
     streams = [(stream.encoding, stream.errors, stream.line_buffering) if stream is not None else None
                for stream in (sys.stdin, sys.stdout, sys.stderr)]
-    return {"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable,
+    return {"argv": list(argv), "env": dict(os.environ), "cwd": os.getcwd(), "executable": sys.executable, "prefix": sys.prefix,
             "streams": streams, "locale": {name: os.environ.get(name) for name in LOCALE_VARIABLES}}
 
 
