@@ -38,14 +38,17 @@ def _connect():
         return None
 
 
-def _read_line(sock):
-    """The first line from the socket and whatever came after it."""
+def _read_line(sock, deadline):
+    """The first line from the socket and whatever came after it, by `deadline` (socket.timeout
+    after it; a daemon that accepts and says nothing must not hold the relay)."""
     buffer = b""
     while b"\n" not in buffer:
+        sock.settimeout(max(0.01, deadline - time.monotonic()))
         chunk = sock.recv(65536)
         if not chunk:
             raise ConnectionError("daemon closed the connection before its hello")
         buffer += chunk
+    sock.settimeout(None)
     line, _, rest = buffer.partition(b"\n")
     return line, rest
 
@@ -71,17 +74,25 @@ def connect_daemon(start=True):
             _start_daemon()
             sock = _connect()
         if sock is not None:
-            line, rest = _read_line(sock)
-            hello = decode(line)
-            if hello.get("build") == own_build:
-                return sock, line, rest
-            if not start:
+            try:
+                line, rest = _read_line(sock, deadline)
+                hello = decode(line)
+                build = hello.get("build") if isinstance(hello, dict) else None
+                if build == own_build:
+                    return sock, line, rest
+                if start and not asked_to_stop:
+                    sock.sendall(encode({"id": 0, "method": "daemon.shutdown", "params": {"reason": "replaced by build " + own_build}}))
+                    asked_to_stop = True
+            except (OSError, ValueError) as exc:
+                # Closed or reset before its hello: a daemon ending (replaced, or stopped) as we
+                # connected, or the loser of two started at once. The one that stays answers the
+                # next try.
                 sock.close()
-                raise ConnectionError("the daemon running is of another build")
-            if not asked_to_stop:
-                sock.sendall(encode({"id": 0, "method": "daemon.shutdown", "params": {"reason": "replaced by build " + own_build}}))
-                asked_to_stop = True
+                if not start:
+                    raise ConnectionError("the daemon closed the connection before its hello (%s)" % exc)
             sock.close()
+            if not start:
+                raise ConnectionError("the daemon running is of another build")
         if time.monotonic() > deadline:
             raise ConnectionError("could not reach a specdeck daemon of build %s at %s" % (own_build, paths.socket_path()))
         time.sleep(0.1)
