@@ -154,9 +154,10 @@ async def test_a_host_of_the_fleet_unreachable_for_the_threshold_is_a_desktop_al
             await wait_until(pilot, lambda: any(w.startswith(away) for w in written), message="gamma's desktop alert")
             sent = next(w for w in written if w.startswith(away))
             assert sent.endswith(": cannot connect to gamma port 22: Connection refused\x07")
+            # its toast, asked for with the alert (it lasts 20 s: a loaded machine may take longer to connect alpha)
+            assert any(n.title == "gamma unreachable" and n.severity == "error" for n in app._notifications)
             await wait_until(pilot, lambda: app.link_of("alpha").state == "connected", message="alpha connected")
             assert not any("\x1b]777;notify;alpha" in w for w in written)  # a host that answers is never said away
-            assert any(n.title == "gamma unreachable" and n.severity == "error" for n in app._notifications)
             fleet.down.discard("gamma")
             await wait_until(pilot, lambda: "\x1b]777;notify;gamma is back;gamma is reachable again\x07" in written,
                              timeout_s=30, message="gamma back, said")

@@ -164,7 +164,8 @@ def disk_rows(store, since, until):
     for disk, points in sorted(frees.items()):
         lowest = min(points, key=lambda p: p[1])
         total = totals.get(disk)
-        rows.append({"path": disk, "lowest_free_bytes": lowest[1], "lowest_at": lowest[0], "free_bytes_now": points[-1][2],
+        at = max(lowest[0], since)  # a bucket's start may be before the report's window; its low was within it
+        rows.append({"path": disk, "lowest_free_bytes": lowest[1], "lowest_at": at, "free_bytes_now": points[-1][2],
                      "total_bytes": total[-1][2] if total else None})
     return rows[:MAX_ROWS]
 
