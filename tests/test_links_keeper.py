@@ -103,6 +103,29 @@ def test_two_relays_wait_ready_so_commands_back_to_back_each_find_one(laptop_use
     wait_for(lambda: spares() == 2, 30, message="the two used relays replaced")
 
 
+def test_a_relay_held_by_a_long_command_is_replaced_while_it_runs(laptop_user, monkeypatch):
+    """A relay taken is replaced once its command ends, or a moment after it was taken where the
+    command goes on (a followed log): the next commands still find two ready."""
+    jobs_ok(laptop_user)
+    python = laptop_user.host_python
+
+    def spares():
+        [link] = laptop_user.status(monkeypatch)["links"]
+        return link["spares"].get(python, 0)
+
+    wait_for(lambda: spares() == 2, 30, message="two relays ready")
+    from tui.transport import links
+
+    held = links.keeper_link("gpuhost", python, False, warm_only=True)
+    assert held is not None
+    try:
+        wait_for(lambda: spares() == 2, 30, message="the held relay replaced while its command runs")
+    finally:
+        held.close()
+    jobs_ok(laptop_user)
+    wait_for(lambda: spares() == 2, 30, message="the next command's relay replaced after it")
+
+
 def test_killed_keeper_is_replaced_and_the_next_command_says_nothing(laptop_user):
     jobs_ok(laptop_user)
     [killed] = keeper_pids(laptop_user.runtime_dir)

@@ -38,6 +38,9 @@ CHECK_S = 1.0
 EMPTY_GRACE_S = 5.0  # a keeper that holds no link waits this long for a command, then ends
 HEADER_TIMEOUT_S = 10.0
 LOCK_WAIT_S = 5.0
+# A relay taken by a command that is still running (a follow of a log, a long listing) is
+# replaced this long after it was taken: the next command still finds the other spare at once.
+REPLACE_AFTER_S = 1.0
 
 
 def main(argv):
@@ -257,9 +260,10 @@ class Keeper:
         with self.lock:
             self.last_used = time.monotonic()  # a link's use keeps the keeper, a status request does not
         link = None
+        done = threading.Event()  # this command's relay ended: its replacement may start
         try:
             try:
-                link, spare = self.take(header)
+                link, spare = self.take(header, done)
             except Cold:
                 self.reply(conn, {"ok": False, "cold": True})
                 return
@@ -273,6 +277,7 @@ class Keeper:
                 return
             splice(conn, spare.link)
         finally:
+            done.set()
             now = time.monotonic()
             with self.lock:
                 self.last_used = now
@@ -280,8 +285,12 @@ class Keeper:
                     link.sessions -= 1
                     link.last_used = now
 
-    def take(self, header):
-        """(the host's link, a started relay for this command), connecting first if needed."""
+    def take(self, header, done):
+        """(the host's link, a started relay for this command), connecting first if needed. The
+        relays taken are replaced once `done` is set (the command ended) or REPLACE_AFTER_S
+        after, whichever comes first: started at once, a replacement's channel and the host's new
+        relay process would take the keeper's and the host's CPU from the command it was taken
+        for, while that command's bytes flow."""
         from .connection import parse_destination
 
         host = str(header.get("host") or "")
@@ -307,8 +316,12 @@ class Keeper:
                 if link.transport is None and self.links.get(key) is link:
                     del self.links[key]  # never connected: nothing to keep
             raise
-        threading.Thread(target=link.prepare_spares, args=(python, self.ending), name="keeper-spare", daemon=True).start()
+        threading.Thread(target=self.replace_spares, args=(link, python, done), name="keeper-spare", daemon=True).start()
         return link, spare
+
+    def replace_spares(self, link, python, done):
+        done.wait(REPLACE_AFTER_S)
+        link.prepare_spares(python, self.ending)
 
     def follow_sources(self):
         """A keeper lives for minutes: when this laptop's agent sources changed meanwhile (an
