@@ -8,11 +8,19 @@ it delivered, so nothing is lost or shown twice. A failure that trying again can
 (ConnectError.permanent: a changed host key, a refused login) ends the healing: the state
 becomes `failed`, as when the first connection fails.
 
+A client made without `reconnect` (a headless command's) reads the link on the thread that
+calls, until a subscription needs frames that come unasked: a command of one request then
+starts no thread. Each start is a wait on the scheduler, for the new thread and then for its
+starter, and on a laptop whose cores are busy each was milliseconds of every command. Calls
+from several threads take turns at reading, each handing on the replies it reads to their
+callers; the heartbeat is kept by whoever reads.
+
 A line from the agent that is not a frame is skipped and logged (logger `tui.client`; the
 CLI sends it to a log file, and to stderr with -v: see tui/cli/common.py).
 """
 
 import itertools
+import socket
 import threading
 import time
 
@@ -147,14 +155,38 @@ class AgentClient:
         self._connected = threading.Event()
         self._closed = threading.Event()
         self._pings = {}
+        # Until the reader and heartbeat threads run (from the start with `reconnect`, else from
+        # the first subscription), a caller waiting for its reply reads the link: one at a time,
+        # the one reading marked in `_turn`'s `_leader`.
+        self._threaded = reconnect
+        self._reader = None
+        self._turn = threading.Condition()
+        self._leader = False
 
     # -- lifecycle
 
     def start(self):
         """Connect once; raise ConnectError with a clear line if that fails."""
         self._attach(self._connect())
-        threading.Thread(target=self._heartbeat, name="specdeck-heartbeat", daemon=True).start()
+        if self._threaded:
+            threading.Thread(target=self._heartbeat, name="specdeck-heartbeat", daemon=True).start()
         return self
+
+    def _start_threads(self):
+        """The reader and the heartbeat from now on: a stream's frames come unasked. A caller
+        reading the link finishes its frame first."""
+        with self._turn:
+            while self._leader:
+                self._turn.wait()
+            if self._threaded:
+                return
+            self._threaded = True
+            link = self.link
+            if link is not None:
+                link.settimeout(None)
+                threading.Thread(target=self._read_loop, args=(link, self._reader), name="specdeck-reader", daemon=True).start()
+            self._turn.notify_all()  # callers waiting for a turn wait for the reader thread instead
+        threading.Thread(target=self._heartbeat, name="specdeck-heartbeat", daemon=True).start()
 
     def close(self):
         self._closed.set()
@@ -173,9 +205,11 @@ class AgentClient:
             )
         self.hello = hello
         self.link = link
+        self._reader = reader
         self._last_rx = time.monotonic()
         link.settimeout(None)
-        threading.Thread(target=self._read_loop, args=(link, reader), name="specdeck-reader", daemon=True).start()
+        if self._threaded:
+            threading.Thread(target=self._read_loop, args=(link, reader), name="specdeck-reader", daemon=True).start()
         for subscription in list(self._subscriptions.values()):
             self._send_subscribe(subscription)
         self._connected.set()
@@ -211,18 +245,38 @@ class AgentClient:
         reason = "the link closed"
         try:
             for frame in reader:
-                self._last_rx = time.monotonic()
-                if isinstance(frame, ProtocolError):
-                    log.warning("skipped a malformed frame from the agent: %s", frame)
-                    waiter = self._pending.pop(getattr(frame, "request_id", None), None)
-                    if waiter is not None:  # its id could be read: the caller gets an answer now
-                        waiter["frame"] = {"ok": False, "error": {"type": "ProtocolError", "message": str(frame)}}
-                        waiter["event"].set()
-                    continue
-                self._dispatch(frame)
+                self._take(frame)
         except Exception as exc:  # a dying link raises all kinds of errors
             reason = str(exc) or type(exc).__name__
         self._lost(link, reason)
+
+    def _read_one(self, link, wait_s):
+        """What the reader thread does, once, on a caller's thread: take the next frame, or
+        after `wait_s` without one keep the heartbeat."""
+        link.settimeout(wait_s)
+        try:
+            frame = next(self._reader)
+        except socket.timeout:
+            self._beat(link)
+            return
+        except StopIteration:
+            self._lost(link, "the link closed")
+            return
+        except Exception as exc:  # a dying link raises all kinds of errors
+            self._lost(link, str(exc) or type(exc).__name__)
+            return
+        self._take(frame)
+
+    def _take(self, frame):
+        self._last_rx = time.monotonic()
+        if isinstance(frame, ProtocolError):
+            log.warning("skipped a malformed frame from the agent: %s", frame)
+            waiter = self._pending.pop(getattr(frame, "request_id", None), None)
+            if waiter is not None:  # its id could be read: the caller gets an answer now
+                waiter["frame"] = {"ok": False, "error": {"type": "ProtocolError", "message": str(frame)}}
+                waiter["event"].set()
+            return
+        self._dispatch(frame)
 
     def _dispatch(self, frame):
         if "stream" in frame:
@@ -284,21 +338,24 @@ class AgentClient:
     def _heartbeat(self):
         while not self._closed.wait(self.heartbeat_s / 2):
             link = self.link
-            if link is None:
-                continue
-            silent_s = time.monotonic() - self._last_rx
-            if silent_s > self.dead_after_s:
-                self._lost(link, "no answer from the host for %.0f s" % silent_s)
-                continue
-            if silent_s >= self.heartbeat_s / 2:
-                request_id = next(self._ids)
-                self._pings[request_id] = time.monotonic()
-                if len(self._pings) > 100:
-                    self._pings.clear()
-                try:
-                    self._write(link, {"id": request_id, "method": "ping"})
-                except Exception as exc:
-                    self._lost(link, str(exc))
+            if link is not None:
+                self._beat(link)
+
+    def _beat(self, link):
+        """Drop a link silent for `dead_after_s`; ask a quiet one for a byte (a ping)."""
+        silent_s = time.monotonic() - self._last_rx
+        if silent_s > self.dead_after_s:
+            self._lost(link, "no answer from the host for %.0f s" % silent_s)
+            return
+        if silent_s >= self.heartbeat_s / 2:
+            request_id = next(self._ids)
+            self._pings[request_id] = time.monotonic()
+            if len(self._pings) > 100:
+                self._pings.clear()
+            try:
+                self._write(link, {"id": request_id, "method": "ping"})
+            except Exception as exc:
+                self._lost(link, str(exc))
 
     # -- writing
 
@@ -329,7 +386,7 @@ class AgentClient:
             self._pending.pop(request_id, None)
             self._lost(link, str(exc))
             raise Disconnected("the link to the host dropped: %s" % exc)
-        if not waiter["event"].wait(timeout):
+        if not self._await(waiter, link, timeout):
             self._pending.pop(request_id, None)
             raise ConnectError("the host did not answer %s within %.0f s" % (method, timeout))
         if waiter.get("lost"):
@@ -340,8 +397,42 @@ class AgentClient:
         error = frame.get("error") or {}
         raise RemoteError(error.get("type", "Error"), error.get("message", "the host agent refused the request"))
 
+    def _await(self, waiter, link, timeout):
+        """Whether `waiter` has its answer within `timeout`: from the reader thread, or, before
+        it runs, by reading `link` on this thread (a heartbeat's wait at a time) when no other
+        caller is reading it, else waiting for the one who is to hand it over."""
+        event = waiter["event"]
+        deadline = time.monotonic() + timeout
+        if not self._threaded:
+            # No one read the link while no one waited: its silence counts from this request.
+            self._last_rx = max(self._last_rx, time.monotonic())
+        while not event.is_set():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            with self._turn:
+                while self._leader and not event.is_set() and not self._threaded:
+                    if not self._turn.wait(max(0.0, deadline - time.monotonic())):
+                        return event.is_set()
+                if event.is_set():
+                    return True
+                if self._threaded:
+                    return event.wait(max(0.0, deadline - time.monotonic()))
+                if self._closed.is_set() or self.link is not link:
+                    waiter["lost"] = "the client was closed"  # no one will read this link again
+                    return True
+                self._leader = True
+            try:
+                self._read_one(link, min(remaining, self.heartbeat_s / 2))
+            finally:
+                with self._turn:
+                    self._leader = False
+                    self._turn.notify_all()  # a frame for another caller, or their turn to read
+        return True
+
     def subscribe(self, method, params, on_data, on_end=None):
         """Open a stream; `on_data(data, seq)` runs on the reader thread for each frame."""
+        self._start_threads()
         stream_id = "c%d" % next(self._stream_ids)
         subscription = Subscription(self, stream_id, method, dict(params), on_data, on_end)
         self._subscriptions[stream_id] = subscription
