@@ -24,6 +24,7 @@ sys.path.insert(0, ROOT)
 
 from remote.serving import engines  # noqa: E402
 from tests import serving_fixtures  # noqa: E402
+from tests.helpers.cli import stop_daemon  # noqa: E402
 from tests.helpers.vllm import free_port  # noqa: E402
 
 PROMPTS = [[5 + i, 6, 7, 8] for i in range(12)]
@@ -115,7 +116,11 @@ def main():
     models = serving_fixtures.models(os.path.dirname(serving_fixtures.VLLM_VENV), python)
     cost(models)
     if "--categories" in sys.argv:
-        by_category(models, tempfile.mkdtemp(prefix="sd-home-"))
+        home = tempfile.mkdtemp(prefix="sd-home-")
+        try:
+            by_category(models, home)
+        finally:
+            stop_daemon(home)  # the benches' agent daemon: not left running after the benchmark
 
 
 if __name__ == "__main__":
