@@ -524,6 +524,11 @@ class SshServer:
             f"    IdentityFile {self.client_key}\n"
             f"    IdentitiesOnly yes\n"
             f"    UserKnownHostsFile {kh}\n"
+            # Any other destination (user@address:port) as on a laptop whose home this is: ssh
+            # reads ~ from the passwd entry, so the laptop's files are named here.
+            f"Host *\n"
+            f"    IdentityFile {self.client_key}\n"
+            f"    UserKnownHostsFile {kh}\n"
         )
         os.chmod(cfg, 0o600)
         return home

@@ -213,7 +213,7 @@ async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_n
 
 
 async def test_sizes_are_not_bracketed_twice_in_the_log_the_verdict_and_the_cli(client, hub, tmp_path):
-    from tests.helpers.cli import run_cli
+    from tests.helpers.cli import run_cli, use_home
     from tests.hub_fixtures import blob
 
     hub.add_repo("team/weights", {"config.json": b"{}", "data.bin": blob(1_500_000, 1)})  # over 1 MB: a size in two units
@@ -252,7 +252,7 @@ def cli_words(text):
 
 async def test_a_refused_host_key_says_press_r_not_a_flag_and_r_asks_again(sshd, host_python, tmp_path, monkeypatch):
     home = sshd.client_home(tmp_path, known_hosts=False)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     app = SpecdeckApp(host="gpuhost", python=host_python)
     async with app.run_test(size=(120, 32)) as pilot:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.helpers.cli import REPO_ROOT, laptop_for, run_cli
+from tests.helpers.cli import REPO_ROOT, laptop_for, run_cli, ssh_config_env
 from tests.helpers.waits import wait_for
 from tests.hub_fixtures import blob
 from tests.hubserver import FakeHub
@@ -164,7 +164,8 @@ def test_the_shells_token_reaches_the_hub_and_nowhere_else(laptop, hub, host_use
     hub.throttle(2 * MB)  # a few seconds of a running job to look at
     target = host_dir(host_user, "token-%d" % time.time_ns())
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(laptop), PYTHONPATH=str(REPO_ROOT), HF_TOKEN=SECRET)
+    env.update(ssh_config_env(laptop))
+    env.update(PYTHONPATH=str(REPO_ROOT), HF_TOKEN=SECRET)
     cli = subprocess.Popen([sys.executable, "-m", "tui.cli", *argv, "--local-dir", str(target), "--wait", "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT))
     process_lists = []

@@ -12,6 +12,7 @@ from textual.widgets import Checkbox, DataTable, Input, ProgressBar, Static, Tab
 
 from remote.downloads.output import fmt_size
 from tests.checkpoint_fixtures import small_drafter_files
+from tests.helpers.cli import use_home
 from tests.helpers.pilot import DownloadsHost, fill_form, notified, text_of
 from tests.helpers.waits import wait_for, wait_until
 from tests.hub_fixtures import blob
@@ -288,7 +289,7 @@ async def test_a_host_that_does_not_resolve_is_named_in_the_header_and_in_the_pa
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     app = SpecdeckApp(host="someone@no-such-host.invalid")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.connection_state == "failed", timeout_s=60)

@@ -10,6 +10,7 @@ import re
 import pytest
 
 from tests.helpers.pilot import (
+from tests.helpers.cli import use_home
     SIZE, connected, header_text, job_rows, notifications, screen_text, start_job_from_dialog, type_text,
 )
 from tests.helpers.waits import wait_until
@@ -174,7 +175,7 @@ async def test_panes_are_a_key_away(agent_home):
 async def test_unreachable_host_says_failed_in_the_header_without_a_traceback(tmp_path, monkeypatch):
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     app = SpecdeckApp(host="someone@no-such-host.invalid")
     async with app.run_test(size=SIZE) as pilot:
         await wait_until(pilot, lambda: app.connection_state == "failed", message="the failure")
@@ -207,7 +208,7 @@ def test_header_lines_for_each_state():
 @pytest.mark.parametrize("accept", [True, False])
 async def test_unknown_host_key_is_asked_with_its_fingerprint(sshd, host_python, tmp_path, monkeypatch, accept):
     home = sshd.client_home(tmp_path, known_hosts=False)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     app = SpecdeckApp(host="gpuhost", python=host_python)
     async with app.run_test(size=SIZE) as pilot:
@@ -228,7 +229,7 @@ async def test_unknown_host_key_is_asked_with_its_fingerprint(sshd, host_python,
 
 async def test_cut_link_shows_reconnecting_and_the_log_goes_on_without_loss(netns_host, host_python, tmp_path, monkeypatch):
     home = netns_host.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     app = SpecdeckApp(host="gpuhost", python=host_python)
     async with app.run_test(size=SIZE) as pilot:

@@ -14,7 +14,7 @@ import pytest
 from remote.core.words import LIVE_STATES as LIVE
 from remote.core.protocol import RemoteError
 from remote.jobs.processes import process_start_ticks
-from tests.helpers.cli import daemon_pid, run_cli
+from tests.helpers.cli import daemon_pid, run_cli, use_home
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
 
@@ -274,7 +274,7 @@ def test_a_job_gets_the_login_environment_not_the_daemons(agent_home, tmp_path, 
     home = tmp_path / "user-home"
     home.mkdir()
     (home / ".profile").write_text("export SPECDECK_PROFILE_VAR=from-profile\n")
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.setenv("SPECDECK_TEST_LEAK", "1")
     monkeypatch.setenv("HF_TOKEN", "secret")
     client = open_client("local")  # the daemon starts with this environment

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, use_home
 from tests.helpers.keepers import keeper_pids
 from tests.helpers.waits import wait_for
 
@@ -46,7 +46,7 @@ class Laptop:
         return sorted(p.name for p in directory.iterdir() if p.name.endswith(".sock")) if directory.exists() else []
 
     def status(self, monkeypatch):
-        monkeypatch.setenv("HOME", str(self.home))
+        use_home(monkeypatch, self.home)
         monkeypatch.setenv("XDG_RUNTIME_DIR", str(self.runtime_dir))
         from tui.transport import links
 
@@ -264,7 +264,7 @@ def test_the_console_takes_the_keepers_link_only_when_warm(laptop_user, monkeypa
     from tui.transport.connection import link_factory
     from tui.transport.links import KeeperLink
 
-    monkeypatch.setenv("HOME", str(laptop_user.home))
+    use_home(monkeypatch, laptop_user.home)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(laptop_user.runtime_dir))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     cold = AgentClient(link_factory("gpuhost", python=laptop_user.host_python, keeper="warm")).start()

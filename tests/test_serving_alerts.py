@@ -8,7 +8,7 @@ import json
 from textual.widgets import Static
 
 from tests.checkpoint_fixtures import write_drafter
-from tests.helpers.cli import run_cli
+from tests.helpers.cli import run_cli, use_home
 from tests.helpers.pilot import GpusApp
 from tests.helpers.waits import wait_for, wait_until
 from tui.transport.connection import open_client
@@ -47,7 +47,7 @@ async def test_the_gpu_pane_says_why_it_is_not_connected(tmp_path, monkeypatch):
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     app = SpecdeckApp(host="someone@no-such-host.invalid")
     async with app.run_test(size=(120, 40)) as pilot:
         await wait_until(pilot, lambda: app.connection_state == "failed", timeout_s=60)

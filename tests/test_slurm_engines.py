@@ -19,7 +19,7 @@ import pytest
 
 from remote.training import logparse
 from tests import serving_fixtures
-from tests.helpers.cli import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli, ssh_config_env
 from tests.helpers.training import MAKER, PATCH
 from tests.helpers.vllm import free_port
 from tests.helpers.waits import wait_for
@@ -66,7 +66,8 @@ def test_serve_through_slurm_waits_with_slurms_reason_then_answers_at_its_nodes_
     flags, engine_args = engine_options()
     stderr_path = tmp_path / "serve.stderr"
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(laptop), PYTHONPATH=str(REPO_ROOT))
+    env.update(ssh_config_env(laptop))
+    env.update(PYTHONPATH=str(REPO_ROOT))
     with open(stderr_path, "w") as stderr:
         # Held at submit, so the wait goes through Slurm's queue whatever the machine's load.
         serve = subprocess.Popen([sys.executable, "-m", "tui.cli", "serve", "gpuhost", models["target"], "--drafter", models["drafter_agree"],

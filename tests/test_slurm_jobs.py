@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 
-from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli
+from tests.helpers.cli import REPO_ROOT, daemon_pid, run_cli, ssh_config_env
 from tests.helpers.waits import wait_for
 
 
@@ -115,7 +115,8 @@ def test_the_daemon_killed_while_a_slurm_job_runs_loses_no_line_and_knows_how_it
     script = "i=0; while [ $i -lt 60 ]; do echo line $i; i=$((i+1)); sleep 0.1; done; exit 4"
     submitted = submit(laptop, host_python, "--", "sh", "-c", script)
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(laptop), PYTHONPATH=str(REPO_ROOT))
+    env.update(ssh_config_env(laptop))
+    env.update(PYTHONPATH=str(REPO_ROOT))
     follower = subprocess.Popen([sys.executable, "-m", "tui.cli", "logs", "gpuhost", submitted["id"], "--follow", "--python", host_python],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT))
     log_path = host_user.home / ".cache" / "specdeck" / "jobs" / submitted["id"] / "output.log"

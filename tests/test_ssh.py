@@ -11,7 +11,8 @@ from tests.helpers.cli import laptop_for, run_cli
 from tests.helpers.waits import wait_for
 from tui.transport import bootstrap
 from tui.transport.client import AgentClient
-from tui.transport.connection import link_factory, parse_destination
+from tui.transport.connection import link_factory
+from tui.transport.openssh import resolve
 
 
 def cli(home, host_python, *args, **kw):
@@ -126,7 +127,7 @@ def test_command_found_on_the_login_path_not_the_exec_path(laptop, host_python, 
 
 
 def test_ssh_config_alias_resolves(laptop, sshd):
-    dest = parse_destination("gpuhost")
+    dest = resolve("gpuhost")
     assert (dest.hostname, dest.port, dest.user) == (sshd.host, sshd.port, sshd.user)
     assert dest.identity_files == [sshd.client_key]
 

@@ -28,7 +28,7 @@ import pytest
 
 from remote import AGENT_VERSION
 from remote.core.protocol import encode
-from tests.helpers.cli import REPO_ROOT, run_cli, stop_daemon
+from tests.helpers.cli import REPO_ROOT, run_cli, stop_daemon, use_home, ssh_config_env
 from tests.helpers.waits import wait_for, wait_until
 from tests.sshd_fixtures import _free_port, _start_sshd
 from tui.app import SpecdeckApp
@@ -172,7 +172,7 @@ def test_a_port_that_does_not_speak_ssh_is_one_line_and_exit_2(service, sshd, ga
 
 
 async def test_console_says_why_a_silent_port_failed_and_r_tries_again(sshd, gate, tmp_path, monkeypatch, host_python):
-    monkeypatch.setenv("HOME", str(gated_home(tmp_path, sshd, gate.port)))
+    use_home(monkeypatch, gated_home(tmp_path, sshd, gate.port))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     app = SpecdeckApp(host="gated", python=host_python)
     async with app.run_test(size=(110, 32)) as pilot:
@@ -280,7 +280,7 @@ def test_known_hosts_over_ssh(case, sshd, tmp_path, host_python):
 
 def test_a_host_key_that_changes_mid_session_fails_once_and_stops(sshd, other_sshd, gate, tmp_path, monkeypatch, host_python):
     home = gated_home(tmp_path, sshd, gate.port)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     gate.mode, gate.target = "forward", sshd.port
     states = []
@@ -304,7 +304,7 @@ def test_a_host_key_that_changes_mid_session_fails_once_and_stops(sshd, other_ss
 
 
 def test_reconnect_backs_off_and_says_when_it_tries_next(sshd, gate, tmp_path, monkeypatch, host_python):
-    monkeypatch.setenv("HOME", str(gated_home(tmp_path, sshd, gate.port)))
+    use_home(monkeypatch, gated_home(tmp_path, sshd, gate.port))
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     gate.mode, gate.target = "forward", sshd.port
     waits = []
@@ -431,14 +431,15 @@ def test_a_squatted_socket_directory_is_one_line_and_avoided(squat, host_user, h
 
 def test_logs_follow_says_when_it_reconnects_and_loses_nothing(sshd, gate, tmp_path, monkeypatch, host_python):
     home = gated_home(tmp_path, sshd, gate.port)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     gate.mode, gate.target = "forward", sshd.port
     client = AgentClient(link_factory("gated", python=host_python)).start()
     job = client.call("jobs.submit", {"argv": ["bash", "-c", "for i in $(seq 1 40); do echo line $i; sleep 0.1; done"]})
     client.close()
     env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
-    env.update(HOME=str(home), PYTHONPATH=str(REPO_ROOT))
+    env.update(ssh_config_env(home))
+    env.update(PYTHONPATH=str(REPO_ROOT))
     follow = subprocess.Popen(
         [sys.executable, "-m", "tui.cli", "logs", "gated", job["id"], "-f", "--python", host_python],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=str(REPO_ROOT),

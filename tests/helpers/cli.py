@@ -34,9 +34,27 @@ def python39():
 def laptop_for(server, tmp_path, monkeypatch):
     """Make this process a laptop that knows `server` as `gpuhost` (HOME with .ssh/config)."""
     home = server.client_home(tmp_path)
-    monkeypatch.setenv("HOME", str(home))
+    use_home(monkeypatch, home)
     monkeypatch.delenv("SSH_AUTH_SOCK", raising=False)
     return home
+
+
+def ssh_config_env(home):
+    """The environment that makes `home` a laptop's home for specdeck and for the ssh it asks:
+    OpenSSH reads ~/.ssh/config from the passwd entry, not $HOME, so the file is named as `ssh -F`
+    would be given it (SPECDECK_SSH_CONFIG)."""
+    env = {"HOME": str(home)}
+    config = Path(home) / ".ssh" / "config"
+    if config.exists():
+        env["SPECDECK_SSH_CONFIG"] = str(config)
+    return env
+
+
+def use_home(monkeypatch, home):
+    """This process (and what it starts) uses `home` as the laptop's home (ssh_config_env)."""
+    monkeypatch.delenv("SPECDECK_SSH_CONFIG", raising=False)
+    for name, value in ssh_config_env(home).items():
+        monkeypatch.setenv(name, value)
 
 
 def daemon_pid(home):
@@ -67,7 +85,8 @@ def run_cli(*args, home=None, timeout=120, env=None, check=None):
     """Run `specdeck ARGS` as a separate process, the way a user does."""
     run_env = {k: v for k, v in os.environ.items() if k != "SSH_AUTH_SOCK"}
     if home is not None:
-        run_env["HOME"] = str(home)
+        run_env.pop("SPECDECK_SSH_CONFIG", None)
+        run_env.update(ssh_config_env(home))
     run_env["PYTHONPATH"] = str(REPO_ROOT)
     run_env.update(env or {})
     result = subprocess.run(

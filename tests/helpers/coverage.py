@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from tests.helpers.cli import use_home
 
 import pytest
 
@@ -127,7 +128,7 @@ def coverage_home(sshd, tmp_path_factory):
 @pytest.fixture(scope="module")
 def coverage_client(coverage_home):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(coverage_home))
+        use_home(patch, coverage_home)
         patch.delenv("SSH_AUTH_SOCK", raising=False)
         connected = open_client("gpuhost")
         try:

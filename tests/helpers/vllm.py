@@ -4,6 +4,7 @@ the real sshd whose agent runs the servers."""
 
 import os
 import socket
+from tests.helpers.cli import use_home
 
 import pytest
 
@@ -28,7 +29,7 @@ def gpuhost(sshd, tmp_path_factory):
     """(laptop HOME, a client of the agent on the host over ssh) for the whole module."""
     home = sshd.client_home(tmp_path_factory.mktemp("laptop"))
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("HOME", str(home))
+        use_home(patch, home)
         patch.delenv("SSH_AUTH_SOCK", raising=False)
         client = open_client("gpuhost")
         try:

@@ -36,10 +36,10 @@ def host_timeout_s(host, given=None):
     if host in (None, "", "local"):
         return DEFAULT_TIMEOUT_S
     from ..transport.client import ConnectError
-    from ..transport.ssh_transport import parse_destination
+    from ..transport.openssh import resolve
 
     try:
-        return parse_destination(host).connect_timeout_s
+        return resolve(host).connect_timeout_s
     except ConnectError:
         return DEFAULT_TIMEOUT_S
 

@@ -16,11 +16,11 @@ from remote.core.paths import package_argv
 from .client import AgentClient, ConnectError
 
 # The SSH side (tui/transport/ssh_transport.py, and paramiko under it) is loaded when first used: a
-# command whose link comes from the keeper never needs it. Its errors, HostKey and
-# parse_destination are part of this module's face all the same.
+# command whose link comes from the keeper never needs it. Its errors and HostKey are part of
+# this module's face all the same.
 _FROM_SSH_TRANSPORT = frozenset((
     "CONNECT_TIMEOUT_S", "AuthenticationRefused", "HostKey", "HostKeyChanged", "HostKeyRevoked", "HostKeyUnknown",
-    "close_transport", "open_transport", "parse_destination",
+    "close_transport", "open_transport",
 ))
 
 
@@ -221,9 +221,9 @@ def link_factory(host, python="python3", accept_new=refuse_unknown, keeper=None)
             if link is not None:
                 return link
         if not resolved:
-            from .ssh_transport import parse_destination
+            from .openssh import resolve
 
-            resolved.append(parse_destination(host))
+            resolved.append(resolve(host))
         return connect_here(resolved[0], python, accept_new, reconnecting)
 
     return connect

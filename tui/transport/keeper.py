@@ -291,12 +291,12 @@ class Keeper:
         after, whichever comes first: started at once, a replacement's channel and the host's new
         relay process would take the keeper's and the host's CPU from the command it was taken
         for, while that command's bytes flow."""
-        from .connection import parse_destination
+        from .openssh import resolve
 
         host = str(header.get("host") or "")
         python = str(header.get("python") or "python3")
-        dest = parse_destination(host)
-        dest.agent_socket = str(header.get("agent_socket") or "")
+        dest = resolve(host)
+        dest.environment_agent = str(header.get("agent_socket") or "")
         key = (host, str(dest))
         with self.lock:
             link = self.links.get(key)
@@ -349,11 +349,11 @@ class Keeper:
     # -- ending links
 
     def disconnect(self, host):
-        from .connection import parse_destination
+        from .openssh import resolve
 
         if host:
             try:
-                resolved = str(parse_destination(host))
+                resolved = str(resolve(host))
             except ConnectError as exc:
                 return {"ok": False, "error": error_fields(exc)}
             with self.lock:

@@ -122,7 +122,8 @@ def identity():
 
 
     here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    text = "\0".join([os.path.expanduser("~"), config_path(), here, AGENT_VERSION, PROTOCOL])
+    ssh_config = os.environ.get("SPECDECK_SSH_CONFIG", "")
+    text = "\0".join([os.path.expanduser("~"), config_path(), ssh_config, here, AGENT_VERSION, PROTOCOL])
     return "%012x" % (fnv1a_64(text.encode("utf-8", "surrogateescape")) >> 16)
 
 

@@ -115,8 +115,53 @@ def read_entries(path):
             blob = base64.b64decode(fields[2], validate=True)
         except (binascii.Error, ValueError):
             continue  # a damaged key: OpenSSH skips the line as well
+        if blob_type(blob) != fields[1]:
+            continue  # the type word is not the key's own: OpenSSH's sshkey_read skips the line
         entries.append(Entry(path, number, marker, fields[0], fields[1], blob))
     return entries
+
+
+def blob_type(blob):
+    """The key type a public key blob names itself (its first SSH string), or None."""
+    if len(blob) < 4:
+        return None
+    size = int.from_bytes(blob[:4], "big")
+    if size > len(blob) - 4 or size > 256:
+        return None
+    return blob[4:4 + size].decode("ascii", "replace")
+
+
+def algorithm_family(name):
+    """The key type a host key algorithm signs with: rsa-sha2-512 and ssh-rsa are both RSA keys."""
+    if name in ("rsa-sha2-256", "rsa-sha2-512"):
+        return "ssh-rsa"
+    if name in ("rsa-sha2-256-cert-v01@openssh.com", "rsa-sha2-512-cert-v01@openssh.com"):
+        return "ssh-rsa-cert-v01@openssh.com"
+    return name
+
+
+def revoked_in_file(path, key_blob):
+    """RevokedHostKeys: where `path` lists `key_blob` ("PATH line N"), or None. A binary key
+    revocation list, which this reader cannot read, revokes everything: refusing is safer than
+    trusting a key the list may name."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read(16 << 20)
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return "%s (unreadable: %s)" % (path, exc.strerror or exc)
+    if data.startswith(b"SSHKRL\n"):
+        return "%s (a binary key revocation list, which specdeck cannot read)" % path
+    for number, line in enumerate(data.decode("utf-8", "replace").splitlines(), 1):
+        fields = line.split()
+        for word in fields[:3]:
+            try:
+                if base64.b64decode(word, validate=True) == key_blob:
+                    return "%s line %d" % (path, number)
+            except (binascii.Error, ValueError):
+                continue
+    return None
 
 
 def entry_matches(entry, name):
