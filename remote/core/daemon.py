@@ -35,6 +35,7 @@ class Daemon:
         self.build = build
         self.started_at = time.time()
         self.stopping = threading.Event()
+        self._accept_warned_at = None  # monotonic time of the last "cannot accept" line
         wire.load_areas()
         self.topics = {}
         self.services = Services()
@@ -71,10 +72,52 @@ class Daemon:
             except OSError as exc:
                 if exc.errno == errno.EINTR:
                     continue
+                if exc.errno in (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM):
+                    # Out of descriptors for now: the caller waits, the daemon goes on.
+                    self._warn_accept(exc)
+                    self.stopping.wait(0.5)
+                    continue
                 raise
             sock.settimeout(None)
             connection = Connection(sock, self)
             threading.Thread(target=connection.serve, daemon=True).start()
+
+    def _warn_accept(self, exc, every_s=60.0):
+        now = time.monotonic()
+        if self._accept_warned_at is None or now - self._accept_warned_at >= every_s:
+            self._accept_warned_at = now
+            log.warning("cannot accept a connection (%s; %d descriptors open, limit %s): waiting", exc.strerror or exc,
+                        _open_descriptors(), _descriptor_limit())
+
+
+def raise_descriptor_limit():
+    """Raise the soft limit on open descriptors to the hard one: a daemon that runs for weeks,
+    with many clients, pings and feeds, should not fail at the usual soft 1024 (logged)."""
+    try:
+        import resource
+
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        if soft != hard:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            log.info("open descriptors: soft limit raised from %s to the hard %s", soft, hard)
+    except (ImportError, ValueError, OSError) as exc:
+        log.warning("open descriptors: the soft limit stays as it was (%s)", exc)
+
+
+def _descriptor_limit():
+    try:
+        import resource
+
+        return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    except (ImportError, OSError):
+        return "unknown"
+
+
+def _open_descriptors():
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return -1
 
 
 def _user_name():
@@ -142,6 +185,7 @@ def run_daemon(foreground=False):
         return 0
 
     setup_logging(os.path.join(paths.state_dir(), "daemon.log"))
+    raise_descriptor_limit()
     try:
         listener = bind_private_socket(paths.socket_path())
         daemon = Daemon(buildinfo.build_id())
@@ -160,6 +204,9 @@ def run_daemon(foreground=False):
     try:
         daemon.start_services()
         daemon.serve_forever(listener, paths.socket_path())
+    except BaseException as exc:
+        log.exception("daemon ends: %s", type(exc).__name__)
+        raise
     finally:
         log.info("daemon stopping")
         daemon.services.stop()

@@ -1,35 +1,25 @@
-"""One try at delivering to a channel, bounded in time: an HTTP POST (urllib) or a command
-(subprocess, the alert as JSON on stdin); and a heartbeat's GET, bounded the same way. The error it returns never holds the channel's URL:
-it is shown in the console and may be logged, and the URL is a secret."""
+"""One try at delivering to a channel, bounded in time: an HTTP POST (urllib, its sockets carrying
+the try's deadline: deadline_http.py) or a command (subprocess, the alert as JSON on stdin); and a
+heartbeat's GET, bounded the same way. Each runs on its caller's thread and has ended, its socket
+closed, when it returns. The error it returns never holds the channel's URL: it is shown in the
+console and may be logged, and the URL is a secret."""
 
 import base64
 import os
 import signal
-import threading
 import socket
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
 
+from .deadline_http import Deadline, opener
 from .formats import request_for
 
 TRY_TIMEOUT_S = 5.0  # each socket operation; the whole try at most TRY_DEADLINE_S
 TRY_DEADLINE_S = 10.0
 REPLY_MAX_BYTES = 65536
 COMMAND_TIMEOUT_S = 10.0
-
-
-class NoRedirect(urllib.request.HTTPRedirectHandler):
-    """A webhook that redirects is answered as failed: following it would POST the alert (and
-    its headers) to wherever it points."""
-
-    def redirect_request(self, *args, **kwargs):
-        return None
-
-
-_opener = urllib.request.build_opener(NoRedirect)
 
 
 def scrub(text, channel):
@@ -74,34 +64,19 @@ def split_userinfo(url):
 def _post(channel, alerts, host):
     """One POST, its whole try (connect, headers, answer) bounded by TRY_DEADLINE_S: a receiver
     that trickles its answer a byte at a time is a failed try, never a delivery."""
-    return within_deadline(lambda: _post_once(channel, alerts, host), channel)
-
-
-def within_deadline(attempt, channel):
-    """`attempt()` (None or the reason it failed) on a thread of its own, its whole try bounded by
-    TRY_DEADLINE_S; an exception is its reason, scrubbed of the channel's URL."""
-    outcome = []
-
-    def run():
-        try:
-            outcome.append(attempt())
-        except Exception as exc:
-            outcome.append(scrub("%s: %s" % (type(exc).__name__, exc), channel))
-
-    worker = threading.Thread(target=run, daemon=True)
-    worker.start()
-    worker.join(TRY_DEADLINE_S)
-    if not outcome:
-        return "no complete answer within %d s" % TRY_DEADLINE_S
-    return outcome[0]
+    body, headers = request_for(channel, alerts, host)
+    url = split_userinfo(channel["url"])[0]
+    return _request(channel, urllib.request.Request(url, data=body, headers=_auth(headers, channel["url"]), method="POST"))
 
 
 def get(url):
     """One GET of `url` (a heartbeat's ping; `user:pass@` as basic auth), bounded like a POST:
     None when answered 2xx, else the one-line reason, never naming the URL."""
     channel = {"url": url}
-    return within_deadline(lambda: _request(channel, urllib.request.Request(split_userinfo(url)[0], method="GET",
-                                                                            headers=_auth({}, url))), channel)
+    try:
+        return _request(channel, urllib.request.Request(split_userinfo(url)[0], method="GET", headers=_auth({}, url)))
+    except Exception as exc:  # a ping always ends with an answer
+        return scrub("%s: %s" % (type(exc).__name__, exc), channel)
 
 
 def _auth(headers, url):
@@ -109,36 +84,41 @@ def _auth(headers, url):
     return dict(headers, Authorization=authorization) if authorization else headers
 
 
-def _post_once(channel, alerts, host):
-    body, headers = request_for(channel, alerts, host)
-    url = split_userinfo(channel["url"])[0]
-    return _request(channel, urllib.request.Request(url, data=body, headers=_auth(headers, channel["url"]), method="POST"))
-
-
 def _request(channel, request):
-    began = time.monotonic()
+    deadline = Deadline(TRY_DEADLINE_S, TRY_TIMEOUT_S)
     try:
-        with _opener.open(request, timeout=TRY_TIMEOUT_S) as reply:
+        with opener(deadline).open(request) as reply:
             status = reply.status
             # Read (a bounded amount of) the answer so the receiver sees a clean close.
             read = 0
-            while read < REPLY_MAX_BYTES and time.monotonic() - began < TRY_DEADLINE_S:
+            while read < REPLY_MAX_BYTES:
                 chunk = reply.read(8192)
                 if not chunk:
                     break
                 read += len(chunk)
     except urllib.error.HTTPError as exc:
+        exc.close()
         return "HTTP %d %s" % (exc.code, scrub(str(exc.reason or ""), channel))
     except urllib.error.URLError as exc:
         reason = exc.reason
-        if isinstance(reason, OSError) and not isinstance(reason, (TimeoutError, socket.timeout)):  # 3.9: not yet one
+        if isinstance(reason, socket.timeout):  # 3.9: not yet a TimeoutError
+            return _timed_out(deadline)
+        if isinstance(reason, OSError):
             return scrub("cannot connect: %s" % (reason.strerror or reason), channel)
         return scrub("no answer: %s" % reason, channel)
-    except (TimeoutError, OSError) as exc:
-        return "no answer within %d s" % TRY_TIMEOUT_S if "timed out" in str(exc) else scrub("%s: %s" % (type(exc).__name__, exc), channel)
+    except socket.timeout:
+        return _timed_out(deadline)
+    except OSError as exc:
+        return scrub("%s: %s" % (type(exc).__name__, exc), channel)
     if 200 <= status < 300:
         return None
     return "HTTP %d" % status
+
+
+def _timed_out(deadline):
+    if deadline.passed():
+        return "no complete answer within %d s" % TRY_DEADLINE_S
+    return "no answer within %d s" % TRY_TIMEOUT_S
 
 
 def _run_command(channel, alerts, host):
