@@ -576,8 +576,8 @@ class SshServer:
         return f"<{type(self).__name__} {self.user}@{self.host}:{self.port}>"
 
 
-def _start_sshd(*, keys, user, confdir, listen, port, prefix=(), cls=SshServer, **extra):
-    """Write a config, start sshd in the foreground, wait until it listens."""
+def _start_sshd(*, keys, user, confdir, listen, port, prefix=(), cls=SshServer, config_lines="", **extra):
+    """Write a config (`config_lines` appended), start sshd in the foreground, wait until it listens."""
     confdir = Path(confdir)
     host_key = confdir / "host_ed25519"
     if not host_key.exists():
@@ -588,7 +588,7 @@ def _start_sshd(*, keys, user, confdir, listen, port, prefix=(), cls=SshServer, 
     conf.write_text(SSHD_CONFIG.format(
         listen=listen, port=port, host_key=host_key,
         authorized_keys=keys.authorized_keys_pattern, pid_file=confdir / "sshd.pid",
-        user=user.name))
+        user=user.name) + config_lines)
     os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
     os.chmod("/run/sshd", 0o755)
     log_path = confdir / "sshd.log"

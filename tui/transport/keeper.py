@@ -295,7 +295,9 @@ class Keeper:
 
         host = str(header.get("host") or "")
         python = str(header.get("python") or "python3")
-        dest = resolve(host)
+        environment = header.get("environment")
+        environment = {str(k): str(v) for k, v in environment.items()} if isinstance(environment, dict) else None
+        dest = resolve(host, environment=environment)
         dest.environment_agent = str(header.get("agent_socket") or "")
         key = (host, str(dest))
         with self.lock:

@@ -12,7 +12,7 @@ through a cold connection (REPLY_TIMEOUT_S). No second keeper is started beside 
 lock and socket are still held, and two keepers for one socket would take it from each other.
 
 What a command says to the keeper, one JSON line: `{"op": "link", "host", "python",
-"accept_new", "accept_fingerprint", "agent_socket", "warm_only"}`; it answers one JSON line,
+"accept_new", "accept_fingerprint", "agent_socket", "warm_only", "environment"}`; it answers one JSON line,
 `{"ok": true}` followed by the agent's own bytes (its hello first), or `{"ok": false, "error":
 {"type", "message", "permanent", ...}}` (the ConnectError the command would have raised itself),
 or `{"ok": false, "cold": true}` when `warm_only` found no live link. `{"op": "disconnect",
@@ -246,6 +246,9 @@ def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
     header = {
         "op": "link", "host": host, "python": python, "accept_new": bool(accept_any), "accept_fingerprint": None,
         "agent_socket": os.environ.get("SSH_AUTH_SOCK", ""), "warm_only": bool(warm_only),
+        # ssh resolves the destination in the command's environment (${VAR}, SPECDECK_SSH_CONFIG,
+        # a ProxyCommand's SHELL), not in the one the keeper started with.
+        "environment": dict(os.environ),
     }
     path = socket_path()
     if path is None:

@@ -68,6 +68,9 @@ class Destination:
     host_key_algorithms: List[str] = field(default_factory=list)
     revoked_host_keys: Optional[str] = None
     original: str = ""  # %n: the host as given
+    # The environment ssh is run in (None: this process's): the link keeper resolves and
+    # connects for commands run in other environments (${VAR}, SHELL, a ProxyCommand's own).
+    environment: Optional[dict] = field(default=None, repr=False, compare=False)
 
     @property
     def known_hosts_name(self):
@@ -79,9 +82,9 @@ class Destination:
         return "%s@%s:%d" % (self.user, self.hostname, self.port)
 
 
-def config_file():
+def config_file(environment=None):
     """The config file given to ssh as -F, or None for ssh's own (the user's and the system's)."""
-    return os.environ.get("SPECDECK_SSH_CONFIG") or None
+    return (os.environ if environment is None else environment).get("SPECDECK_SSH_CONFIG") or None
 
 
 def ssh_client():
@@ -117,11 +120,11 @@ def hop_spec(spec):
     return (user if at else None), host, (int(port) if port else None)
 
 
-def _run_g(dest, user=None, port=None, jumps=None):
+def _run_g(dest, user=None, port=None, jumps=None, environment=None):
     """`ssh -G`'s answer for one hop: {keyword: [values]}."""
     argv = [ssh_client(), "-G"]
-    if config_file():
-        argv += ["-F", config_file()]
+    if config_file(environment):
+        argv += ["-F", config_file(environment)]
     if user:
         argv += ["-l", user]
     if port:
@@ -130,7 +133,7 @@ def _run_g(dest, user=None, port=None, jumps=None):
         argv += ["-J", jumps]
     argv += ["--", dest]
     try:
-        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=RESOLVE_TIMEOUT_S)
+        result = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=RESOLVE_TIMEOUT_S, env=environment)
     except subprocess.TimeoutExpired:
         raise ConnectError("`ssh -G %s` did not answer within %g s (a Match exec command that hangs?)" % (dest, RESOLVE_TIMEOUT_S))
     except OSError as exc:
@@ -168,9 +171,9 @@ def _tilde(path):
     return home.rstrip("/") + "/" + rest if slash else home
 
 
-def _environment(text, keyword):
+def _environment(text, keyword, environment=None):
     def variable(match):
-        value = os.environ.get(match.group(1))
+        value = (os.environ if environment is None else environment).get(match.group(1))
         if value is None:
             raise ConnectError("%s uses ${%s}, which is not set (ssh refuses it too)" % (keyword, match.group(1)), permanent=True)
         return value
@@ -213,15 +216,15 @@ def _tokens(dest, jump_text=""):
     }
 
 
-def _path(value, keyword, tokens):
-    return _tilde(expand(_environment(value, keyword), keyword, tokens))
+def _path(value, keyword, tokens, environment=None):
+    return _tilde(expand(_environment(value, keyword, environment), keyword, tokens))
 
 
-def _files(values, keyword, tokens):
+def _files(values, keyword, tokens, environment=None):
     words = [w for value in values for w in value.split()]
     if [w.lower() for w in words] in ([], ["none"]):
         return []
-    return [w if not re.search(r"%|\$\{|^~", w) else _path(w, keyword, tokens) for w in words]
+    return [w if not re.search(r"%|\$\{|^~", w) else _path(w, keyword, tokens, environment) for w in words]
 
 
 def _one(options, keyword, default=None):
@@ -229,7 +232,7 @@ def _one(options, keyword, default=None):
     return values[0] if values else default
 
 
-def _destination(text, original, options):
+def _destination(text, original, options, environment=None):
     """A Destination from `ssh -G`'s answer."""
     for keyword, why in NOT_HONOURED.items():
         value = _one(options, keyword)
@@ -253,6 +256,7 @@ def _destination(text, original, options):
         strict_host_key_checking=strict,
         host_key_algorithms=[a for a in (_one(options, "hostkeyalgorithms") or "").split(",") if a],
         original=original,
+        environment=environment,
     )
     jump = _one(options, "proxyjump")
     jump = None if jump in (None, "none") else jump
@@ -266,24 +270,24 @@ def _destination(text, original, options):
     identities = options.get("identityfile", [])
     defaults = ["~/.ssh/" + name for name in DEFAULT_IDENTITIES]
     dest.explicit_identities = identities != defaults
-    dest.identity_files = [_path(p, "IdentityFile", tokens) for p in identities]
+    dest.identity_files = [_path(p, "IdentityFile", tokens, environment) for p in identities]
     agent = _one(options, "identityagent")
     if agent is not None:
         if agent == "none":
             dest.agent_socket = ""
         elif agent != "SSH_AUTH_SOCK":
             if agent.startswith("$") and not agent.startswith("${"):
-                agent = os.environ.get(agent[1:], "")  # `IdentityAgent $VAR`: the variable names the socket
+                agent = (os.environ if environment is None else environment).get(agent[1:], "")  # `IdentityAgent $VAR`: the variable names the socket
                 dest.agent_socket = agent
             else:
-                dest.agent_socket = _path(agent, "IdentityAgent", tokens)
+                dest.agent_socket = _path(agent, "IdentityAgent", tokens, environment)
     dest.user_known_hosts = _files(options.get("userknownhostsfile", ["~/.ssh/known_hosts ~/.ssh/known_hosts2"]),
-                                   "UserKnownHostsFile", tokens)
+                                   "UserKnownHostsFile", tokens, environment)
     dest.global_known_hosts = _files(options.get("globalknownhostsfile", ["/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2"]),
-                                     "GlobalKnownHostsFile", tokens)
+                                     "GlobalKnownHostsFile", tokens, environment)
     revoked = _one(options, "revokedhostkeys")
     if revoked and revoked != "none":
-        dest.revoked_host_keys = _path(revoked, "RevokedHostKeys", tokens)
+        dest.revoked_host_keys = _path(revoked, "RevokedHostKeys", tokens, environment)
     return dest
 
 
@@ -291,22 +295,22 @@ def _spelled(keyword):
     return {"knownhostscommand": "KnownHostsCommand", "proxyusefdpass": "ProxyUseFdpass"}.get(keyword, keyword)
 
 
-def resolve(text, user=None, port=None, jumps=None):
+def resolve(text, user=None, port=None, jumps=None, environment=None):
     """The Destination `text` means to ssh, typed as specdeck takes it (`[user@]host[:port]`, an
     alias, an `ssh://` URI), or as a hop of a ProxyJump (`user`, `port`, `jumps`: what ssh puts on
-    the jump command's line)."""
+    the jump command's line). `environment`: the one ssh runs in (None: this process's)."""
     if not text or text.startswith("-") or any(c in text for c in "\0\n\r"):
         raise ConnectError("not an ssh destination: %r" % text, permanent=True)
     if ssh_client() is None:
         return _resolve_with_paramiko(text, user, port)
     dest_text, typed_port = split_typed(text) if user is None and port is None else (text, None)
-    options = _run_g(dest_text, user, port or typed_port, jumps)
+    options = _run_g(dest_text, user, port or typed_port, jumps, environment)
     original = dest_text
     if original.startswith("ssh://"):
         original = hop_spec(original)[1]
     elif "@" in original:
         original = original.rpartition("@")[2]
-    return _destination(text, original, options)
+    return _destination(text, original, options, environment)
 
 
 # -- where no ssh client is installed

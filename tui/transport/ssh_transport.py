@@ -288,17 +288,17 @@ class ProxyCommand:
     a socket pair whose other end carries the SSH connection. Its own session: it has no
     terminal to prompt on, as under the console it must not. Its stderr is kept for the error line."""
 
-    def __init__(self, command):
+    def __init__(self, command, environment=None):
         import subprocess
         import tempfile
 
         self.command = command
         self.sock, theirs = socket.socketpair()
         self.stderr = tempfile.TemporaryFile()
-        shell = os.environ.get("SHELL") or "/bin/sh"
+        shell = (os.environ if environment is None else environment).get("SHELL") or "/bin/sh"
         try:
             self.process = subprocess.Popen([shell, "-c", "exec " + command], stdin=theirs, stdout=theirs, stderr=self.stderr,
-                                            start_new_session=True, close_fds=True)
+                                            start_new_session=True, close_fds=True, env=environment)
         except OSError as exc:
             self.sock.close()
             self.stderr.close()
@@ -340,13 +340,13 @@ def _route_socket(dest, accept_new, tcp_timeout, path, parts):
     import paramiko
 
     if dest.proxy_command:
-        proxy = ProxyCommand(dest.proxy_command)
+        proxy = ProxyCommand(dest.proxy_command, dest.environment)
         parts.append(proxy)
         return proxy.sock, proxy
     if dest.proxy_jump:
         *before, last = dest.proxy_jump
         user, host, port = openssh.hop_spec(last)
-        hop = openssh.resolve(host, user=user, port=port, jumps=",".join(before) or None)
+        hop = openssh.resolve(host, user=user, port=port, jumps=",".join(before) or None, environment=dest.environment)
         hop.environment_agent = dest.environment_agent
         jump = open_transport(hop, accept_new, path=path)
         parts.append(_Closing(jump))
