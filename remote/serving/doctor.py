@@ -15,7 +15,8 @@ and `specdeck doctor` reports them all:
   Requests that send no temperature get the target's generation_config.json defaults
   (vLLM's `--generation-config auto`) or `--override-generation-config`.
 
-Standard library only: reads config.json files and the engine's argument list.
+Standard library only: reads config.json files (model_files.py: regular files of a bounded size
+only, one line when one cannot be read) and the engine's argument list.
 """
 
 import json
@@ -25,6 +26,7 @@ from ..checkpoints import compatibility
 from ..checkpoints.formats import effective_config, int_field
 from ..core.protocol import RemoteError
 from . import engines
+from .model_files import read_model_json
 
 EAGLE3_METHODS = ("eagle3", "EAGLE3")
 ERROR, WARNING, OK = "error", "warning", "ok"
@@ -79,15 +81,6 @@ def max_model_len(argv):
     return None
 
 
-def _read_config(directory, name="config.json"):
-    try:
-        with open(os.path.join(os.path.expanduser(directory), name)) as f:
-            config = json.load(f)
-    except (OSError, ValueError):
-        return None
-    return config if isinstance(config, dict) else None
-
-
 def _fc_inputs(report):
     fc = next((t for t in report.get("tensors") or () if t.get("name", "").endswith("fc.weight")), None)
     return fc["shape"][1] if fc and len(fc.get("shape") or ()) == 2 else None
@@ -135,7 +128,7 @@ def sampling_findings(engine, argv, target, temperature=None):
     settings, source = {}, None
     generation = _flag_values(argv, "--generation-config")
     if engine == "vllm" and (not generation or generation[-1] == "auto"):
-        settings = dict((k, v) for k, v in (_read_config(target, "generation_config.json") or {}).items()
+        settings = dict((k, v) for k, v in (read_model_json(target, "generation_config.json") or {}).items()
                         if k in ("temperature", "top_p", "top_k"))
         source = "the target's generation_config.json" if settings else None
     override = _last_json(argv, "--override-generation-config") if engine == "vllm" else None
@@ -163,7 +156,7 @@ def sampling_findings(engine, argv, target, temperature=None):
 
 def examine(engine, argv, target, drafter, drafter_report, temperature=None):
     """`{status, findings: [{check, severity, message}]}`: status is the worst severity found."""
-    target_config = _read_config(target)
+    target_config = read_model_json(target, "config.json")
     findings = []
     if target_config is not None:
         verdict = compatibility.check_against_target(drafter_report, target_config)

@@ -130,15 +130,14 @@ def check_drafter(target, drafter):
     reasons of the checkpoint comparison. Returns the verdict (None when the target is not a
     local directory with a config.json, e.g. a hub id: nothing to compare against here)."""
     from ..checkpoints import compatibility, report
+    from .model_files import read_model_json
 
-    config_path = os.path.join(os.path.expanduser(target), "config.json")
-    if not os.path.isfile(config_path):
+    target_config = read_model_json(target, "config.json")
+    if target_config is None:
         return None
     if not os.path.exists(os.path.expanduser(drafter)):
         raise RemoteError("NotFound", "no drafter at %s on the host" % drafter)
     try:
-        with open(config_path) as f:
-            target_config = json.load(f)
         drafter_report = report.inspect(os.path.expanduser(drafter))
     except (OSError, ValueError) as exc:
         raise RemoteError("DrafterMismatch", "could not read the checkpoints to compare them: %s" % exc)

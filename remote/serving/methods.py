@@ -34,6 +34,9 @@ def _server_params(call):
     engine = call.param("engine", str, "vllm")
     if engine not in engines.ENGINES:
         raise BadRequest("engine must be one of %s, not %r" % (", ".join(engines.ENGINES), engine))
+    for name in ("k", "port", "engine_args", "env"):
+        if name in call.params and call.params[name] is None:
+            raise BadRequest("parameter %r is null: give a value or leave it out" % name)
     k = call.param("k", int, 3)
     if k < 1:
         raise BadRequest("k (tokens drafted per cycle) must be at least 1")
