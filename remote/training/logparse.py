@@ -12,7 +12,10 @@ Three forms are read, line by line (feed() one line at a time, take records as t
 - SpecForge before 0.2: `Train Epoch [1/10], position 0,  Acc: 0.52` and `..., pLoss: 2.31` (and `Eval
   Epoch ...`), one line per position, gathered into one record per epoch.
 - generic: a JSON object per line, or a line of `key=value` pairs, for anyone's script.
-A line that is none of these is left alone (no record comes of it).
+A line that is none of these is left alone (no record comes of it). A SpecForge or generic line
+may begin with a logging time stamp (`2025-07-07 13:50:09,939 INFO ...`, `[2025-07-07T13:50:09]`,
+what Python's logging and most trainers' loggers print): it is the record's time, and a
+SpecForge line is looked for after it and the logger's words (level, name) that follow it.
 
 A hostile log cannot stall or crash the reader: every pattern's quantifiers are bounded (a match
 attempt costs a constant, so a line costs time linear in its length, whatever its shape), a
@@ -23,8 +26,9 @@ a rich record whose lines add up to more than MAX_RECORD_CHARS is dropped.
 
 A record: {"kind": "step" | "validation", "source", "step", "epoch", "epochs_total", "loss",
 "loss_k": [...], "full_acc": [...], "cond_acc": [...], "acc": [...], "lr", "step_ms",
-"tokens_per_s", "time" (from rich's column, else None), "values": {every key read}, "offset" (where
-its first line starts in the log, when feed() was told)}.
+"tokens_per_s", "time" (from rich's column or a logging stamp, else None), "time_within_s" (the
+line was written within [time, time + it): its stamp's precision), "values": {every key read},
+"offset" (where its first line starts in the log, when feed() was told)}.
 """
 
 import json
@@ -49,6 +53,9 @@ _RICH_SOURCE = re.compile(r"[\w.\-]{1,200}\.py:\d{1,9}")
 NUMBER = r"[-+]?(?:\d{1,40}(?:\.\d{0,40})?(?:[eE][-+]?\d{1,4})?|\.\d{1,40}(?:[eE][-+]?\d{1,4})?|nan|inf|NaN|Inf)"
 _PAIR = re.compile(r"(?:^|(?<=[\s,;|(\[{]))(?P<key>[A-Za-z_][\w./\-]{0,200})=(?P<value>%s)(?=$|[\s,;|)\]}])" % NUMBER)
 _SPECFORGE = re.compile(r"(?P<phase>Train|Eval) Epoch \[(?P<epoch>\d{1,9})/(?P<total>\d{1,9})\], position (?P<position>\d{1,4}),[ \t]{1,16}(?P<what>Acc|pLoss): (?P<value>%s)" % NUMBER)
+# A logging time stamp opening a line: date, time, an optional fraction (`,939` or `.939123`).
+_STAMP = re.compile(r"\[?(?P<date>\d{4}-\d{2}-\d{2})[ T](?P<time>\d{2}:\d{2}:\d{2})(?:[.,](?P<fraction>\d{1,9}))?\]?")
+STAMP_PREFIX_CHARS = 120  # how far after a stamp a SpecForge line may begin (the logger's name and level)
 _JSON_SPECIAL = re.compile(r'[\[\]{}"\\]')
 
 
@@ -171,6 +178,7 @@ class Assembler:
             record = record_from_values(values, "speculators" if any("/" in k for k in values) else "generic",
                                         time=self._resolve_time(rich["time"]))
             if record is not None:
+                record["time_within_s"] = 1.0 if record["time"] is not None else None  # rich prints whole seconds
                 record["offset"] = rich["at"]
                 self._out.append(record)
 
@@ -249,11 +257,21 @@ class Assembler:
             self._specforge_line(specforge, at)
             return
         self._end_specforge()
-        record = specforge_record(line) if line.startswith("step ") else None
+        stamp = _STAMP.match(line) if line[:1] in "[0123456789" else None
+        stamped_at = within = None
+        if stamp is not None:
+            stamped_at, within = stamp_time(stamp)
+            line = line[stamp.end():]
+            begins = line.find("step ", 0, STAMP_PREFIX_CHARS)
+            record = specforge_record(line[begins:]) if begins >= 0 else None
+        else:
+            record = specforge_record(line) if line.startswith("step ") else None
         if record is None:
             record = generic_record(line)
         if record is not None:
             record["offset"] = at
+            if stamped_at is not None:
+                record["time"], record["time_within_s"] = stamped_at, within
             self._out.append(record)
 
     def flush(self):
@@ -272,6 +290,20 @@ class Assembler:
     def take(self):
         out, self._out = self._out, []
         return out
+
+
+def stamp_time(match):
+    """(seconds since the epoch, precision in seconds) of a logging stamp (_STAMP's match) on the
+    local clock, or (None, None) for a date that is none."""
+    try:
+        parsed = time_module.strptime(match.group("date") + " " + match.group("time"), "%Y-%m-%d %H:%M:%S")
+    except ValueError:
+        return None, None
+    fraction = match.group("fraction")
+    moment = time_module.mktime(parsed)
+    if not fraction:
+        return moment, 1.0
+    return moment + int(fraction) / 10.0 ** len(fraction), 10.0 ** -len(fraction)
 
 
 def specforge_record(line):

@@ -5,9 +5,13 @@ is cut: none of it is parsed, reading goes on after its end while the job still 
 and the reader counts it for the run's one notice. A call reads STRETCH_BYTES (READ_BYTES when
 that holds no line's end), so a backlog is caught up over several calls and memory stays
 bounded whatever the log holds.
+When its bytes reached the log is kept too (`Arrivals`): a line printed without a time of its own
+is stamped with it, so a burst written after a stall shows the stall.
 Separators are found with bytes.find; no pattern looks for a line's end, which costs quadratic
 time on a long line without one (and holds the GIL throughout).
 """
+
+import bisect
 
 LINE_CAP = 1 << 20
 STRETCH_BYTES = 256 << 10  # read at a time: ~10,000 records, parsed well within a read's deadline
@@ -34,6 +38,52 @@ def _separators(data, at_end):
         else:
             yield newline, newline + 1
             newline = data.find(b"\n", newline + 1)
+
+
+ARRIVALS_KEPT = 4096  # sizes seen and not yet read past; a longer backlog merges its oldest
+
+
+class Arrivals:
+    """When the log's bytes reached it: the sizes seen, each with the log's modification time
+    when that size was first seen (the time of the write that brought the last of those bytes;
+    clamped between the look before and this one, so a file server's clock cannot put a byte in
+    the future or before it could have been written). A byte's time is that of the first size
+    that holds it: bytes are never spread over the time between two looks."""
+
+    def __init__(self, kept=None):
+        pairs = [(int(size), float(at)) for size, at in kept or ()
+                 if isinstance(size, (int, float)) and isinstance(at, (int, float))]
+        self.sizes = [size for size, _ in pairs]
+        self.times = [at for _, at in pairs]
+        self.looked_at = self.times[-1] if self.times else None
+
+    def look(self, size, mtime, now):
+        """The log's size and modification time as stat gave them at `now`."""
+        if not self.sizes or size > self.sizes[-1]:
+            low = self.looked_at if self.looked_at is not None else mtime
+            self.sizes.append(size)
+            self.times.append(min(max(mtime, low), now))
+            if len(self.sizes) > ARRIVALS_KEPT:
+                del self.sizes[0], self.times[0]  # the oldest backlog's bytes take the next size's time
+        elif size < self.sizes[-1]:
+            self.sizes, self.times = [size], [min(mtime, now)]  # truncated and written again
+        self.looked_at = now
+
+    def time_of(self, offset):
+        """When the byte at `offset` reached the log (None before any look)."""
+        if not self.sizes:
+            return None
+        index = bisect.bisect_right(self.sizes, offset)
+        return self.times[min(index, len(self.times) - 1)]
+
+    def forget_before(self, offset):
+        """Sizes no byte at or after `offset` needs (the newest is kept)."""
+        keep = min(bisect.bisect_right(self.sizes, offset), len(self.sizes) - 1)
+        if keep > 0:
+            del self.sizes[:keep], self.times[:keep]
+
+    def state(self):
+        return [[size, at] for size, at in zip(self.sizes, self.times)]
 
 
 class Line:

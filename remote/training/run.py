@@ -4,9 +4,15 @@ store, its checkpoints and its progress; `read_log()` reads the next stretch of 
 A Slurm job's log is what all its tasks wrote (its output file): the lines of the rank that
 logs are read, the other ranks' skipped (ranks.py), so a run on several nodes is one run.
 
-A record is stamped with when it was read: the records of one read are spread evenly over the
-stretch since the previous read (they were written within it), so no time is ever in the
-future and a burst keeps its order. Every record goes to the run's step store (stepstore.py,
+A record's time is when its line was written: the line's own time where the trainer prints one
+(rich's time column, a logging time stamp: logparse.py), else when its first bytes reached the
+log (logreader.Arrivals: the log's modification time as each size was first seen). Records are
+never spread over the time between two reads: a burst written after a stall keeps the stall
+between its times and those before it, and steps/s, the ETA, the stall and slowdown rules
+(which read the topic's times) see it. A line's own time is taken when it is no later than its
+bytes' arrival (and no earlier than its job's start), within the line time's own precision (a
+whole second for rich's column: the arrival places it within that second). Every record goes to
+the run's step store (stepstore.py,
 where `training.curves` reads them by step); the topic gets the newest PUBLISH_MAX of a read
 and the history store the newest step and validation (a sample of the run over time: a burst
 of a million records must not flood its buffer, which the other feeds share).
@@ -26,7 +32,7 @@ import time
 from ..core.records import read_json, write_json
 from . import checkpoints, curves, export, logparse, stepstore
 from .datagen import Samples
-from .logreader import LogReader
+from .logreader import Arrivals, LogReader
 from .ranks import RankFilter, is_multi_task
 
 STATE_FILE = "training-state.json"
@@ -34,6 +40,7 @@ TRAINING_STATE = "training_state.json"  # speculators' own, in each checkpoint: 
 MAX_TRAINING_STATE_BYTES = 65536
 STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[_-]?(\d+)$")
 QUIET_S = 2.0  # a record held open (a wrapped continuation may follow) is ended after this long without new bytes
+STAMP_SLACK_S = 2.0  # a line's own time may be this much after its bytes' arrival (two clocks' rounding)
 PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
 
 
@@ -55,7 +62,7 @@ class Run:
         self.reader.skipping = bool(state.get("skipping"))
         self.saved_offset = self.pending_offset = offset
         self.published_to = int(state.get("published_to", 0))  # records starting before it were published
-        self.last_time = float(state.get("last_time", 0.0))
+        self.arrivals = Arrivals(state.get("arrivals"))
         self.latest = state.get("latest")
         self.validation = state.get("validation")
         self.samples = Samples(state.get("samples") or {})
@@ -80,13 +87,23 @@ class Run:
         except OSError:
             return 0
 
+    def _look(self):
+        """The log's size now, its arrival noted (logreader.Arrivals)."""
+        now = time.time()
+        try:
+            st = os.stat(self.log_path)
+        except OSError:
+            return 0
+        self.arrivals.look(st.st_size, st.st_mtime, now)
+        return st.st_size
+
     def caught_up(self, size=None):
         return self.reader.offset >= (self.log_size() if size is None else size) and not self.reader.skipping
 
     def read_log(self):
         """Read the next stretch of the log (logreader.py): its records to the
         step store, the topic and the progress. Returns the bytes read."""
-        size = self.log_size()
+        size = self._look()
         before = (self.reader.offset, self.reader.skipping)
         lines = self.reader.read(self.log_path, size, self.ended)
         samples_seen = False
@@ -110,6 +127,7 @@ class Run:
         self.pending_offset = opened if opened is not None else self.reader.offset
         records = self.assembler.take()
         self._publish(records)
+        self.arrivals.forget_before(self.pending_offset)
         changed = self.update_notices()
         if records or samples_seen or changed:
             self.write_progress()
@@ -120,13 +138,12 @@ class Run:
     def _publish(self, records):
         if not records:
             return
-        # Written since the last read, read now: spread over that stretch, never past now.
         now = time.time()
-        since = min(self.last_time or self.job.get("started_at") or now - 0.5, now)
+        started = self.job.get("started_at") or self.job.get("submitted_at")
         stamped = []
         fresh = []
-        for index, record in enumerate(records):
-            when = since + (now - since) * (index + 1) / len(records)
+        for record in records:
+            when = self.time_of(record, now, started)
             public = curves.public_record(record, when)
             public["job"] = self.id
             if record["kind"] == "step":
@@ -150,7 +167,6 @@ class Run:
                 stamped.append((offset, public, when))
             if offset is None or offset >= self.published_to:
                 fresh.append(public)
-        self.last_time = now
         if self.writer is not None:
             self.writer.add(stamped)
         self.recent = self.recent[-50:]
@@ -158,6 +174,18 @@ class Run:
             self.publish(public)
         if stamped:
             self.published_to = max(self.published_to, stamped[-1][0] + 1)
+
+    def time_of(self, record, now, started=None):
+        """When a record's line was written (see the module docstring)."""
+        offset = record.get("offset")
+        arrived = self.arrivals.time_of(offset) if offset is not None else None
+        arrived = now if arrived is None else min(arrived, now)
+        stamp = record.get("time")
+        if not isinstance(stamp, (int, float)) or stamp > arrived + STAMP_SLACK_S:
+            return arrived
+        if isinstance(started, (int, float)) and stamp < started - STAMP_SLACK_S:
+            return arrived  # before its job began: another clock's time (a time zone not the daemon's)
+        return min(now, max(stamp, min(arrived, stamp + (record.get("time_within_s") or 0.0))))
 
     def take_history_points(self, now):
         """[(name, labels, value)] for the history store: the newest step and validation read since
@@ -268,7 +296,7 @@ class Run:
         write_json(os.path.join(self.job_dir, STATE_FILE), {
             "offset": self.pending_offset, "skipping": self.reader.skipping and self.pending_offset == self.reader.offset,
             "cut_lines": self.reader.cut_lines, "first_cut_at": self.reader.first_cut_at, "published_to": self.published_to,
-            "last_time": self.last_time, "latest": self.latest, "validation": self.validation, "samples": self.samples.state(),
+            "arrivals": self.arrivals.state(), "latest": self.latest, "validation": self.validation, "samples": self.samples.state(),
             "epoch_starts": self.epoch_starts, "notices": self.notices})
 
     def close(self):
