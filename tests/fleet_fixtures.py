@@ -181,7 +181,8 @@ class Fleet:
         self.home = home
         self.python = python
         self.config_home = home / ".config"
-        self.env = {"HOME": str(home), "XDG_CONFIG_HOME": str(self.config_home)}
+        self.env = {"HOME": str(home), "XDG_CONFIG_HOME": str(self.config_home),
+                    "SPECDECK_SSH_CONFIG": str(home / ".ssh" / "config")}
 
     def host(self, alias):
         return next(h for h in self.hosts if h.alias == alias)

@@ -136,7 +136,7 @@ def gated_home(tmp_path, sshd, port, extra=""):
     (ssh / "known_hosts").write_text("[127.0.0.1]:%d %s\n" % (port, sshd.host_key_pub))
     (ssh / "config").write_text(
         "Host gated\n    HostName 127.0.0.1\n    Port %d\n    User %s\n    IdentityFile %s\n    IdentitiesOnly yes\n"
-        "    ConnectTimeout 2\n%s" % (port, sshd.user, sshd.client_key, extra)
+        "    ConnectTimeout 2\n    UserKnownHostsFile %s\n%s" % (port, sshd.user, sshd.client_key, ssh / "known_hosts", extra)
     )
     return home
 
@@ -252,7 +252,7 @@ def test_known_hosts_over_ssh(case, sshd, tmp_path, host_python):
         known.write_text("@cert-authority *.example.com %s\n%s\n" % (other, good))
     elif case == "revoked":
         known.write_text("%s\n@revoked * %s\n" % (good, sshd.host_key_pub))
-        expected_code, expected = 2, "is marked @revoked in %s line 2" % known
+        expected_code, expected = 2, "is revoked in %s line 2" % known
     elif case == "alias":
         with open(home / ".ssh" / "config", "a") as config:
             config.write("    HostKeyAlias GPU-Box\n")
