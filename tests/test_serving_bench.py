@@ -31,7 +31,9 @@ def test_bench_random_drafter_is_below_break_even(laptop, models, tmp_path):
     assert result.returncode == 0, result.stderr
     reply = json.loads(result.stdout)
     assert set(reply) == {"baseline_tps", "spec_tps", "speedup", "accept_length", "cycle_ms", "break_even_accept_length", "noise",
-                          "per_position", "per_position_conditional", "categories", "lengths", "worst", "flagged", "ks_used", "missing", "baseline"}
+                          "per_position", "per_position_conditional", "categories", "lengths", "worst", "flagged", "ks_used", "missing", "baseline",
+                          "bad_replies"}
+    assert reply["bad_replies"] == {"count": 0, "shown": []}  # a real vLLM's replies pass the checks
     assert reply["baseline"] is None  # none saved for the pair
     assert reply["accept_length"] == 1.0
     # Nothing accepted at position 0, so no draft reaches position 1: the conditional rate there is undefined, not 0/0.

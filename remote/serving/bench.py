@@ -31,10 +31,13 @@ import urllib.request
 import uuid
 
 from ..core import paths
+from ..core.feed_source import Budget, SourceError
 from ..jobs.store import write_json
-from . import advice, breakeven, categories, engines, metrics, positions
+from . import advice, breakeven, categories, engines, metrics, positions, request_metrics, scrape
+from .request_metrics import BadReply
 
 READY_TIMEOUT_S = 900.0
+SCRAPE_MAX_BYTES = 8 << 20
 WARMUP_REQUESTS = 1
 WARMUP_TOKENS = 16
 BUILTIN_PROMPTS = (
@@ -63,34 +66,61 @@ class Progress:
 
 
 def _post(url, payload, timeout_s=600.0):
+    """The parsed JSON of a reply to a POST, read up to request_metrics.MAX_REPLY_BYTES: BadReply
+    for one larger (said by its Content-Length, or found while reading) or not JSON."""
     request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
+    most = request_metrics.MAX_REPLY_BYTES
     with urllib.request.urlopen(request, timeout=timeout_s) as reply:
-        return json.loads(reply.read())
+        length = reply.headers.get("Content-Length") or ""
+        if length.isdigit() and int(length) > most:
+            raise BadReply("the reply is %s bytes, over the %d MiB a completion's can be: not read" % (length, most >> 20))
+        body = bytearray()
+        while True:
+            chunk = reply.read(65536)
+            if not chunk:
+                break
+            body += chunk
+            if len(body) > most:
+                raise BadReply("the reply is over the %d MiB a completion's can be: not read further" % (most >> 20))
+    try:
+        return json.loads(bytes(body))
+    except (ValueError, RecursionError) as exc:
+        raise BadReply("the reply is not JSON (%s)" % str(exc)[:80])
 
 
 def run_requests(url, model, prompts, max_tokens, on_done=None, records=None, kinds=None):
     """(completion tokens, seconds, each request's tokens/s) of the prompts sent one at a time to
     /v1/completions; with `records` (a list), each reply's record (categories.request_record,
-    under its category in `kinds`) appended to it."""
+    under its category in `kinds`) appended to it. A reply the benchmark cannot use (too large,
+    not JSON, a count or metric out of its type or range: request_metrics.py) is recorded as
+    refused, with why, and the run goes on; one whose usage is unknown adds no tokens or seconds."""
     tokens, elapsed_s, request_tps = 0, 0.0, []
     for index, prompt in enumerate(prompts):
+        kind = kinds[index] if kinds else categories.DEFAULT_CATEGORY
         began = time.monotonic()
-        reply = _post(url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                                                 "temperature": 0.0, "ignore_eos": True})
-        took_s = time.monotonic() - began
-        elapsed_s += took_s
-        tokens += reply["usage"]["completion_tokens"]
-        request_tps.append(reply["usage"]["completion_tokens"] / took_s if took_s > 0 else None)
+        try:
+            reply, refused = _post(url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
+                                                              "temperature": 0.0, "ignore_eos": True}), None
+        except BadReply as exc:
+            reply, refused = None, str(exc)
+        record = categories.request_record(kind, prompt, reply, time.monotonic() - began, refused)
+        elapsed_s += record["seconds"]
+        tokens += record["tokens"]
+        request_tps.append(record["tokens"] / record["seconds"] if record["seconds"] > 0 else None)
         if records is not None:
-            records.append(categories.request_record(kinds[index] if kinds else categories.DEFAULT_CATEGORY, prompt, reply, took_s))
+            records.append(record)
         if on_done:
             on_done(index + 1)
     return tokens, elapsed_s, request_tps
 
 
 def _scrape(url):
-    status, body = engines.http_get(url + "/metrics", 5.0)
-    return metrics.parse(body.decode("utf-8", "replace"), time.time()) if status == 200 else None
+    """The server's /metrics parsed, read with scrape.py's deadline and size cap; None when it cannot be."""
+    try:
+        body = scrape.get(url + "/metrics", Budget(5.0, SCRAPE_MAX_BYTES))
+    except SourceError:
+        return None
+    return metrics.parse(body.decode("utf-8", "replace"), time.time())
 
 
 def _start(spec, drafter, k, log):
@@ -212,7 +242,7 @@ def run(spec):
         # One baseline for every K: it does not depend on K.
         baseline_records = []
         baseline_tps, _, _ = _phase(spec, None, None, prompts, progress, 0, "baseline", baseline_records)
-        rows = []
+        rows, phases = [], [("baseline", baseline_records)]
         for index, k in enumerate(ks):
             progress.write(state="starting-speculative", k=k)
             records = []
@@ -220,11 +250,13 @@ def run(spec):
                                                     "speculative", records)
             rows.append(dict(measured_k(k, spec_tps, figures, baseline_tps, request_tps),
                              **_by_request(records, baseline_records, k, schedule)))
+            phases.append(("K=%d" % k, records))
         result = advice.sweep_result(rows, baseline_tps) if len(ks) > 1 else dict(rows[0], spec_tps=rows[0]["tokens_per_s"])
         if len(ks) > 1:
             best = next(row for row in rows if row["k"] == result.get("best_k")) if result.get("best_k") else rows[-1]
             result.update((key, best.get(key)) for key in BY_REQUEST_KEYS if key in best)
-        result.update(baseline_tps=baseline_tps, requests=len(prompts), max_tokens=spec["max_tokens"])
+        result.update(baseline_tps=baseline_tps, requests=len(prompts), max_tokens=spec["max_tokens"],
+                      bad_replies=categories.refused_replies(phases))
         progress.write(state="done", result=result)
         print(json.dumps(result))
         return 0

@@ -10,7 +10,7 @@ against the baseline on the same prompts. The requests that accept least are nam
 with acceptance near 0 (or every draft accepted) is flagged with its first words, a prompt the
 drafter cannot follow at all (or one so repetitive it tells little)."""
 
-from . import engines, positions
+from . import engines, positions, request_metrics
 
 PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
 DEFAULT_CATEGORY = "default"
@@ -18,6 +18,7 @@ MAX_CATEGORIES = 32
 MAX_CATEGORY_CHARS = 40
 WORST_SHOWN = 3
 FLAGS_SHOWN = 10
+REFUSED_SHOWN = 10
 NEAR_ZERO = 0.05  # draft acceptance at or under this is "near 0"
 FIRST_WORDS = 8
 FIRST_WORDS_CHARS = 80
@@ -69,15 +70,31 @@ def length_bucket(prompt_tokens):
     return "unknown length"
 
 
-def request_record(category, prompt, reply, seconds):
+def request_record(category, prompt, reply, seconds, refused=None):
     """What one reply says, kept for grouping: `{category, first_words, prompt_tokens, tokens,
-    seconds, decoding}` (decoding: the reply's `metrics.speculative_decoding`, or None)."""
-    usage = reply.get("usage") if isinstance(reply.get("usage"), dict) else {}
-    metrics = reply.get("metrics") if isinstance(reply.get("metrics"), dict) else {}
-    decoding = metrics.get("speculative_decoding")
-    return {"category": category, "first_words": first_words(prompt), "prompt_tokens": usage.get("prompt_tokens"),
-            "tokens": usage.get("completion_tokens") or 0, "seconds": seconds,
-            "decoding": decoding if isinstance(decoding, dict) else None}
+    seconds, decoding, refused}` (decoding: the reply's `metrics.speculative_decoding` as
+    request_metrics.py checked it, or None). A reply whose usage cannot be read, or that could
+    not be read at all (`refused` given), counts no tokens and no seconds; one whose metrics fail
+    their checks keeps its tokens and seconds; either says why in `refused`."""
+    record = {"category": category, "first_words": first_words(prompt), "prompt_tokens": None, "tokens": 0, "seconds": 0.0,
+              "decoding": None, "refused": refused}
+    if refused is not None:
+        return record
+    try:
+        record["tokens"], record["prompt_tokens"] = request_metrics.usage(reply)
+        record["seconds"] = seconds
+        record["decoding"] = request_metrics.speculation_of(reply)
+    except request_metrics.BadReply as exc:
+        record["refused"] = str(exc)
+    return record
+
+
+def refused_replies(phases):
+    """`{count, shown: [{phase, request, category, first_words, why}]}` of the replies refused in
+    `phases` ([(phase name, its records in request order)]), the first REFUSED_SHOWN named."""
+    refused = [{"phase": name, "request": index + 1, "category": record["category"], "first_words": record["first_words"],
+                "why": record["refused"]} for name, records in phases for index, record in enumerate(records) if record.get("refused")]
+    return {"count": len(refused), "shown": refused[:REFUSED_SHOWN]}
 
 
 def _rate(records):
@@ -137,4 +154,4 @@ def summarise(spec_records, baseline_records, k):
     ks_used = positions.over_requests([r["decoding"] for r in spec_records if r["decoding"]])["ks_used"]
     return {"categories": by_category, "lengths": by_length, "ks_used": ks_used,
             "worst": [{"category": r["category"], "accept_length": _accept_length(r), "first_words": r["first_words"]} for r in worst],
-            "flagged": flagged, "missing": sum(1 for r in spec_records if r["decoding"] is None)}
+            "flagged": flagged, "missing": sum(1 for r in spec_records if r["decoding"] is None and not r.get("refused"))}

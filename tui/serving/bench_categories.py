@@ -8,7 +8,7 @@ import json
 from ..display import safe_text
 
 # What `bench --json` adds from the host's per-request figures.
-JSON_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule")
+JSON_KEYS = ("categories", "lengths", "worst", "flagged", "ks_used", "missing", "k_schedule", "bad_replies")
 GROUP_KEYS = ("accept_length", "histogram", "tokens_per_s", "speedup", "requests", "per_position", "per_position_conditional")
 MAX_PROMPT_FILE_BYTES = 16 * 1024 * 1024
 
@@ -63,10 +63,26 @@ def _group_line(name, group):
         _number(group.get("speedup"), "%.2fx"), group.get("requests") or 0, " ".join(str(c) for c in group.get("histogram") or ()))
 
 
-def lines(result):
-    """The by-category and by-length table, then the worst and the flagged requests."""
-    if "categories" not in result:
+def refused_lines(result):
+    """The replies the host refused (too large, not JSON, a figure out of its type or range), named."""
+    refused = result.get("bad_replies") or {}
+    if not refused.get("count"):
         return []
+    out = ["refused       %d %s the benchmark could not use (left out of its figures):" % (
+        refused["count"], "reply" if refused["count"] == 1 else "replies")]
+    for row in refused.get("shown") or ():
+        out.append("  %s request %d [%s] %s: %s" % (safe_text(row["phase"]), row["request"], safe_text(row["category"]),
+                                                   safe_text(row["first_words"]), safe_text(row["why"])))
+    if refused["count"] > len(refused.get("shown") or ()):
+        out.append("  and %d more" % (refused["count"] - len(refused.get("shown") or ())))
+    return out
+
+
+def lines(result):
+    """The by-category and by-length table, then the worst and the flagged requests, then the
+    replies refused."""
+    if "categories" not in result:
+        return refused_lines(result)
     out = ["", "  %-22s %6s  %8s  %7s  %4s   %s" % ("category", "accept", "tok/s", "speedup", "reqs", "histogram (steps accepting 0..K)")]
     out += [_group_line(group.get("category"), group) for group in result["categories"]]
     out += ["  %-22s" % "prompt length"] + [_group_line(group.get("length"), group) for group in result.get("lengths") or ()]
@@ -80,4 +96,4 @@ def lines(result):
     if result.get("missing"):
         out.append("note          %d replies carried no per-request metrics (a vLLM without --per-request-spec-decode-metrics?)"
                    % result["missing"])
-    return out
+    return out + refused_lines(result)

@@ -307,6 +307,10 @@ def _host_break_even(args):
     return 0
 
 
+def _figure(value, pattern):
+    return "-" if value is None else pattern % value
+
+
 def cmd_bench(args):
     ks = args.k
     args.k = ks[-1]
@@ -350,10 +354,10 @@ def cmd_bench(args):
 
     def human():
         return "\n".join([
-            "baseline      %.2f tok/s" % result["baseline_tps"],
-            "speculative   %.2f tok/s%s   speedup %.2fx" % (
-                result["spec_tps"], "" if result.get("noise") is None else " ±%.1f%% (across the requests)" % (100.0 * result["noise"]),
-                result["speedup"]),
+            "baseline      %s tok/s" % _figure(result["baseline_tps"], "%.2f"),
+            "speculative   %s tok/s%s   speedup %s" % (
+                _figure(result["spec_tps"], "%.2f"), "" if result.get("noise") is None else " ±%.1f%% (across the requests)" % (100.0 * result["noise"]),
+                _figure(result["speedup"], "%.2fx")),
             "accept length %s   cycle %.1f ms   break-even %.2f" % (
                 "-" if result["accept_length"] is None else "%.2f" % result["accept_length"], result["cycle_ms"] or 0.0,
                 result["break_even_accept_length"] or 0.0),
