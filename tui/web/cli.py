@@ -1,15 +1,17 @@
 """`specdeck web [HOST ...] [--bind 127.0.0.1] [--port 8080] [--token-file F]`: the console
 served to a browser, each tab a console of its own (the state is the hosts': a new tab or a
-reload shows the same jobs, figures and alerts), behind a secret printed in the URL.
+reload shows the same jobs, figures and alerts), behind a key printed in the URL once the port
+is bound.
 
 Reaching it from elsewhere: `ssh -L 8080:127.0.0.1:8080 MACHINE` and open the URL on this side,
 or a reverse proxy with TLS in front of the loopback port (README).
 """
 
 import ipaddress
+import os
 import sys
 
-from ..cli.common import CommandError, EXIT_USAGE, emit
+from ..cli.common import CommandError, EXIT_FAILED, EXIT_USAGE, emit
 
 LOOPBACK_NAMES = ("localhost", "ip6-localhost")
 
@@ -69,11 +71,16 @@ def cmd_web(args):
               "port %d of this machine, guarded by the key alone and over plain HTTP; the default 127.0.0.1 with "
               "`ssh -L %d:127.0.0.1:%d` or a TLS proxy keeps it private" % (args.bind, args.port, args.port, args.port),
               file=sys.stderr)
-    emit(args, {"url": server.url(), "bind": args.bind, "port": args.port},
-         "the console is at %s (Ctrl+C ends it; the jobs run on)" % server.url())
-    sys.stdout.flush()
+    def listening():
+        # Only now: a URL printed before the bind would hand the key (a lasting one with
+        # --token-file) to whoever holds the port.
+        emit(args, {"url": server.url(), "bind": args.bind, "port": args.port},
+             "the console is at %s (Ctrl+C ends it; the jobs run on)" % server.url())
+        sys.stdout.flush()
+
     try:
-        server.serve()
+        server.serve(listening)
     except OSError as exc:
-        raise CommandError("cannot listen on %s port %d: %s" % (args.bind, args.port, exc.strerror or exc))
+        reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+        raise CommandError("cannot listen on %s port %d: %s" % (args.bind, args.port, reason), EXIT_FAILED)
     return 0
