@@ -103,6 +103,9 @@ class ServerSource(FeedSource):
                 raise SourceError(exc.message)
         try:
             snapshot = metrics.parse(scrape.get(self.url + "/metrics", budget).decode("utf-8", "replace"), now)
+            if snapshot["engine"] is None:
+                # A page that answers (a health check's `ok`, another service) is no fresh window of nothing.
+                raise SourceError("%s/metrics has no speculation figures: none of vLLM's or SGLang's series are in it" % self.url)
         except BadSample:
             raise  # the server answered, wrongly: its log is no better a witness
         except (SourceError, ValueError, metrics.MissingParser) as exc:

@@ -80,7 +80,7 @@ def cmd_baseline(args):
         if args.save:
             reply = client.call("serving.save_baseline", params, timeout=30)
             baseline = reply["baseline"]
-            emit(args, reply, lambda: "baseline of %s: accept length %.2f%s\n%s\nkept on the host for %s" % (
+            emit(args, _masked(reply), lambda: "baseline of %s: accept length %.2f%s\n%s\nkept on the host for %s" % (
                 args.server, baseline["accept_length"], _positions(baseline), rule_text(baseline), _pair(reply)))
         elif args.remove:
             if not args.server and not args.url and not (args.target and args.drafter):
@@ -95,7 +95,7 @@ def cmd_baseline(args):
                                                   if reply["baseline"] else "no baseline kept for its pair (save one: --save)"))
         else:
             reply = client.call("serving.baselines", {}, timeout=30)
-            emit(args, reply, lambda: _list_text(reply["baselines"]))
+            emit(args, _masked(reply), lambda: _list_text(reply["baselines"]))
     except RemoteError as exc:
         raise CommandError(exc.message, EXIT_FAILED)
     return 0
@@ -118,7 +118,27 @@ def _positions(baseline):
 
 
 def _pair(entry):
-    return safe_text(entry["url"] if entry.get("url") else "%s + %s" % (entry.get("target"), entry.get("drafter")))
+    return safe_text(shown_url(entry["url"]) if entry.get("url") else "%s + %s" % (entry.get("target"), entry.get("drafter")))
+
+
+def shown_url(url):
+    """An attached server's URL as printed: any `user:password@` in it as `…@` (a secret)."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return "…"
+    if "@" not in parts.netloc:
+        return url
+    return urlunsplit((parts.scheme, "…@" + parts.netloc.rpartition("@")[2], parts.path, parts.query, parts.fragment))
+
+
+def _masked(reply):
+    """A reply (or its `baselines`) with each attached server's URL masked, for --json."""
+    if isinstance(reply.get("baselines"), list):
+        return dict(reply, baselines=[_masked(entry) for entry in reply["baselines"]])
+    return dict(reply, url=shown_url(reply["url"])) if reply.get("url") else reply
 
 
 def _list_text(entries):
