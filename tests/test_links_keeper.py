@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import stat
+import sys
 import tempfile
 from pathlib import Path
 
@@ -209,21 +210,144 @@ def test_another_user_cannot_use_the_keeper(laptop_user, host_user, host_python)
 
 def test_a_link_directory_made_first_by_someone_else_locks_no_one_out(laptop_user):
     """/tmp/specdeck-links-UID made by another user (who alone may remove it): the commands keep
-    their links in a private directory made afresh, and the next command finds the same keeper."""
+    their links in a private directory of their own state directory, and the next command finds
+    the same keeper."""
     squatted = laptop_user.runtime_dir / ("specdeck-links-%d" % os.getuid())  # the commands' TMPDIR
     squatted.mkdir(mode=0o777)
     os.chown(squatted, 65534, 65534)
-    no_runtime_dir = {"XDG_RUNTIME_DIR": ""}
+    env = {"XDG_RUNTIME_DIR": "", "XDG_STATE_HOME": str(laptop_user.runtime_dir / "st")}
     before = laptop_user.logins()
     for _ in range(2):
-        result = laptop_user.cli("jobs", "gpuhost", "--json", env=no_runtime_dir)
+        result = laptop_user.cli("jobs", "gpuhost", "--json", env=env)
         assert result.returncode == 0 and result.stderr == "", result.stderr
     assert laptop_user.logins() == before + 1  # the second command took the first one's link
     assert len(keeper_pids(laptop_user.runtime_dir)) == 1
     assert list(squatted.iterdir()) == []
-    [fresh] = [p for p in laptop_user.runtime_dir.iterdir() if p.name.startswith(squatted.name + "-")]
-    assert fresh.stat().st_uid == os.getuid() and stat.S_IMODE(fresh.stat().st_mode) == 0o700
-    assert [p.name for p in fresh.iterdir() if p.name.endswith(".sock")]
+    private = laptop_user.runtime_dir / "st" / "specdeck" / "links"
+    assert private.stat().st_uid == os.getuid() and stat.S_IMODE(private.stat().st_mode) == 0o700
+    assert [p.name for p in private.iterdir() if p.name.endswith(".sock")]
+
+
+SWAPPER = r"""
+import os, socket, sys, time
+tmp, name, sock_name, record, seconds = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], float(sys.argv[5])
+target = os.path.join(tmp, name)
+end = time.time() + seconds
+n = 0
+with open(record, "a") as out:
+    while time.time() < end:
+        n += 1
+        mine = os.path.join(tmp, "swap-%d" % n)
+        os.mkdir(mine, 0o700)
+        listener = socket.socket(socket.AF_UNIX)
+        listener.bind(os.path.join(mine, sock_name))
+        listener.listen(16)
+        listener.settimeout(0.02)
+        # Whatever is at a name the commands may use (the fixed one, or one made afresh beside
+        # it) goes, and ours takes its place.
+        names = [target] + [os.path.join(tmp, e) for e in os.listdir(tmp) if e.startswith(name + "-")]
+        for victim in names:
+            try:
+                os.rename(victim, os.path.join(tmp, "gone-%d-%s" % (n, os.path.basename(victim))))
+            except OSError:
+                pass
+        try:
+            os.rename(mine, names[-1])
+        except OSError:
+            pass
+        try:
+            conn, _ = listener.accept()
+            conn.settimeout(1)
+            try:
+                got = conn.recv(65536)
+            except OSError:
+                got = b""
+            out.write("connected %d bytes: %r\n" % (len(got), got[:200]))
+            out.flush()
+        except socket.timeout:
+            pass
+        listener.close()
+"""
+
+
+def test_a_second_user_who_owns_tmpdir_and_swaps_the_directory_reaches_nothing(laptop_user, host_user, host_python):
+    """TMPDIR belongs to another user, who renames the links directory away and puts their own,
+    with a listening socket of the keeper's name, in its place, over and over: the commands
+    never use that TMPDIR, and nothing of theirs (a request, the environment) reaches the other
+    user's socket; every command lands on the host."""
+    import subprocess
+
+    laptop_user.runtime_dir.chmod(0o755)  # the other user may pass through to their directory
+    shared = laptop_user.runtime_dir / "shared"
+    shared.mkdir()
+    os.chown(shared, host_user.uid, host_user.gid)
+    shared.chmod(0o777)
+    env = {"XDG_RUNTIME_DIR": "", "TMPDIR": str(shared), "XDG_STATE_HOME": str(laptop_user.runtime_dir / "st"),
+           "HF_TOKEN": "hf_secret_of_the_laptop"}
+    probe = run_cli("config", "--help", home=laptop_user.home)  # an ordinary start, nothing connects
+    assert probe.returncode == 0
+    from tests.helpers.cli import REPO_ROOT, ssh_config_env
+
+    identity_env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), **ssh_config_env(laptop_user.home), **env)
+    sock_name = "keeper-%s.sock" % subprocess.run(
+        [sys.executable, "-c", "from tui.transport.keeper_socket import identity; print(identity())"],
+        capture_output=True, text=True, env=identity_env, cwd=str(REPO_ROOT), check=True).stdout.strip()
+    record = shared / "caught.txt"
+    record.touch()
+    os.chown(record, host_user.uid, host_user.gid)
+    swapper = subprocess.Popen([host_python, "-c", SWAPPER, str(shared), "specdeck-links-%d" % os.getuid(), sock_name, str(record), "60"],
+                               user=host_user.uid, group=host_user.gid, extra_groups=[], cwd=str(shared),
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(lambda: swapper.poll() is not None or any(p.name == "specdeck-links-%d" % os.getuid() for p in shared.iterdir()),
+                 10, message="the other user's swapping")
+        assert swapper.poll() is None, swapper.stderr.read()
+        before = laptop_user.logins()
+        for _ in range(4):
+            result = laptop_user.cli("jobs", "gpuhost", "--json", env=env)
+            assert result.returncode == 0 and result.stderr == "", result.stderr
+        assert laptop_user.logins() >= before + 1  # the host's own word: the commands landed there
+    finally:
+        swapper.kill()
+        swapper.wait()
+    assert record.read_text() == ""
+    assert stat.S_IMODE((laptop_user.runtime_dir / "st" / "specdeck" / "links").stat().st_mode) == 0o700
+
+
+def test_nothing_is_sent_to_a_keeper_socket_another_user_holds(laptop_user, host_user, host_python):
+    """Whatever the directories said, a socket whose peer is another user is told nothing."""
+    import subprocess
+
+    from remote.core.peer import NotOurs, connect_own
+
+    laptop_user.runtime_dir.chmod(0o755)
+    place = laptop_user.runtime_dir / "theirs"
+    place.mkdir()
+    os.chown(place, host_user.uid, host_user.gid)
+    path = place / "keeper.sock"
+    record = place / "caught.txt"
+    listener = subprocess.Popen([host_python, "-c", (
+        "import socket, sys\n"
+        "s = socket.socket(socket.AF_UNIX); s.bind(sys.argv[1]); s.listen(1)\n"
+        "import os; os.chmod(sys.argv[1], 0o777); print('ready', flush=True)\n"
+        "total = 0\n"
+        "for _ in range(2):\n"
+        "    c, _ = s.accept(); c.settimeout(3)\n"
+        "    try:\n        total += len(c.recv(100))\n    except OSError:\n        pass\n"
+        "open(sys.argv[2], 'w').write('%d' % total)\n"), str(path), str(record)],
+        user=host_user.uid, group=host_user.gid, extra_groups=[], stdout=subprocess.PIPE, text=True)
+    try:
+        assert listener.stdout.readline().strip() == "ready"
+        with pytest.raises(NotOurs, match="uid %d" % host_user.uid):
+            connect_own(str(path), 5)
+        from tui.transport import links
+
+        with pytest.raises(links.KeeperStuck):
+            links._connect(str(path))
+        listener.wait(10)
+    finally:
+        listener.kill()
+    assert record.read_text() == "0"
 
 
 def test_a_stopped_keeper_is_passed_by_and_the_command_connects_itself(laptop_user):

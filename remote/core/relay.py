@@ -22,19 +22,21 @@ import sys
 import threading
 import time
 
-from . import buildinfo, paths
+from . import buildinfo, paths, peer
 from .protocol import decode, encode
 
 CONNECT_TRIES_S = 15.0
 
 
 def _connect():
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    """A socket to the daemon's path, its peer checked to be this user; None when none listens.
+    A socket held by anyone else is an error: nothing is sent to it, and no daemon is started
+    in its place."""
     try:
-        sock.connect(paths.socket_path())
-        return sock
+        return peer.connect_own(paths.socket_path())
+    except peer.NotOurs as exc:
+        raise ConnectionError(str(exc))
     except OSError:
-        sock.close()
         return None
 
 

@@ -1,5 +1,5 @@
 """The headless commands, by the area that adds them: what `specdeck WORD` is, known without
-importing any area (the warm runner's client decides with it before anything else loads)."""
+importing any area (the entry point decides with it before anything else loads)."""
 
 # Each area's module and the commands it adds, in help order. A command imports its own module
 # only: a headless command over a warm link is one round trip plus this process's start, and
@@ -22,6 +22,3 @@ AREAS = (
     ("tui.web.cli", ("web",)),
 )
 COMMAND_NAMES = frozenset(name for _, names in AREAS for name in names)
-# Run in their own process, never by the warm runner (tui/cli/runner.py): the web console is a
-# long-lived server of its own.
-OWN_PROCESS = frozenset(["web"])

@@ -128,7 +128,7 @@ def build_parser(command=None):
     return parser
 
 
-_BUILT = {}  # an area's module -> its parser (a warm runner builds each once, before its children fork)
+_BUILT = {}  # an area's module -> its parser
 
 
 def area_parser(command):

@@ -1,14 +1,12 @@
 """Where this user's link keeper listens: a socket in a directory only this user can open, and
 why a place is refused (tui/transport/links.py is how a command talks to the keeper there).
 
-The directory is created 0700: $XDG_RUNTIME_DIR/specdeck, else $TMPDIR/specdeck-links-UID.
-That directory is in a place others may write to, so someone else may have made it first (or
-made it a symlink, or opened our own to others): a directory that is not a directory of ours
-private to us is never used, and the keeper's socket goes to one made afresh
-($TMPDIR/specdeck-links-UID-RANDOM), named in a file of our own state directory
-($XDG_STATE_HOME/specdeck/links-dir, which only we can write) so that the next command finds
-the same keeper. Not in the state directory itself: a socket's path holds ~107 bytes, and a
-home shared over NFS would put the keepers of two laptops in one place. When no directory will
+The directory is created 0700: $XDG_RUNTIME_DIR/specdeck, else $TMPDIR/specdeck-links-UID, else
+$XDG_STATE_HOME/specdeck/links (a socket's path holds ~107 bytes: a deep home may not fit). A
+directory is used only where nobody else could have made it or could swap it: ours, 0700, and
+every directory above it ours or root's and writable by others only with the sticky bit (a
+shared scratch TMPDIR is passed over). The peer of every connection is checked besides
+(remote/core/peer.py): nothing is sent to a socket another user holds. When no directory will
 do, a command connects itself, as when no keeper can be started: a note under --verbose, never
 an error. One keeper serves one user with one HOME and one config file (they name its SSH
 settings, keys, known_hosts and how long links stay): the socket's name is a hash of them and
@@ -29,73 +27,58 @@ PROTOCOL = "2"
 
 
 def directories():
-    """Where this user's keeper sockets may go, best first (none made yet): $XDG_RUNTIME_DIR's
-    when it is a directory of ours, then the per-user directory in the temporary directory."""
+    """Where this user's keeper sockets may go, best first (none made yet): $XDG_RUNTIME_DIR's,
+    the per-user directory in the temporary directory, then one in our own state directory; each
+    only where no other user could replace it (unsafe_ancestry)."""
     base = os.environ.get("XDG_RUNTIME_DIR")
     if base:
-        try:
-            st = os.stat(base)
-            if stat.S_ISDIR(st.st_mode) and st.st_uid == os.getuid():
-                yield os.path.join(base, "specdeck")
-        except OSError:
-            pass
+        yield os.path.join(base, "specdeck")
     yield os.path.join(temp_dir(), "specdeck-links-%d" % os.getuid())
+    yield os.path.join(state_dir(), "links")
 
 
 def temp_dir():
     return os.environ.get("TMPDIR") or "/tmp"
 
 
+def unsafe_ancestry(path):
+    """Why a directory made at `path` could be swapped by another user, or None: every directory
+    above it must belong to this user or root and be open to nobody else's writes but with the
+    sticky bit (/tmp's 1777): a parent another user can write lets them rename our directory and
+    put theirs in its place between any check and the connect."""
+    here = os.path.dirname(os.path.abspath(path))
+    while True:
+        try:
+            st = os.stat(here)
+        except FileNotFoundError:
+            st = None  # made by us, 0700, when the socket's directory is made
+        except OSError as exc:
+            return "cannot look at %s: %s" % (here, exc.strerror or exc)
+        if st is None:
+            pass
+        elif st.st_uid not in (0, os.getuid()):
+            return "%s belongs to uid %d: another user could replace what is in it" % (here, st.st_uid)
+        elif st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+            return "%s (mode %04o) may be written by others without the sticky bit: they could replace what is in it" % (
+                here, stat.S_IMODE(st.st_mode))
+        parent = os.path.dirname(here)
+        if parent == here:
+            return None
+        here = parent
+
+
 def private_directory(path):
     """`path` made 0700 if missing; why it may not be used, or None."""
+    why = unsafe_ancestry(path)
+    if why:
+        return why
     try:
-        os.mkdir(path, 0o700)
+        os.makedirs(path, 0o700)
     except FileExistsError:
         pass
     except OSError as exc:
         return "cannot make it: %s" % (exc.strerror or exc)
     return not_private(path, directory=True)
-
-
-def pointer_path():
-    """The file naming the fresh directory our keepers use when the usual one may not be used."""
-    return os.path.join(state_dir(), "links-dir")
-
-
-def fresh_directory():
-    """The directory named in our state directory when it is still ours and private, else one
-    made afresh in the temporary directory and named there; None when none can be made or named
-    (a directory the next command could not find would mean a keeper per command)."""
-    pointer = pointer_path()
-    try:
-        with open(pointer, "rb") as f:
-            named = f.read(4097).decode("utf-8", "surrogateescape").strip()
-    except (OSError, ValueError):
-        named = ""
-    if os.path.isabs(named) and "\0" not in named and not not_private(named, directory=True):
-        return named
-    import tempfile
-
-    try:
-        made = tempfile.mkdtemp(prefix="specdeck-links-%d-" % os.getuid(), dir=temp_dir())
-    except OSError as exc:
-        log.info("cannot make a directory for the link keeper in %s: %s", temp_dir(), exc.strerror or exc)
-        return None
-    try:
-        os.makedirs(os.path.dirname(pointer), mode=0o700, exist_ok=True)
-        partial = "%s.%d.partial" % (pointer, os.getpid())
-        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8", errors="surrogateescape") as f:
-            f.write(made + "\n")
-        os.replace(partial, pointer)
-    except OSError as exc:
-        log.info("cannot name the link keeper's directory in %s: %s", pointer, exc.strerror or exc)
-        try:
-            os.rmdir(made)
-        except OSError:
-            pass
-        return None
-    return made
 
 
 def not_private(path, directory):
@@ -149,12 +132,6 @@ def socket_path():
         return (None, why) if why else (path, None)
 
     for directory in directories():
-        path, why = usable(directory)
-        if path:
-            return path
-        log.info("not keeping links in %s: %s", directory, why)
-    directory = fresh_directory()
-    if directory:
         path, why = usable(directory)
         if path:
             return path

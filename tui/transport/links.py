@@ -50,18 +50,18 @@ class KeeperStuck(Exception):
 
 
 def _connect(path, timeout_s=GREETING_TIMEOUT_S):
-    """A socket connected to the keeper at `path`, or None when none listens there; KeeperStuck
-    when its socket takes no connection in time (a stopped keeper's backlog is full)."""
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    sock.settimeout(timeout_s)
+    """A socket connected to the keeper at `path`, its peer this user, or None when none listens
+    there; KeeperStuck when its socket takes no connection in time (a stopped keeper's backlog
+    is full) or is held by someone else (nothing sent)."""
+    from remote.core.peer import NotOurs, connect_own
+
     try:
-        sock.connect(path)
-        return sock
+        return connect_own(path, timeout_s)
+    except NotOurs as exc:  # nothing was sent to it; the command connects itself
+        raise KeeperStuck(str(exc))
     except (BlockingIOError, socket.timeout):
-        sock.close()
         raise KeeperStuck("the link keeper at %s takes no connection" % path)
     except OSError:  # no socket, a stale one (a killed keeper), a keeper ending
-        sock.close()
         return None
 
 
