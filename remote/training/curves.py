@@ -47,12 +47,13 @@ def full_acc(record):
 
 
 def predicted_accept_length(record, chain=None):
-    """1 + sum_k full_acc_k, or None when the record has no accuracies (or one is not a number).
-    A SpecForge evaluation says its own: 1 + eval/simulated_acc_len (which counts no bonus token)."""
+    """1 + sum_k full_acc_k, or None when the record has no accuracies (or one is not a chance:
+    not a number, or outside 0..1, so the length would leave 1..K+1). A SpecForge evaluation
+    says its own: 1 + eval/simulated_acc_len (which counts no bonus token; bounded where read)."""
     if record.get("simulated_acc_len") is not None:
         return 1.0 + record["simulated_acc_len"]
     chain = full_acc(record) if chain is None else chain
-    if not chain or any(not math.isfinite(v) for v in chain):
+    if not chain or any(not 0.0 <= v <= 1.0 for v in chain):
         return None
     return 1.0 + sum(chain)
 

@@ -41,6 +41,9 @@ MAX_TRAINING_STATE_BYTES = 65536
 STEP_IN_NAME = re.compile(r"(?:step|checkpoint)[_-]?(\d+)$")
 QUIET_S = 2.0  # a record held open (a wrapped continuation may follow) is ended after this long without new bytes
 STAMP_SLACK_S = 2.0  # a line's own time may be this much after its bytes' arrival (two clocks' rounding)
+MAX_STEP = 10 ** 9  # no drafter trains a billion steps: a larger step counter is not one
+LEAP_TIMES = 1000  # a step this many times the one before (and LEAP_MIN past it) is not the next step
+LEAP_MIN = 10 ** 6
 PUBLISH_MAX = 256  # records of one read published on the topic (the newest): a burst goes to the step store
 
 
@@ -143,6 +146,8 @@ class Run:
         stamped = []
         fresh = []
         for record in records:
+            if not self._plausible(record):
+                continue
             when = self.time_of(record, now, started)
             public = curves.public_record(record, when)
             public["job"] = self.id
@@ -174,6 +179,28 @@ class Run:
             self.publish(public)
         if stamped:
             self.published_to = max(self.published_to, stamped[-1][0] + 1)
+
+    def _plausible(self, record):
+        """Whether a record's figures are within their domain; one that is not is said once in the
+        run's notices (a step counter that leaps by orders: its record is left out; a predicted
+        accept length out of range: the record stays, without it)."""
+        if record.get("refused"):
+            self._notice("refused figure", record["refused"])
+        step = record.get("step")
+        if record["kind"] != "step" or step is None:
+            return True
+        before = (self.latest or {}).get("step")
+        if step > MAX_STEP or (before is not None and step > LEAP_TIMES * max(before, 1) and step - before > LEAP_MIN):
+            self._notice("refused step", "step %d%s is not a step count: its record is left out" % (
+                step, " after step %d" % before if before is not None else ""))
+            return False
+        return True
+
+    def _notice(self, key, text):
+        if self.notices.get(key) != text:
+            if key not in self.notices:
+                self.publish({"job": self.id, "kind": "notice", "text": text, "time": time.time()})
+            self.notices[key] = text
 
     def time_of(self, record, now, started=None):
         """When a record's line was written (see the module docstring)."""

@@ -4,7 +4,8 @@ Training steps: `step 8: {'acc_0': 0.05, ..., 'ploss_0': 4.6, ..., 'acc': 0.07, 
 'grad_norm': 3.2, 'perf/...': ...}`; `acc_k` is position k's accuracy as SpecForge's unrolled
 training measures it. Evaluation: `step 32: {'eval/avg_loss': 19.0, 'eval/per_position_acc': [...],
 'eval/simulated_acc_len': 0.65, 'eval/ploss_0': ...}`; `eval/simulated_acc_len` counts accepted
-drafts without the bonus token, so the accept length it predicts is 1 + it.
+drafts without the bonus token, so the accept length it predicts is 1 + it: a figure outside 0..K
+(K the positions evaluated) is refused, and the record says so (`refused`).
 
 A line is read by ast.literal_eval (never eval) only once it is bounded: at most MAX_LINE_CHARS,
 no more than MAX_BRACKETS brackets (literal_eval recurses per nesting level), no digit run
@@ -19,6 +20,7 @@ import re
 MAX_LINE_CHARS = 256 << 10
 MAX_BRACKETS = 64
 MAX_KEYS = 1000
+MAX_DRAFTS = 64  # drafted positions, when a line does not say how many
 _LINE = re.compile(r"step (?P<step>\d{1,12}): (?P<body>\{.*\})[ \t]*$")
 _LONG_DIGITS = re.compile(r"\d{65}")
 _POSITIONS = {"eval/per_position_acc": "eval/acc_%d"}
@@ -70,12 +72,18 @@ def record(step, values):
     if loss is None and not acc:
         return None
     simulated = values.get("eval/simulated_acc_len")
+    refused = None
+    drafts = len(acc) or len(loss_k) or None  # the positions it evaluates: accepted drafts lie within 0..that
+    if simulated is not None and not (math.isfinite(simulated) and 0 <= simulated <= (drafts or MAX_DRAFTS)):
+        refused = "eval/simulated_acc_len %.4g at step %d is outside 0..%d (the drafts it evaluates): not shown as a " \
+                  "predicted accept length" % (simulated, step, drafts or MAX_DRAFTS)
+        simulated = None
     perf_s = values.get("perf/optimizer_step_time_s")
     return {"kind": "validation" if validation else "step", "source": "specforge", "step": step, "epoch": None,
             "epochs_total": None, "loss": loss, "loss_k": loss_k, "full_acc": [], "cond_acc": [], "acc": acc,
             "lr": values.get("lr"), "step_ms": perf_s * 1000.0 if perf_s is not None else None, "tokens_per_s": None,
             "time": None, "values": values,
-            "simulated_acc_len": simulated if simulated is not None and math.isfinite(simulated) else None}
+            "simulated_acc_len": simulated, "refused": refused}
 
 
 def _indexed(values, prefix):
