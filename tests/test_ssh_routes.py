@@ -80,7 +80,10 @@ def test_a_two_hop_jump_chain_and_a_proxy_command_land_where_ssh_lands(chain, ss
         "Host second\n    HostName %s\n"
         "Host via-command\n    HostName %s\n    ProxyCommand ssh -F {home}/.ssh/config -W %%h:%%p -p 2200 first\n"
         "Host loop-a\n    ProxyJump loop-b\nHost loop-b\n    ProxyJump loop-a\n"
-    ) % (TARGET, user, user, hop1.host, HOP2, HOP2), known=[(known_name(s), s.host_key_pub) for s in (hop1, hop2, target)])
+        "Host target-past-a-changed-hop\n    HostName %s\n    ProxyJump %s@first:2200,second-changed\n"
+        "Host second-changed\n    HostName %s\n    HostKeyAlias changed-hop\n"
+    ) % (TARGET, user, user, hop1.host, HOP2, HOP2, TARGET, user, HOP2),
+        known=[(known_name(s), s.host_key_pub) for s in (hop1, hop2, target)] + [("changed-hop", ssh_keys.wrong_host_key_pub)])
 
     before = {name: logins(server) for name, server in chain.items()}
     result = run_cli("run", "target", "--python", host_python, "--json", "--", "true", home=home)
@@ -94,6 +97,12 @@ def test_a_two_hop_jump_chain_and_a_proxy_command_land_where_ssh_lands(chain, ss
     result = run_cli("run", "via-command", "--python", host_python, "--json", "--", "true", home=home)
     assert result.returncode == 0, result.stderr
     assert landed(hop2, before)
+
+    # A hop whose key changed is refused on the way, --accept-new or not: nobody past it is reached.
+    before = {name: logins(server) for name, server in chain.items()}
+    bad_hop = run_cli("run", "target-past-a-changed-hop", "--python", host_python, "--accept-new", "--", "true", home=home)
+    assert bad_hop.returncode == 2 and "HOST KEY CHANGED for changed-hop" in bad_hop.stderr, bad_hop.stderr
+    assert logins(hop2) == before["hop2"] and logins(target) == before["target"]
 
     looped = run_cli("jobs", "loop-a", "--python", host_python, home=home)
     assert looped.returncode == 2 and "loops" in looped.stderr and "Traceback" not in looped.stderr
@@ -118,16 +127,31 @@ def test_config_kinds_ssh_honours_land_where_ssh_lands(netns_host, sshd, ssh_key
         "Host matched\n    HostName 127.0.0.9\n    Port 9\n"
         "Host named-port\n    HostName %s\n    Port ssh\n    User %s # a comment, not part of the name\n"
         "Host node[12]\n    HostName 127.0.0.1\n    Port %d\n"
-    ) % (included, user, sshd.port, netns_host.host, user, sshd.port),
+        "Host tokened-key\n    HostName 127.0.0.1\n    Port %d\n    IdentityFile ${{KEYS}}/%%r_at_%%p\n    IdentityAgent none\n"
+        "    IdentitiesOnly yes\n"
+    ) % (included, user, sshd.port, netns_host.host, user, sshd.port, sshd.port),
         known=[(known_name(sshd), sshd.host_key_pub), (netns_host.host, netns_host.host_key_pub)])
 
-    for dest, server in (("from-include", sshd), (user + "@matched", sshd), ("named-port", netns_host), ("node[12]", sshd)):
+    # A key of its own named with tokens and a variable: the login the sshd took says which key.
+    import subprocess
+
+    keys = tmp_path / "keys"
+    keys.mkdir()
+    own_key = keys / ("%s_at_%d" % (user, sshd.port))
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(own_key)], check=True)
+    with open(ssh_keys.authorized_keys, "a") as authorized:
+        authorized.write(Path(str(own_key) + ".pub").read_text())
+    own_fingerprint = subprocess.run(["ssh-keygen", "-lf", str(own_key) + ".pub"], capture_output=True, text=True).stdout.split()[1]
+    for dest, server in (("from-include", sshd), (user + "@matched", sshd), ("named-port", netns_host), ("node[12]", sshd),
+                         ("tokened-key", sshd)):
         before = logins(server)
-        result = run_cli("jobs", dest, "--python", host_python, home=home)
+        result = run_cli("jobs", dest, "--python", host_python, home=home, env={"KEYS": str(keys)})
         assert result.returncode == 0, (dest, result.stderr)
         assert landed(server, before), dest
+    accepted = [line for line in sshd.log_text().splitlines() if "Accepted publickey for" in line]
+    assert own_fingerprint in accepted[-1]  # tokened-key's login, by the key its tokens name
     # Without the user typed the Match does not apply, for ssh as for specdeck: port 9, nobody there.
-    unmatched = run_cli("jobs", "matched", "--python", host_python, home=home)
+    unmatched = run_cli("jobs", "matched", "--python", host_python, home=home, env={"KEYS": str(keys)})
     assert unmatched.returncode == 2 and "127.0.0.9" in unmatched.stderr
 
 
