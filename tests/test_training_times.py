@@ -5,7 +5,9 @@ prints speculators' rich lines (a time column when the second changes): each ste
 `curves` is in the second its line says. One prints bare `step=N` lines: each step's time is
 when its bytes reached the log, never before its line was written (records are not spread back
 over the stall). In both the curves keep the stall as a gap, and the stall's follow-up says it
-lasted as long as the process was stopped."""
+lasted as long as the process was stopped. The report over them (`specdeck report`, text and
+--json) gives each run's first and last logged step and loss as printed, and says it stood still
+once, when and for how long; the stall's alert line carries its message and the job."""
 
 import json
 import math
@@ -114,3 +116,22 @@ def test_block_buffered_steps_keep_their_times_and_the_stall_between_them(client
                 assert wall - 0.01 <= step["time"] <= wall + STOPPED_S + 5, (step, wall)
         if form == "plain":
             assert len(set(times)) < len(times) / 3  # a burst's records share its arrival: not spread
+
+    # The report over them: ranges as logged, the stall with its start and length.
+    report = json.loads(run_cli("report", "local", "--since", "1h", "--json").stdout)
+    text = run_cli("report", "local", "--since", "1h").stdout
+    for form, (job_id, _) in jobs.items():
+        written = walls(job_id)
+        last = max(written)
+        run, = [r for r in report["training"] if r["id"] == job_id]
+        assert run["steps"] == {"from": 0, "to": last} and run["loss"] == {"from": 1.0, "to": round(1.0 / (last + 1), 3)}, run
+        stall, = run["stalls"]
+        assert stopped_at - 3 <= stall["start"] <= stopped_at + 0.5 and stall["length_s"] >= STOPPED_S - 0.5, (stall, stopped_at)
+        row, = [l for l in text.splitlines() if l.startswith("  %s buffered %s: " % (job_id, form))]
+        assert "steps 0 -> %d, loss 1 -> %s" % (last, ("%.3f" % (1.0 / (last + 1))).rstrip("0")) in row, row
+        found = re.search(r"stood still once: (\d\d:\d\d) for (\d+) s", row)
+        assert found and int(found.group(2)) >= STOPPED_S - 1 and found.group(1) == time.strftime("%H:%M", time.localtime(stall["start"])), row
+        alert = [a for a in report["alerts"] if a["job_id"] == job_id and a["kind"] == "training_stalled"][0]
+        assert alert["message"].startswith("%s (buffered %s): no new step for" % (job_id, form))
+        told = [l for l in text.splitlines() if "%s stalled on " % job_id in l]
+        assert told and "%s (buffered %s): no new step for" % (job_id, form) in told[0] and "delivered" in told[0], told

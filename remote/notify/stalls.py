@@ -12,6 +12,8 @@ again. Read from what the evaluator already follows (no sampler of its own):
 - a server (the `serving` topic): requests waiting and no token generated for SERVER_STALL_S
   (`server_stalled`).
 
+`stood_still` reads the same rule over a run's recorded step times (the report's "stood still").
+
 A job's own limit is its meta `stall_after_s` (`train`, `run`, `serve --stall-after`; 0: never);
 an attached server's is its entry's. Absence is noticed by `check`, which the evaluator calls on
 a clock of its own; its work is one comparison per followed job (and one stat of the log of a
@@ -50,6 +52,36 @@ def own_limit(meta):
     if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
         return None
     return float(value)
+
+
+def stood_still(times, own_limit_s=None, until=None):
+    """Where a run's steps stood still, by the rule the alerts use (its own limit, else ten
+    times the median of its last INTERVALS_KEPT intervals, at least MIN_STALL_S), read from
+    its records' times in log order: [{start, length_s, ongoing}]. `until`: the time up to
+    which a run still live is looked at (a stall not yet over is `ongoing`; None: the run ended)."""
+    found = []
+    intervals = collections.deque(maxlen=INTERVALS_KEPT)
+    least = own_limit_s if own_limit_s is not None else MIN_STALL_S
+    if own_limit_s == 0:
+        return found  # never
+    latest = None
+
+    def limit():
+        if own_limit_s is not None:
+            return own_limit_s
+        typical = median(intervals)
+        return max(MIN_STALL_S, MEDIAN_TIMES * typical) if typical else MIN_STALL_S
+
+    for when in times:
+        if latest is not None and when > latest:
+            gap = when - latest
+            if gap >= least and gap >= limit():  # the median only for a gap that could be a stall
+                found.append({"start": latest, "length_s": round(gap, 1), "ongoing": False})
+            intervals.append(gap)
+        latest = when if latest is None else max(latest, when)
+    if until is not None and latest is not None and until - latest >= limit():
+        found.append({"start": latest, "length_s": round(until - latest, 1), "ongoing": True})
+    return found
 
 
 class Watch:
@@ -258,16 +290,22 @@ class Stalls:
     def _raise(self, watch, kind, title, message, key, since, job):
         watch.stalled = {"key": key, "since": since, "kind": kind}
         categories = ["stalled"] + ([KIND_CATEGORY[watch.kind]] if watch.kind in KIND_CATEGORY else [])
-        self.evaluator.raise_alert(make_alert(key, kind, categories, self.host, title, message, since, job=job, urgent=True,
-                                              log_tail=self.evaluator.log_tail(watch.id) if job else None))
+        alert = make_alert(key, kind, categories, self.host, title, message, since, job=job, urgent=True,
+                           log_tail=self.evaluator.log_tail(watch.id) if job else None)
+        if watch.kind == "server":
+            alert["server"] = watch.id  # an attached server has no job to name it
+        self.evaluator.raise_alert(alert)
 
     def _resumed(self, watch, now, detail):
         stalled, watch.stalled = watch.stalled, None
         job = watch.job if watch.kind != "server" else (None if watch.id.startswith("u") else self.evaluator._job(watch.id))
         categories = ["stalled"] + ([KIND_CATEGORY[watch.kind]] if watch.kind in KIND_CATEGORY else [])
-        self.evaluator.raise_alert(make_alert(stalled["key"] + ":resumed", "resumed", categories, self.host,
-                                              "%s resumed on %s" % (watch.id, self.host),
-                                              "%s resumed after %s%s" % (watch.id, minutes(now - stalled["since"]), detail), now, job=job))
+        alert = make_alert(stalled["key"] + ":resumed", "resumed", categories, self.host, "%s resumed on %s" % (watch.id, self.host),
+                           "%s resumed after %s%s" % (watch.id, minutes(now - stalled["since"]), detail), now, job=job)
+        alert.update(stalled_since=stalled["since"], stalled_s=round(now - stalled["since"], 1))
+        if watch.kind == "server":
+            alert["server"] = watch.id
+        self.evaluator.raise_alert(alert)
 
     def _server_limit(self, server_id):
         if server_id.startswith("u"):

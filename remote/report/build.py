@@ -47,6 +47,7 @@ def build(daemon, since, until, deadline_s=DEADLINE_S):
         except Exception as exc:  # one source that fails never stops the others
             log.exception("report: the %s section failed", name)
             errors[name] = "%s: %s" % (type(exc).__name__, exc)
+    sections.attach_episodes(report)
     report["errors"], report["cut"] = errors, cut
     report["took_s"] = round(time.monotonic() - began, 3)
     return report

@@ -1,5 +1,6 @@
-"""Figures over a window from the history store, for the report: each series' first and last
-value, its lowest, median and highest, and how long it stayed under a line. One query per series
+"""Figures over a window from the history store, for the report: a series' lowest, median and
+highest, how long it stayed under a line, and its last sample with its time. (A run's first
+and last step and loss are its records', stepstore.logged_range: a bucket's mean is no step.) One query per series
 name (every job's series at once), at a resolution that keeps a week in about a thousand points."""
 
 POINTS_PER_WINDOW = 1000
@@ -33,11 +34,22 @@ def over_runs(store, source, name, runs):
     return found
 
 
-def first_last(points):
-    """(first mean, last mean) of a series' points, or (None, None)."""
-    if not points:
-        return None, None
-    return points[0][2], points[-1][2]
+def last_sample(store, source, name, labels, last_point, end):
+    """(time, value) of a series' last sample before `end`: its last bucket (`last_point`, [t,
+    min, mean, max], whose start and mean are not the sample's time and value) read again at a
+    finer resolution, narrowed to the last finer bucket until a query answers single samples."""
+    start, found = last_point[0], (last_point[0], last_point[2])
+    for _ in range(4):
+        series, resolution = store.query(source, name, labels=labels, start=start, end=end, resolution_s=0.001)
+        points = [p for entry in series for p in entry.get("points") or []]
+        if not points:
+            break
+        latest = max(points, key=lambda p: p[0])
+        found = (latest[0], latest[2])
+        if resolution <= 0.01 or latest[0] + resolution >= end and start == latest[0]:
+            break
+        start, end = latest[0], min(end, latest[0] + resolution)
+    return found
 
 
 def spread(points):

@@ -1,7 +1,11 @@
 """The report's sections, each read from one of the host's own records over [since, until):
-jobs (job directories), training runs and servers (their series in the history store, their
-checkpoint journal, the break-even lines), downloads (their progress records), alerts (the
-alert queue, notify.sqlite), disks (free space in the history store) and the daemon (its starts).
+jobs (job directories), training runs (their step records as logged: first and last step and
+loss, where they stood still; their checkpoint journal), servers (their series in the history
+store, the break-even lines), downloads (their progress records: the bytes kept), alerts (the
+alert queue, notify.sqlite: each with its message and what it is about, and the stalls and
+slowdowns it tells, with their start and length), disks (free space in the history store, with
+the time of its last sample) and the daemon (its starts). The history's buckets are for charts:
+a figure said as a run's first or last is the one it logged.
 
 Every section is bounded: at most MAX_ROWS rows (the newest), a read of the alert queue capped
 at MAX_ALERTS; a record that does not parse is skipped where it is read."""
@@ -11,6 +15,7 @@ import os
 import sqlite3
 
 from ..notify import queue as alert_queue
+from ..notify.stalls import own_limit, stood_still
 from ..serving.break_even_store import BreakEvenStore
 from . import history_figures as figures
 from . import presence
@@ -18,6 +23,10 @@ from . import presence
 MAX_ROWS = 200
 MAX_ALERTS = 500
 MAX_NAME = 120
+MAX_MESSAGE = 300
+MAX_EPISODES = 50  # stalls (or slowdowns) listed per row: the newest
+STALL_KINDS = ("training_stalled", "job_stalled", "download_stalled", "server_stalled")
+FOLLOW_UPS = {"resumed": "stall", "pace_back": "slowdown"}
 LIVE_STATES = ("running", "starting", "stopping", "downloading", "verifying")
 
 
@@ -57,27 +66,32 @@ def job_rows(jobs, store, since, until):
 
 
 def training_rows(jobs, store, daemon, since, until):
+    from ..training import stepstore
     from ..training.methods import checkpoint_list
 
     runs = [job for job in jobs if job.get("kind") == "training"]
-    if not runs:
-        return []
-    steps = figures.by_job(store, "training", "step", since, until) if store else {}
-    losses = figures.by_job(store, "training", "loss", since, until) if store else {}
     rows = []
     for job in runs:
-        step_from, step_to = figures.first_last(steps.get(job["id"]))
-        loss_from, loss_to = figures.first_last(losses.get(job["id"]))
+        job_dir = daemon.jobs.job_dir(job["id"])
+        logged = stepstore.logged_range(job_dir, since, until) or {}
+        first, last = logged.get("first") or {}, logged.get("last") or {}
+        live = job.get("process_state") in LIVE_STATES and _number(job.get("ended_at")) is None
+        stalls = stood_still(stepstore.step_times(job_dir, since, until), own_limit(job.get("meta")), until if live else None)
         try:
-            saved = checkpoint_list(daemon.jobs.job_dir(job["id"]), job.get("meta") or {})
+            saved = checkpoint_list(job_dir, job.get("meta") or {})
         except Exception as exc:  # a damaged journal: the run's other figures stand
             saved, best = [], {"error": "%s: %s" % (type(exc).__name__, exc)}
         else:
             chosen = [c for c in saved if c.get("best")] or saved[-1:]
             best = {key: chosen[-1].get(key) for key in ("name", "step", "verdict", "predicted_accept_length", "measured_accept_length")} \
                 if chosen else None
+        progress = job.get("progress") if isinstance(job.get("progress"), dict) else {}
+        notices = [str(n)[:MAX_MESSAGE] for n in progress.get("notices") or () if isinstance(n, str)][:10]
         rows.append({"id": job["id"], "name": str(job.get("name") or "")[:MAX_NAME], "state": job.get("state"),
-                     "steps": {"from": step_from, "to": step_to}, "loss": {"from": loss_from, "to": loss_to},
+                     "steps": {"from": first.get("step"), "to": last.get("step")},
+                     "loss": {"from": first.get("loss"), "to": last.get("loss")},
+                     "first_logged_at": first.get("time"), "last_logged_at": last.get("time"), "steps_logged": logged.get("count", 0),
+                     "stalls": stalls[-MAX_EPISODES:], "stall_count": len(stalls), "slowdowns": [], "notices": notices,
                      "checkpoints": len(saved), "best_checkpoint": best})
     return rows
 
@@ -118,7 +132,10 @@ def download_rows(jobs, since, until):
             "state": job.get("state"), "finished": ended is not None and ended >= since,
             "verdict": progress.get("verdict") if isinstance(progress.get("verdict"), (str, dict)) else None,
             "bytes_total": _number(progress.get("bytes_total")), "bytes_done": _number(progress.get("bytes_done")),
+            "bytes_kept": _number(progress.get("bytes_done")),  # bytes on disk, resumed and present ones included
+            "complete": job.get("state") == "verified" or (progress.get("state") in ("verified", "done", "complete")),
             "ended_at": ended, "error": progress.get("error") if isinstance(progress.get("error"), str) else None,
+            "stalls": [],
         })
     return rows
 
@@ -150,9 +167,54 @@ def alert_rows(since, until, path=None):
             continue
         if not isinstance(alert, dict):
             continue
+        server = alert.get("server")
         rows.append({"id": key, "time": raised_at, "kind": alert.get("kind"), "title": str(alert.get("title") or "")[:200],
-                     "urgent": bool(alert.get("urgent")), "job_id": alert.get("job_id"), "channels": deliveries.get(key, [])})
+                     "message": str(alert.get("message") or "")[:MAX_MESSAGE], "urgent": bool(alert.get("urgent")),
+                     "job_id": alert.get("job_id"), "job_name": str(alert.get("job_name") or "")[:MAX_NAME] or None,
+                     "server": server if isinstance(server, str) else None,
+                     "happened_at": _number(alert.get("time")), "stalled_since": _number(alert.get("stalled_since")),
+                     "channels": deliveries.get(key, [])})
     return rows[-MAX_ROWS:]
+
+
+def episodes(alerts, until):
+    """{job or server id: [{kind: "stall" | "slowdown", start, length_s, ongoing}]} told by the
+    window's alerts: a stall or slowdown from its alert's time to its follow-up's (`resumed`,
+    `pace_back`), ongoing (to `until`) while none came; a follow-up whose alert was before the
+    window from the stall's start it carries."""
+    by_id = {alert["id"]: alert for alert in alerts}
+    found = {}
+    paired = set()
+    for alert in alerts:
+        kind = "stall" if alert.get("kind") in STALL_KINDS else "slowdown" if alert.get("kind") == "slowdown" else None
+        about = alert.get("job_id") or alert.get("server")
+        if kind is None or about is None:
+            continue
+        start = alert.get("happened_at") or alert["time"]
+        follow = by_id.get(alert["id"] + (":resumed" if kind == "stall" else ":back"))
+        if follow is not None:
+            paired.add(follow["id"])
+            end = follow.get("happened_at") or follow["time"]
+            found.setdefault(about, []).append({"kind": kind, "start": start, "length_s": round(max(0.0, end - start), 1), "ongoing": False})
+        else:
+            found.setdefault(about, []).append({"kind": kind, "start": start, "length_s": round(max(0.0, until - start), 1), "ongoing": True})
+    for alert in alerts:
+        about = alert.get("job_id") or alert.get("server")
+        if alert.get("kind") == "resumed" and alert["id"] not in paired and about and alert.get("stalled_since") is not None:
+            end = alert.get("happened_at") or alert["time"]
+            found.setdefault(about, []).append({"kind": "stall", "start": alert["stalled_since"],
+                                                "length_s": round(max(0.0, end - alert["stalled_since"]), 1), "ongoing": False})
+    return found
+
+
+def attach_episodes(report):
+    """Each training run's slowdowns, and each download's and server's stalls, from the alerts
+    (a run's stalls are read from its own step records)."""
+    told = episodes(report.get("alerts") or [], report["until"])
+    for run in report.get("training") or []:
+        run["slowdowns"] = [e for e in told.get(run["id"], []) if e["kind"] == "slowdown"][-MAX_EPISODES:]
+    for row in (report.get("downloads") or []) + (report.get("servers") or []):
+        row["stalls"] = [e for e in told.get(row["id"], []) if e["kind"] == "stall"][-MAX_EPISODES:]
 
 
 def disk_rows(store, since, until):
@@ -161,13 +223,14 @@ def disk_rows(store, since, until):
     frees = figures.by_job(store, "telemetry", "disk_free_bytes", since, until, label="disk")
     totals = figures.by_job(store, "telemetry", "disk_total_bytes", since, until, label="disk")
     rows = []
-    for disk, points in sorted(frees.items()):
+    for disk, points in sorted(frees.items())[:MAX_ROWS]:
         lowest = min(points, key=lambda p: p[1])
         total = totals.get(disk)
         at = max(lowest[0], since)  # a bucket's start may be before the report's window; its low was within it
-        rows.append({"path": disk, "lowest_free_bytes": lowest[1], "lowest_at": at, "free_bytes_now": points[-1][2],
-                     "total_bytes": total[-1][2] if total else None})
-    return rows[:MAX_ROWS]
+        last_at, last_free = figures.last_sample(store, "telemetry", "disk_free_bytes", {"disk": disk}, points[-1], until)
+        rows.append({"path": disk, "lowest_free_bytes": lowest[1], "lowest_at": at, "free_bytes_last": last_free,
+                     "free_last_at": last_at, "total_bytes": total[-1][2] if total else None})
+    return rows
 
 
 def daemon_section(daemon, since, until):

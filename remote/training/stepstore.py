@@ -10,10 +10,13 @@ time, so a burst of a million records read within a second keeps every one.
 Reading: a run with no more steps than the points asked for comes whole, one entry per step
 record in log order; a longer one in buckets of `width` consecutive step numbers, each with
 the mean of its values, the min and max of loss and predicted accept length, its first and last
-step, its count, and the per-position figures of its last record. Plain SQL that SQLite 3.7
+step, its count, and the per-position figures of its last record (those are for charts; what a run
+logged first and last, and the times of its steps, are read as logged: logged_range, step_times).
+Plain SQL that SQLite 3.7
 runs (no window functions, no upsert).
 """
 
+from array import array
 import json
 import math
 import os
@@ -182,3 +185,57 @@ def _validation_entry(row):
     return {"time": row["time"], "epoch": row["epoch"], "step": row["step"], "loss": "nan" if row["loss_nan"] else row["loss"],
             "predicted_accept_length": row["predicted"], "full_acc": json.loads(row["full_acc"] or "[]"),
             "cond_acc": json.loads(row["cond_acc"] or "[]")}
+
+
+def logged_range(job_dir, start=None, end=None):
+    """The run's first and last step records stamped in [start, end], as they were logged (in
+    log order; whole steps and the values printed, not a bucket's means): `{first: {step, loss,
+    time}, last: {...}, count}`, or None when it logged no step there."""
+    if not exists(job_dir):
+        return None
+    conn = sqlite3.connect(path_of(job_dir), isolation_level=None)
+    conn.row_factory = sqlite3.Row
+    try:
+        conn.execute("BEGIN")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'").fetchone() is None:
+            return None
+        window, args = _window(start, end)
+        where = "kind = 0 AND step IS NOT NULL" + window
+        count = conn.execute("SELECT COUNT(*) FROM records WHERE " + where, args).fetchone()[0]
+        if not count:
+            return None
+        ends = [conn.execute("SELECT step, loss, loss_nan, time FROM records WHERE %s ORDER BY offset %s LIMIT 1" % (where, order),
+                             args).fetchone() for order in ("ASC", "DESC")]
+        first, last = ({"step": row["step"], "loss": "nan" if row["loss_nan"] else row["loss"], "time": row["time"]} for row in ends)
+        return {"first": first, "last": last, "count": count}
+    finally:
+        conn.close()
+
+
+def step_times(job_dir, start=None, end=None):
+    """The times of the run's step records stamped in [start, end], in log order, with the last
+    one stamped before `start` first (a gap that began before the window ends in it)."""
+    if not exists(job_dir):
+        return []
+    conn = sqlite3.connect(path_of(job_dir), isolation_level=None)
+    try:
+        conn.execute("BEGIN")
+        if conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'").fetchone() is None:
+            return []
+        window, args = _window(start, end)
+        times = array("d")
+        if start is not None:
+            before = conn.execute("SELECT time FROM records WHERE kind = 0 AND time < :start ORDER BY offset DESC LIMIT 1",
+                                  args).fetchone()
+            if before is not None:
+                times.append(before[0])
+        for row in conn.execute("SELECT time FROM records WHERE kind = 0%s ORDER BY offset" % window, args):
+            times.append(row[0])
+        return times
+    finally:
+        conn.close()
+
+
+def _window(start, end):
+    window = (" AND time >= :start" if start is not None else "") + (" AND time <= :end" if end is not None else "")
+    return window, {"start": start, "end": end}
