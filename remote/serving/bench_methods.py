@@ -21,7 +21,10 @@ def serving_bench(call):
     `categories` and `lengths` (`[{category|length, accept_length, histogram, tokens_per_s,
     baseline_tps, speedup, requests, per_position, per_position_conditional}]`), `worst` and
     `flagged` requests (`{category, accept_length, first_words, why?}`), `ks_used`, `missing`
-    (replies without them); with K changing by batch size (`num_speculative_tokens_per_batch_size`
+    (replies without them), `bad_replies` (`{count, shown: [{phase, request, category,
+    first_words, why}]}`: replies refused and left out of the figures, the run going on: over
+    4 MiB, not JSON, or a count or per-request metric out of its type or range, a histogram of
+    more than K+1 buckets); with K changing by batch size (`num_speculative_tokens_per_batch_size`
     in a `--speculative-config` of engine_args) `k_schedule`, and per-position figures over only
     the drafts that reached each position, or `per_position_note` saying they are not knowable. Reply: the job; its `progress` (in job events) is `{state:
     starting-baseline|baseline|starting-speculative|speculative|done|failed, k, done, total,

@@ -17,7 +17,11 @@ def serving_doctor(call):
     `{status: ok|warning|error, findings: [{check, severity, message}]}`: the loading checks
     `compare` makes (hidden_size, vocab_size, aux_layer_ids, ...), `method`,
     `max_position_embeddings`, `temperature` / `top_p_top_k`, each message naming the symptom;
-    `serving.start` refuses a drafter with an error finding unless `force`."""
+    `serving.start` refuses a drafter with an error finding unless `force`. A target's
+    config.json or generation_config.json that is there but no regular file (a FIFO), over
+    4 MiB or not a JSON object is refused (NotACheckpoint, one line naming it), as it is by
+    `serving.start` and `serving.bench`; `k`, `port`, `engine_args` or `env` given as null is a
+    BadRequest."""
     from .methods import _server_params
 
     spec = _server_params(call)
