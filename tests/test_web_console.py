@@ -6,6 +6,7 @@ refuses it, r asks again, a click accepts it); one browser, its notifications re
 makes them.
 """
 
+import base64
 import json
 import os
 import shutil
@@ -14,6 +15,7 @@ import subprocess
 import sys
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -78,6 +80,8 @@ class Web:
         self.env = {
             "HOME": str(home), "SPECDECK_HOME": tempfile.mkdtemp(prefix="sd-web-"),
             "XDG_CONFIG_HOME": str(root / "config"), "XDG_RUNTIME_DIR": str(short_runtime_dir()),
+            # ssh reads ~/.ssh from the passwd entry's home, not $HOME: the laptop's config named.
+            "SPECDECK_SSH_CONFIG": str(home / ".ssh" / "config"),
         }
         self.port = free_port()
         self.out = open(root / "server.out", "w+")
@@ -88,7 +92,7 @@ class Web:
                                          "--port", str(self.port)],
                                         stdout=self.out, stderr=self.err, env=env, cwd=str(REPO_ROOT))
         self.url = wait_for(self._url, message="the URL line")
-        self.key = self.url.split("key=", 1)[1]
+        self.key = urllib.parse.unquote(urllib.parse.urlsplit(self.url).password)
         self.base = "http://127.0.0.1:%d/" % self.port
 
     def _url(self):
@@ -220,14 +224,14 @@ def refused(url, headers=None):
     return 200
 
 
-def upgrade(port, path, origin=None, cookie=None):
+def upgrade(port, path, origin=None, key=None):
     """The status line of a raw websocket Upgrade request."""
     lines = ["GET %s HTTP/1.1" % path, "Host: 127.0.0.1:%d" % port, "Upgrade: websocket", "Connection: Upgrade",
              "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==", "Sec-WebSocket-Version: 13"]
     if origin:
         lines.append("Origin: %s" % origin)
-    if cookie:
-        lines.append("Cookie: specdeck_web=%s" % cookie)
+    if key:
+        lines.append("Authorization: Basic %s" % base64.b64encode(("specdeck:" + key).encode()).decode())
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
         sock.sendall(("\r\n".join(lines) + "\r\n\r\n").encode())
         return sock.recv(4096).split(b"\r\n", 1)[0].decode()
@@ -238,21 +242,21 @@ def jobs(web):
 
 
 def test_without_the_secret_nothing_is_served(web):
-    for path in ("", "static/js/textual.js", "specdeck/textual.js", "static/css/xterm.css"):
-        assert refused(web.base + path) == 403, path
-    assert refused(web.base + "?key=" + "x" * len(web.key)) == 403
-    assert " 403 " in upgrade(web.port, "/ws") + " "
-    assert " 403 " in upgrade(web.port, "/ws?key=wrong") + " "
-    assert " 403 " in upgrade(web.port, "/ws?key=" + web.key, origin="http://elsewhere.example") + " "
-    assert " 403 " in upgrade(web.port, "/ws", origin="http://elsewhere.example", cookie=web.key) + " "
-    assert " 101 " in upgrade(web.port, "/ws", origin=web.base.rstrip("/"), cookie=web.key) + " "
+    for path in ("", "signin", "static/js/textual.js", "specdeck/textual.js", "static/css/xterm.css"):
+        assert refused(web.base + path) == 401, path
+    assert refused(web.base, {"Authorization": "Basic " + base64.b64encode(b"specdeck:" + b"x" * len(web.key)).decode()}) == 401
+    assert refused(web.base + "?key=" + web.key) == 401  # a key in a query (kept in the history) opens nothing
+    assert " 401 " in upgrade(web.port, "/ws") + " "
+    assert " 401 " in upgrade(web.port, "/ws", key="wrong" * 8) + " "
+    assert " 403 " in upgrade(web.port, "/ws", origin="http://elsewhere.example", key=web.key) + " "
+    assert " 101 " in upgrade(web.port, "/ws", origin=web.base.rstrip("/"), key=web.key) + " "
 
 
 def test_the_fleet_and_a_host_key_asked_in_the_page(web, browser):
     notifications(browser, web, "prompt")  # the browser has not been told yet: the page may ask
     window(browser, 1280, 800)
     browser.get(web.url)
-    assert "key=" not in browser.current_url  # the key left the address bar for a cookie
+    assert web.key not in browser.current_url  # the key left the address bar (the browser keeps it for this origin)
     # Two hosts: the Fleet pane, and the question about gpuhost's key, asked in the page.
     shows(browser, "Unknown host key for " + web.host_spec, web.fingerprint, "Accept (y)", "Refuse (n)")
     assert browser.execute_script("return window.__asked") == 0  # not before a gesture
