@@ -215,3 +215,16 @@ async def test_the_console_refuses_a_changed_key_behind_a_tokened_file_without_a
         assert not any(asked)
         header = header_text(app)
         assert "HOST KEY CHANGED" in header and sshd.host_fingerprint in header
+
+
+def test_without_an_ssh_client_paramikos_reader_is_used_with_one_line_naming_what_it_cannot_honour(sshd, ssh_keys, tmp_path, host_python):
+    bare = tmp_path / "no-ssh-here"
+    bare.mkdir()
+    home = laptop(tmp_path, ssh_keys, sshd.user, "Include %s/none-*.conf\nHost plain\n    HostName 127.0.0.1\n    Port %d\n"
+                  % (tmp_path, sshd.port), known=[(known_name(sshd), sshd.host_key_pub)])
+    before = logins(sshd)
+    result = run_cli("jobs", "plain", "--python", host_python, home=home, env={"PATH": str(bare)})
+    assert result.returncode == 0, result.stderr
+    assert landed(sshd, before)
+    warning = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(warning) == 1 and "no ssh client is installed" in warning[0] and "does not honour include" in warning[0]

@@ -250,6 +250,9 @@ def keeper_link(host, python, accept_new, warm_only=False, accept_any=False):
         # a ProxyCommand's SHELL), not in the one the keeper started with.
         "environment": dict(os.environ),
     }
+    from .openssh import warn_without_ssh
+
+    warn_without_ssh()
     path = socket_path()
     if path is None:
         return None

@@ -21,6 +21,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -87,8 +88,9 @@ def config_file(environment=None):
     return (os.environ if environment is None else environment).get("SPECDECK_SSH_CONFIG") or None
 
 
-def ssh_client():
-    return shutil.which("ssh")
+def ssh_client(environment=None):
+    """The ssh client on the PATH ssh would be run with, or None."""
+    return shutil.which("ssh", path=(os.environ if environment is None else environment).get("PATH"))
 
 
 def split_typed(text):
@@ -122,7 +124,7 @@ def hop_spec(spec):
 
 def _run_g(dest, user=None, port=None, jumps=None, environment=None):
     """`ssh -G`'s answer for one hop: {keyword: [values]}."""
-    argv = [ssh_client(), "-G"]
+    argv = [ssh_client(environment), "-G"]
     if config_file(environment):
         argv += ["-F", config_file(environment)]
     if user:
@@ -301,8 +303,8 @@ def resolve(text, user=None, port=None, jumps=None, environment=None):
     the jump command's line). `environment`: the one ssh runs in (None: this process's)."""
     if not text or text.startswith("-") or any(c in text for c in "\0\n\r"):
         raise ConnectError("not an ssh destination: %r" % text, permanent=True)
-    if ssh_client() is None:
-        return _resolve_with_paramiko(text, user, port)
+    if ssh_client(environment) is None:
+        return _resolve_with_paramiko(text, user, port, environment)
     dest_text, typed_port = split_typed(text) if user is None and port is None else (text, None)
     options = _run_g(dest_text, user, port or typed_port, jumps, environment)
     original = dest_text
@@ -319,25 +321,46 @@ def resolve(text, user=None, port=None, jumps=None, environment=None):
 _PARAMIKO_BLIND = ("include", "canonicalizehostname", "proxyjump", "identityagent", "revokedhostkeys", "knownhostscommand")
 
 
-def _resolve_with_paramiko(text, user, port):
+_warned = set()  # the configs already warned about in this process
+
+
+def warn_without_ssh(environment=None):
+    """Where no ssh client is installed, one line on stderr (once a process) naming what of the
+    config paramiko's reader cannot honour; the link keeper, whose stderr goes nowhere, leaves
+    it to the command (tui/transport/links.py calls this first)."""
+    if ssh_client(environment) is not None:
+        return
+    path = config_file(environment) or os.path.join(_home(), ".ssh", "config")
+    if path in _warned:
+        return
+    _warned.add(path)
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            lines = f.read(1 << 20).splitlines()
+    except OSError:
+        return
+    words = {line.split()[0].lower() for line in lines if line.split() and not line.lstrip().startswith("#")}
+    blind = sorted(w for w in words if w in _PARAMIKO_BLIND)
+    if any(re.match(r"\s*match\s.*\b(final|canonical|exec)\b", l, re.I) for l in lines):
+        blind.append("Match final/canonical/exec")
+    if blind:
+        line = "no ssh client is installed: %s is read by paramiko, which does not honour %s" % (path, ", ".join(blind))
+        log.warning("%s", line)
+        sys.stderr.write("specdeck: warning: %s\n" % line)
+
+
+def _resolve_with_paramiko(text, user, port, environment=None):
     import paramiko
 
-    path = config_file() or os.path.join(_home(), ".ssh", "config")
+    warn_without_ssh(environment)
+    path = config_file(environment) or os.path.join(_home(), ".ssh", "config")
     config = paramiko.SSHConfig()
-    blind = []
     if os.path.exists(path):
         try:
             with open(path, encoding="utf-8", errors="replace") as f:
-                lines = f.read().splitlines()
-            config = paramiko.SSHConfig.from_text("\n".join(lines))
+                config = paramiko.SSHConfig.from_text(f.read(1 << 20))
         except Exception as exc:  # paramiko raises several kinds for a bad line
             raise ConnectError("cannot read %s: %s" % (path, exc), permanent=True)
-        words = {line.split()[0].lower() for line in lines if line.split() and not line.lstrip().startswith("#")}
-        blind = sorted(w for w in words if w in _PARAMIKO_BLIND)
-        if any(re.match(r"\s*match\s.*\b(final|canonical|exec)\b", l, re.I) for l in lines):
-            blind.append("match final/canonical/exec")
-    if blind:
-        log.warning("no ssh client is installed: %s is read by paramiko, which does not honour %s", path, ", ".join(blind))
     dest_text, typed_port = split_typed(text) if user is None and port is None else (text, None)
     typed_user, at, host = dest_text.rpartition("@")
     options = config.lookup(host)
@@ -347,4 +370,4 @@ def _resolve_with_paramiko(text, user, port):
     if port or typed_port:
         as_g["port"] = [str(port or typed_port)]
     as_g.setdefault("identityfile", ["~/.ssh/" + name for name in DEFAULT_IDENTITIES])
-    return _destination(text, host, as_g)
+    return _destination(text, host, as_g, environment)
