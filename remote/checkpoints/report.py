@@ -16,7 +16,7 @@ from .compatibility import check_against_target, compare
 from .eagle3 import aux_layer_ids_from_config, default_aux_layer_ids, effective_norm_before_residual
 from .file_hashes import HASH_BLOCK_BYTES, PROGRESS_INTERVAL_S, hash_files, sha256_file
 from .formats import FORMAT_DESCRIPTIONS, FORMATS, canonical_names, detect_format, effective_config
-from .locate import MAX_INDEX_FILE_BYTES, MAX_JSON_FILE_BYTES
+from .locate import MAX_INDEX_FILE_BYTES, MAX_JSON_FILE_BYTES, load_json_file
 from .roles import RoleNamer, role
 from .safetensors_header import (DTYPE_BITS, MAX_HEADER_BYTES, MAX_UNKNOWN_FIELD_DEPTH, U64_MAX, CheckpointError,
                                  CheckpointIOError, HeaderError, check_header, parse_header_json, read_header)
@@ -24,7 +24,7 @@ from .vocab_maps import MAX_VOCAB_MAP_BYTES
 
 __all__ = [
     # checkpoint (this module and its parts)
-    "inspect", "finish_report", "collect", "Collected", "sha256_file", "MAX_JSON_FILE_BYTES", "MAX_INDEX_FILE_BYTES",
+    "inspect", "finish_report", "collect", "Collected", "sha256_file", "MAX_JSON_FILE_BYTES", "MAX_INDEX_FILE_BYTES", "load_json_file",
     "MAX_VOCAB_MAP_BYTES", "HASH_BLOCK_BYTES", "PROGRESS_INTERVAL_S", "MAX_PROBLEMS_PER_FILE",
     # safetensors_header
     "CheckpointError", "CheckpointIOError", "HeaderError", "DTYPE_BITS", "MAX_HEADER_BYTES",
