@@ -141,11 +141,22 @@ class _HTTPHandler(urllib.request.HTTPHandler):
         return self.do_open(functools.partial(_HTTPConnection, deadline=self.deadline), req)
 
 
-class _HTTPSHandler(urllib.request.HTTPSHandler):
-    def __init__(self, deadline):
+_contexts = []
+
+
+def _tls_context():
+    """One TLS context for every try, made at the first (loading the CA certificates costs
+    milliseconds; a heartbeat every 5 s need not pay them each time)."""
+    if not _contexts:
         context = ssl.create_default_context()
         context.sslsocket_class = DeadlineSSLSocket
-        super().__init__(context=context)
+        _contexts.append(context)
+    return _contexts[0]
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, deadline):
+        super().__init__(context=_tls_context())
         self.deadline = deadline
 
     def https_open(self, req):
