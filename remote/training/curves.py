@@ -196,10 +196,17 @@ def _int(value):
 
 def rate_and_eta(steps, steps_total=None, epochs_total=None):
     """(steps per second over the last stretch of steps, ETA in seconds or None)."""
-    if len(steps) < 2:
+    # The last 50 distinct times: records that came in one burst share one, its last step counts.
+    recent = []
+    for entry in reversed(steps):
+        if recent and entry["time"] == recent[-1]["time"]:
+            continue
+        recent.append(entry)
+        if len(recent) >= 50:
+            break
+    if len(recent) < 2:
         return None, None
-    recent = steps[-min(len(steps), 50):]
-    first, last = recent[0], recent[-1]
+    last, first = recent[0], recent[-1]
     if last["step"] is None or first["step"] is None or last["time"] <= first["time"] or last["step"] <= first["step"]:
         return None, None
     rate = (last["step"] - first["step"]) / (last["time"] - first["time"])

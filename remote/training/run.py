@@ -155,7 +155,10 @@ class Run:
                 if public["epoch"] is not None and public["step"] is not None:
                     self.epoch_starts.setdefault(str(public["epoch"]), public["step"])
                 self.latest = public
-                self.recent.append((when, record.get("step")))
+                if self.recent and self.recent[-1][0] == when:
+                    self.recent[-1] = (when, record.get("step"))  # one burst, one time: its last step counts
+                else:
+                    self.recent.append((when, record.get("step")))
                 if public["epoch"] is None and public["step"] is not None:
                     self.read_steps.add(public["step"])
             else:
