@@ -42,17 +42,18 @@ TRAINER = """\
 """
 
 
-def trainer_pid(client, job_id, script):
-    """The trainer's own process (the job's, or its child's), to stop and continue."""
+def trainer_pid(client, job_id, script, form):
+    """The trainer's own process (the job's, or the one running its script in its form), to stop and continue."""
     pid = wait_for(lambda: client.call("jobs.get", {"id": job_id}).get("pid"), message="the trainer's process")
     for candidate in [pid] + [int(p) for p in os.listdir("/proc") if p.isdigit()]:
         try:
             with open("/proc/%d/cmdline" % candidate, "rb") as f:
-                if str(script).encode() in f.read():
-                    return candidate
+                argv = f.read().split(b"\0")
         except OSError:
             continue
-    raise AssertionError("no process runs %s" % script)
+        if str(script).encode() in argv and form.encode() in argv:
+            return candidate
+    raise AssertionError("no process runs %s %s" % (script, form))
 
 
 def walls(job_id):
@@ -81,7 +82,7 @@ def test_block_buffered_steps_keep_their_times_and_the_stall_between_them(client
         jobs[form] = (run_cli("train", "local", "--name", "buffered " + form, "--stall-after", "3s", "--",
                               sys.executable, str(script), form, str(done), check=0).stdout.strip(), done)
     try:
-        pids = {form: trainer_pid(client, job_id, script) for form, (job_id, _) in jobs.items()}
+        pids = {form: trainer_pid(client, job_id, script, form) for form, (job_id, _) in jobs.items()}
         for job_id, _ in jobs.values():
             wait_for(lambda: (curves(None, job_id) or {}).get("steps"), message="a first burst of steps")
         stopped_at = time.time()
