@@ -4,7 +4,8 @@ chromiums and real servers on 127.0.0.1.
 One server for the module, on the `local` host (a private state directory). A chromium with its
 own profile visits the printed URL once, and the test then reads what that browser kept (its
 history and its cache) and what a server on another port was sent; a second chromium is killed
-outright mid-session; the last test ends the server with SIGTERM.
+outright mid-session; a server of its own is killed outright; the last test ends the module's
+server with SIGTERM.
 """
 
 import base64
@@ -220,6 +221,23 @@ def test_a_killed_browser_ends_its_console(web, tmp_path):
             pass
     driver.service.stop()
     wait_for(lambda: not (web.consoles() & tab), message="the killed tab's console to end")
+
+
+def test_a_killed_server_leaves_no_console(tmp_path):
+    """A server killed outright says nothing to its consoles: each quits when its stdin closes."""
+    server = Web(tmp_path)
+    try:
+        sock, line = upgrade(server.port, signed_in(server.key))
+        assert " 101 " in line + " ", line
+        screen = bytearray()
+        wait_for(lambda: screen.extend(sock.recv(65536)) or b"GPUs" in screen, message="the console on the tab's websocket")
+        assert server.consoles()
+        server.process.kill()
+        server.process.wait()
+        wait_for(lambda: not server.consoles(), message="the console of a killed server to end")
+        sock.close()
+    finally:
+        server.close()
 
 
 def test_the_servers_end_ends_every_console(web):
