@@ -26,14 +26,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.helpers.cli import REPO_ROOT, run_cli
+from tests.helpers.cli import REPO_ROOT, run_cli, ssh_config_env
 from tests.delay_proxy import DelayProxy
 from tests.helpers.keepers import end_keepers
 from tui.transport import bootstrap
 
 RTT_S = 0.15
 BUSY_ROUNDS = 5
-WARM_TARGET_S = 0.2
+WARM_TARGET_S = 0.3
 BUSY_LOOP = "while True:\n    pass\n"
 
 
@@ -72,7 +72,7 @@ def test_headless_figures(sshd, tmp_path, host_python, host_user):
         for rtt in (0.0, RTT_S):
             with DelayProxy(sshd.port, rtt_s=rtt) as proxy:
                 home = laptop_via(sshd, tmp_path, proxy)
-                env = dict(os.environ, HOME=str(home))
+                env = dict(os.environ, **ssh_config_env(home))
                 env.pop("SSH_AUTH_SOCK", None)
                 ssh = ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "gpuhost"]
 
@@ -154,7 +154,7 @@ def test_headless_busy(sshd, tmp_path, host_python, host_user):
     try:
         with DelayProxy(sshd.port, rtt_s=RTT_S) as proxy:
             home = laptop_via(sshd, tmp_path, proxy)
-            env = dict(os.environ, HOME=str(home))
+            env = dict(os.environ, **ssh_config_env(home))
             env.pop("SSH_AUTH_SOCK", None)
             ssh = ["ssh", "-F", str(home / ".ssh" / "config"), "-o", "BatchMode=yes", "gpuhost", "true"]
             cli_env = dict(env, XDG_RUNTIME_DIR=str(runtime_dir))
