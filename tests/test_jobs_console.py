@@ -9,8 +9,8 @@ import re
 
 import pytest
 
-from tests.helpers.pilot import (
 from tests.helpers.cli import use_home
+from tests.helpers.pilot import (
     SIZE, connected, header_text, job_rows, notifications, screen_text, start_job_from_dialog, type_text,
 )
 from tests.helpers.waits import wait_until
