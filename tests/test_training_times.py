@@ -114,7 +114,7 @@ def test_block_buffered_steps_keep_their_times_and_the_stall_between_them(client
             if form == "rich":  # the line's own second
                 assert math.floor(wall) <= step["time"] < math.floor(wall) + 1.0 + 1e-6, (step, wall)
             else:  # when its bytes reached the log: after it was printed, before the next read
-                assert wall - 0.01 <= step["time"] <= wall + STOPPED_S + 5, (step, wall)
+                assert wall - 0.02 <= step["time"] <= wall + STOPPED_S + 5, (step, wall)  # a file's mtime lags by a clock tick
         if form == "plain":
             assert len(set(times)) < len(times) / 3  # a burst's records share its arrival: not spread
 
