@@ -72,7 +72,7 @@ def test_a_host_name_that_does_not_resolve_says_how_to_name_one_in_ssh_config(tm
     aliased = run_cli("jobs", "gpubox", "--json", home=home)
     error = json_error(aliased)
     assert aliased.returncode == 2 and error["type"] == "ConnectError"
-    assert "gpu-box.invalid" in error["message"] and "HostName ~/.ssh/config gives for gpubox" in error["message"]
+    assert "gpu-box.invalid" in error["message"] and "HostName the ssh config gives for gpubox" in error["message"]
 
 
 @pytest.mark.parametrize(

@@ -12,6 +12,7 @@ import sys
 from textual.widgets import DataTable, Input, Select, Static
 
 from tests.checkpoint_fixtures import small_drafter_files
+from tests.helpers.cli import use_home
 from tests.helpers.pilot import DownloadsHost, connected, fill_form, header_text, job_rows, screen_text, text_of, type_text
 from tests.helpers.waits import wait_for, wait_until
 from tui.app import SpecdeckApp
@@ -213,7 +214,7 @@ async def test_a_download_that_failed_before_its_file_list_shows_its_error_and_n
 
 
 async def test_sizes_are_not_bracketed_twice_in_the_log_the_verdict_and_the_cli(client, hub, tmp_path):
-    from tests.helpers.cli import run_cli, use_home
+    from tests.helpers.cli import run_cli
     from tests.hub_fixtures import blob
 
     hub.add_repo("team/weights", {"config.json": b"{}", "data.bin": blob(1_500_000, 1)})  # over 1 MB: a size in two units
