@@ -11,6 +11,7 @@ AREAS = (
     ("history", ("methods",)),  # first of the services: the samplers record into it
     ("jobs", ("methods",)),
     ("checkpoints", ("methods",)),
+    ("scoring", ("methods",)),  # a drafter scored offline, as a job under the ML interpreter
     ("downloads", ("methods",)),
     ("serving", ("methods", "bench_methods", "baseline_methods", "doctor_methods")),
     ("telemetry", ("methods",)),

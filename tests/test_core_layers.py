@@ -21,7 +21,8 @@ from tui.transport.connection import open_client
 # Libraries of the host's own that a download step imports, lazily, under the interpreter the
 # user named for downloads (never in the daemon): where each may be imported.
 HOST_LIBRARIES = {"huggingface_hub": "remote/downloads/", "certifi": "remote/downloads/",
-                  "transformers": "remote/checkpoints/coverage_job.py"}  # a job under the ML interpreter
+                  "transformers": "remote/checkpoints/coverage_job.py",  # a job under the ML interpreter
+                  "torch": "remote/scoring/", "pyarrow": "remote/scoring/score_job.py"}  # the score job, under it too
 
 
 def carried_modules():
