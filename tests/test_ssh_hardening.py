@@ -239,7 +239,8 @@ def test_known_hosts_lines_select_hosts_as_openssh_does(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "case", ["cert_authority_elsewhere", "revoked", "alias", "wildcard", "negated", "hashed", "cert_authority_only"]
+    "case", ["cert_authority_elsewhere", "revoked", "alias", "wildcard", "negated", "hashed", "cert_authority_only",
+             "type_word", "revoked_file", "strict_yes"]
 )
 def test_known_hosts_over_ssh(case, sshd, tmp_path, host_python):
     home = sshd.client_home(tmp_path)
@@ -266,10 +267,24 @@ def test_known_hosts_over_ssh(case, sshd, tmp_path, host_python):
         known.write_text(good + "\n")
         subprocess.run(["ssh-keygen", "-H", "-f", str(known)], check=True, capture_output=True)
         assert spec not in known.read_text()
+    elif case == "type_word":  # the host's ed25519 key under another type's word: OpenSSH skips the line
+        known.write_text("%s ssh-rsa %s\n" % (spec, sshd.host_key_pub.split()[1]))
+        expected_code, expected = 2, "unknown host key for %s" % spec
+    elif case in ("revoked_file", "strict_yes"):
+        with open(home / ".ssh" / "config", "a") as config:
+            if case == "revoked_file":
+                (tmp_path / "revoked.pub").write_text("# revoked keys\n%s\n" % sshd.host_key_pub)
+                config.write("    RevokedHostKeys %s\n" % (tmp_path / "revoked.pub"))
+                expected_code, expected = 2, "is revoked in %s line 2" % (tmp_path / "revoked.pub")
+            else:
+                known.write_text("")
+                config.write("    StrictHostKeyChecking yes\n")
+                expected_code, expected = 2, "StrictHostKeyChecking yes"
     else:
         known.write_text("@cert-authority %s %s\n" % (spec, other))
         expected_code, expected = 2, "line 1 names a certificate authority for this host"
-    result = run_cli("jobs", "gpuhost", "--python", host_python, home=home)
+    accept = ["--accept-new"] if case == "strict_yes" else []  # strict: refused all the same
+    result = run_cli("jobs", "gpuhost", "--python", host_python, *accept, home=home)
     assert result.returncode == expected_code, result.stderr
     if expected:
         assert expected in one_line(result)
