@@ -11,6 +11,7 @@ AREAS = (
     ("tui.checkpoints.cli", ("inspect", "compare")),
     ("tui.downloads.cli", ("download", "verify")),
     ("tui.serving.cli", ("serve", "spec", "breakeven", "bench", "advise", "coverage")),
+    ("tui.scoring.cli", ("score",)),
     ("tui.serving.baseline_cli", ("baseline", "doctor")),
     ("tui.cli.config", ("config",)),
     ("tui.training.cli", ("train", "curves", "checkpoints")),

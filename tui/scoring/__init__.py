@@ -1,0 +1,1 @@
+"""Scoring a drafter before serving it, from the console's side: the `score` command."""
