@@ -99,7 +99,7 @@ def test_pings_at_the_period_fail_while_a_failure_is_open_stop_with_the_daemon_a
         # Listed with its last ping, its result and the next; the URL only masked.
         listing = run_cli("notify", "local", home=laptop, check=0).stdout
         assert "h1  heartbeat  %s/…  every 1 s" % receiver.url in listing and "h2  heartbeat" in listing
-        assert "last ping " in listing and "ok, sent to /fail (a failure or stall is open), next " in listing
+        assert "last ping " in listing and "ok, sent to /fail (held there by: j" in listing and " failed on " in listing
         assert "s3cr3t" not in listing and CHECK[6:] not in listing
 
     # The daemon SIGKILLed: the pings stop.
@@ -137,6 +137,62 @@ def test_pings_at_the_period_fail_while_a_failure_is_open_stop_with_the_daemon_a
     wait_for(silent_for(receiver, 2 * PERIOD_S), message="no ping for two periods after --remove")
     assert "heartbeat" not in run_cli("notify", "local", home=laptop, check=0).stdout
     assert "h1" not in store.read_text()
+
+
+def test_a_repaired_mismatch_and_a_job_that_ran_again_send_the_heartbeat_back_to_its_plain_url(agent_home, receiver, hub, monkeypatch, tmp_path):
+    from tests.checkpoint_fixtures import write_drafter
+
+    monkeypatch.setenv(heartbeat.MIN_EVERY_ENV, str(PERIOD_S))
+    laptop = tmp_path / "laptop"
+    laptop.mkdir()
+    write_drafter(tmp_path / "drafter-src")
+    files = {name: (tmp_path / "drafter-src" / name).read_bytes() for name in ("config.json", "model.safetensors")}
+    hub.add_repo("team/tiny-eagle3", files)
+    env = {"XDG_CONFIG_HOME": str(tmp_path / "config"), "HF_ENDPOINT": "", "HF_TOKEN": ""}
+    target = tmp_path / "models" / "tiny-eagle3"
+    run_cli("download", "local", "team/tiny-eagle3", "--endpoint", hub.url, "--local-dir", target, "--wait", home=laptop, env=env, check=0)
+    run_cli("notify", "local", "--heartbeat", receiver.url + CHECK, "--every", "1s", home=laptop, check=0)
+    wait_for(lambda: pings(receiver, CHECK), message="the first plain ping")
+
+    def fail_after(at):
+        return [r for r in pings(receiver, CHECK + "/fail") if r["at"] > at]
+
+    def plain_only_after(at, count=2):
+        """Once `count` pings came after `at`, whether the last ones went to the plain URL."""
+        after = [r for r in list(receiver.requests) if r["at"] > at]
+        return after[-count:] if len(after) >= count and all(r["path"] == CHECK for r in after[-count:]) else None
+
+    # A file changed on disk: the verification finds the mismatch, the check goes to /fail and
+    # `notify` says which alert holds it there.
+    with open(target / "config.json", "r+b") as f:
+        f.write(b"[")
+    assert run_cli("verify", "local:%s" % target, "--json", home=laptop, env=env).returncode == 1
+    broken = json.loads(run_cli("jobs", "local", "--json", home=laptop, env=env, check=0).stdout)[-1]["id"]
+    wait_for(lambda: fail_after(0), message="a ping to /fail for the mismatch")
+    listing = wait_for(lambda: (lambda text: text if "/fail (held there by: verification failed on " in text else None)(
+        run_cli("notify", "local", home=laptop, check=0).stdout), message="notify naming what holds the check on /fail")
+    assert "(%s)" % broken in listing, listing
+
+    # Repaired in the same minute (the file as the hub has it, verified again): plain pings again.
+    (target / "config.json").write_bytes(files["config.json"])
+    assert run_cli("verify", "local:%s" % target, "--json", home=laptop, env=env).returncode == 0
+    repaired_at = time.time()
+    wait_for(lambda: plain_only_after(repaired_at, 3), message="plain pings after the repair")
+    listing = run_cli("notify", "local", home=laptop, check=0).stdout
+    assert "ok, next " in listing and "sent to /fail" not in listing and "held there by" not in listing, listing
+
+    # A job that failed, then ran again and succeeded: /fail while it is open, plain once it ran well.
+    flag = tmp_path / "ready"
+    argv = ["sh", "-c", "test -e %s" % flag]
+    run_cli("run", "local", "--", *argv, home=laptop, check=0)
+    failed_at = time.time()
+    wait_for(lambda: fail_after(failed_at), message="a ping to /fail for the failed job")
+    flag.touch()
+    run_cli("run", "local", "--", *argv, home=laptop, check=0)
+    wait_for(lambda: [j for j in json.loads(run_cli("jobs", "local", "--json", home=laptop, check=0).stdout)
+                      if j["process_state"] == "succeeded" and j["argv"][1:] == argv[1:]], message="the job that ran again succeeded")
+    again_at = time.time()
+    wait_for(lambda: plain_only_after(again_at, 3), message="plain pings after the job ran again")
 
 
 async def test_a_host_of_the_fleet_unreachable_for_the_threshold_is_a_desktop_alert_and_its_return_another(tmp_path, monkeypatch):

@@ -12,7 +12,11 @@ While an alert of category `failed` or `stalled` is open, a Healthchecks URL is 
 `URL/fail` (the check turns down with a reason, not only late); other services have no such
 endpoint and get the same URL. A Healthchecks URL: on hc-ping.com or healthchecks.io, or a
 self-hosted instance's `/ping/<uuid or slug>` path. Open: a stall until its `resumed` follow-up
-or its job's end; a failure for FAILED_OPEN_S after it was raised.
+or its job's end; a failure for FAILED_OPEN_S after it was raised, unless what failed was done
+again since and came out well (closed): a job of the same command and directory that succeeded
+(a server: that runs again), a download or verification of the same directory that verified (a
+repaired file). What holds the heartbeat on `/fail` is kept with its last ping (`held_by`: the
+alerts' ids, titles and jobs), so `notify HOST` can name it.
 
 Each ping is one bounded try (send.py: TRY_DEADLINE_S for the whole of it), its result kept in
 memory (`last_at`, `last_error`, `next_at`); a ping that fails is not retried before its next
@@ -82,8 +86,32 @@ def public(heartbeat, state=None):
     """A heartbeat as replies show it: the URL masked, and how its pings go."""
     shown = {"id": heartbeat["id"], "url": mask_url(heartbeat["url"]), "every_s": heartbeat["every_s"],
              "created_at": heartbeat.get("created_at"), "healthchecks": is_healthchecks(heartbeat["url"])}
-    shown.update(state or {"last_at": None, "last_error": None, "last_fail": False, "next_at": None, "pings": 0, "failures": 0})
+    shown.update(state or {"last_at": None, "last_error": None, "last_fail": False, "held_by": [], "next_at": None, "pings": 0,
+                                 "failures": 0})
     return shown
+
+
+def same_work(failed, other):
+    """Whether job `other` does what job `failed` did: a download or verification of the same
+    directory, else the same command in the same directory."""
+    if failed.get("kind") == "download" or other.get("kind") == "download":
+        where = (failed.get("meta") or {}).get("local_dir")
+        return other.get("kind") == failed.get("kind") and bool(where) and (other.get("meta") or {}).get("local_dir") == where
+    return (other.get("kind"), other.get("argv"), other.get("cwd")) == (failed.get("kind"), failed.get("argv"), failed.get("cwd"))
+
+
+def done_again(job_id, jobs):
+    """Whether the failed job `job_id` was done again later and came out well: a job of the same
+    work submitted after it that succeeded (a server: that runs)."""
+    failed = next((job for job in jobs if job.get("id") == job_id), None)
+    if failed is None or not failed.get("argv"):
+        return False
+    for job in jobs:
+        if job is failed or (job.get("submitted_at") or 0) <= (failed.get("submitted_at") or 0) or not same_work(failed, job):
+            continue
+        if job.get("process_state") == "succeeded" or (job.get("kind") == "server" and job.get("process_state") == "running"):
+            return True
+    return False
 
 
 class HeartbeatStore:
@@ -158,12 +186,12 @@ class HeartbeatService(Service):
                 # On its own period, not drifting by each ping's length; never a burst to catch up.
                 self._due[heartbeat["id"]] = max(due + heartbeat["every_s"], now + heartbeat["every_s"] / 2)
             if alarm is None:
-                alarm = self.alarm_open()
+                alarm = self.holding()
             threading.Thread(target=self._ping, args=(heartbeat, alarm), name="heartbeat-%s" % heartbeat["id"], daemon=True).start()
 
     def _ping(self, heartbeat, alarm):
         try:
-            url = ping_url(heartbeat["url"], alarm)
+            url = ping_url(heartbeat["url"], bool(alarm))
             error = get(url)
         except Exception as exc:  # a ping always ends with a result
             error = type(exc).__name__
@@ -175,12 +203,12 @@ class HeartbeatService(Service):
                 return  # removed meanwhile
             state = self._state.setdefault(heartbeat["id"], {"pings": 0, "failures": 0})
             state.update(last_at=time.time(), last_error=error, last_fail=url != heartbeat["url"], pings=state["pings"] + 1,
-                         failures=state["failures"] + (error is not None))
+                         failures=state["failures"] + (error is not None), held_by=list(alarm) if url != heartbeat["url"] else [])
 
     def state(self, heartbeat_id):
         with self._lock:
             state = dict(self._state.get(heartbeat_id) or {"pings": 0, "failures": 0, "last_at": None, "last_error": None,
-                                                           "last_fail": False})
+                                                           "last_fail": False, "held_by": []})
             due = self._due.get(heartbeat_id)
         state["next_at"] = None if due is None else time.time() + max(0.0, due - time.monotonic())
         return state
@@ -192,11 +220,16 @@ class HeartbeatService(Service):
 
     def alarm_open(self):
         """Whether an alert of category failed or stalled is open (see the module's text)."""
+        return bool(self.holding())
+
+    def holding(self):
+        """The open alerts of category failed or stalled, as `{id, title, job_id}`, oldest first."""
         notify = self.daemon.services.get("notify")
         if notify is None:
-            return False
+            return []
         now = time.time()
         alerts, keys = notify.open_queue().raised_since(now - STALL_OPEN_MAX_S)
+        held, jobs = [], None
         for alert in alerts:
             categories = alert.get("categories") or ()
             if alert.get("kind") == "resumed" or not set(categories) & set(ALARM_CATEGORIES):
@@ -204,18 +237,21 @@ class HeartbeatService(Service):
             if "stalled" in categories:
                 if alert["id"] + ":resumed" in keys or not self._running(alert.get("job_id")):
                     continue
-                return True
-            if "failed" in categories and now - (alert.get("time") or 0) < FAILED_OPEN_S:
-                return True
-        return False
+            elif now - (alert.get("time") or 0) >= FAILED_OPEN_S:
+                continue
+            elif alert.get("job_id"):
+                if jobs is None:
+                    jobs = self._jobs()
+                if done_again(alert["job_id"], jobs):
+                    continue
+            held.append({"id": alert["id"], "title": alert.get("title"), "job_id": alert.get("job_id")})
+        return held
 
-    def _running(self, job_id):
-        if not job_id:
-            return True  # an attached server's stall: open until it resumes
+    def _jobs(self):
         try:
-            return self.daemon.jobs.describe(job_id)["process_state"] in ("running", "starting")
-        except Exception:  # forgotten: nothing is stalled any more
-            return False
+            return self.daemon.jobs.list()
+        except Exception:  # a listing that fails closes nothing
+            return []
 
     def detail(self):
         return {"heartbeats": len(self._due), "pinging": len(self._busy)}

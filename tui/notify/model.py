@@ -73,16 +73,31 @@ def heartbeat_line(heartbeat):
     return line + ("  (healthchecks: /fail while a failure or stall is open)" if heartbeat.get("healthchecks") else "")
 
 
+def held_text(held_by):
+    """What holds a heartbeat on /fail: `held there by: verification failed on gpu1 (j3)`."""
+    if not held_by:
+        return "a failure or stall is open"
+    named = []
+    for alert in held_by:
+        title = alert.get("title") or alert.get("id") or "?"
+        job_id = alert.get("job_id")
+        named.append(title if not job_id or job_id in title.split() else "%s (%s)" % (title, job_id))
+    return "held there by: " + "; ".join(named)
+
+
 def heartbeat_status(heartbeat):
-    """`last ping 02:10 ok, next 02:15` or `last ping 02:10 failed: HTTP 404 (3 of 40), next 02:15`."""
+    """`last ping 02:10 ok, next 02:15`, `last ping 02:10 failed: HTTP 404 (3 of 40), next 02:15`, or
+    `last ping 02:10 ok, sent to /fail (held there by: j3 failed on gpu1), next 02:15`."""
     if not heartbeat.get("last_at"):
         text = "no ping yet"
     else:
         text = "last ping %s " % display.format_time(heartbeat["last_at"])
-        result = "ok, sent to /fail (a failure or stall is open)" if heartbeat.get("last_fail") else "ok"
+        result = "ok, sent to /fail" if heartbeat.get("last_fail") else "ok"
         if heartbeat.get("last_error"):
-            result = "failed: %s" % heartbeat["last_error"]
+            result = "failed: %s" % heartbeat["last_error"] + (", sent to /fail" if heartbeat.get("last_fail") else "")
         text += result
+        if heartbeat.get("last_fail"):
+            text += " (%s)" % held_text(heartbeat.get("held_by"))
         if heartbeat.get("failures"):
             text += " (%d of %d failed)" % (heartbeat["failures"], heartbeat.get("pings") or 0)
     if heartbeat.get("next_at"):
