@@ -50,10 +50,25 @@ WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
 BAR_WIDTH = 20
 COMPACT_BELOW_ROWS = 30  # a pane shorter than this shows its bars and K rows one line each
+# Narrower than the bars' block (~60 columns with its title), its margin and the throughput
+# lines (~40) side by side: the blocks go one under another, none squeezed into a sliver.
+STACKED_BELOW_COLUMNS = 104
 
 
 def window_name(seconds):
     return "%d %s" % ((seconds // 3600, "h") if seconds >= 3600 else (seconds // 60, "min"))
+
+
+def window_figure(window, latest):
+    """`1.00 (705 drafts)`: the window's accept length with the drafts it counts (a window of
+    rejected drafts is 1.00, not "-"); `asking the host…` while the window's figures have not
+    come but the server drafts; `-` when it drafted nothing in the window."""
+    if window.get("accept_length") is not None:
+        drafts = window.get("num_drafts")
+        return figure(window, "accept_length") + (" (%d drafts)" % drafts if drafts else "")
+    if not window and latest.get("num_drafts"):
+        return "asking the host…"
+    return "-"
 
 
 def bars(per_position):
@@ -93,8 +108,9 @@ class SpeculationPane(Pane):
     SpeculationPane #spec-bars { width: auto; height: auto; margin-right: 4; }
     SpeculationPane #spec-throughput-text { width: 1fr; height: auto; }
     SpeculationPane #spec-k { height: auto; max-height: 12; display: none; }
-    SpeculationPane.-compact #spec-bottom { layout: vertical; }
-    SpeculationPane.-compact #spec-bars { width: 100%; margin-right: 0; }
+    SpeculationPane.-compact #spec-bottom, SpeculationPane.-stacked #spec-bottom { layout: vertical; }
+    SpeculationPane.-compact #spec-bars, SpeculationPane.-stacked #spec-bars { width: 100%; margin-right: 0; }
+    SpeculationPane.-stacked #spec-throughput-text { width: 100%; }
     SpeculationPane.-compact #spec-k { max-height: 1; }
     SpeculationPane #spec-positions { max-height: 12; }
     SpeculationPane.-compact #spec-positions { display: none; }
@@ -141,8 +157,10 @@ class SpeculationPane(Pane):
 
     def on_resize(self, event):
         compact = event.size.height < COMPACT_BELOW_ROWS
-        if compact != self.has_class("-compact"):
+        stacked = event.size.width < STACKED_BELOW_COLUMNS
+        if compact != self.has_class("-compact") or stacked != self.has_class("-stacked"):
             self.set_class(compact, "-compact")
+            self.set_class(stacked, "-stacked")
             self.refresh_view()
 
     @property
@@ -249,7 +267,7 @@ class SpeculationPane(Pane):
         if stale and live:
             summary.append(" %s" % stale_text(age, why), style="bold red")
         window_accept = window.get("accept_length")
-        summary.append("   %s %s" % ("window" if compact else "over the window", figure(window, "accept_length")))
+        summary.append("   %s %s" % ("window" if compact else "over the window", window_figure(window, latest)))
         if line:
             summary.append(safe_text("   break-even %s" % line_text(line)))
             alert = self.serving.alerts.get(server_id) if live else None
@@ -283,7 +301,8 @@ class SpeculationPane(Pane):
         if self.compact:  # the charts first: the table and the advice need a taller terminal
             rows = per_k(window)
             k_rows.update(Text("accept length at each K: %s (taller: advice)" % rows if rows != "-"
-                               else "accept length at each K: no drafts in the window yet"))
+                               else "accept length at each K: %s" % ("asking the host…" if not window and latest.get("num_drafts")
+                                                                     else "no drafts in the window yet")))
         else:
             k_rows.update(Text(k_text(record.advice_over(self.window_s), window, k, line)))
         # Lines short enough for the half of an 80-column pane the bars leave (all of it when compact).
