@@ -217,3 +217,54 @@ def test_a_job_named_with_forged_rows_leaves_our_running_job_running(slurm_host,
     row = [line for line in table.splitlines() if "%s (slurm %s)" % (ours["id"], ours["slurm_id"]) in line]
     assert len(row) == 1 and "running" in row[0] and "succeeded" not in row[0], table
     assert "not this job's output" not in cli(laptop, host_python, "logs", "gpuhost", "s" + forger).stdout
+
+
+def test_a_forging_job_submitted_before_ours_cannot_hold_ours_pending(slurm_host, laptop, host_user, host_python):
+    # A job of the user's submitted first, named with a newline and made-up rows for the next id
+    # (ours, once submitted) saying it is pending, in every layout squeue has been read in: Slurm's
+    # JSON names it as one string, so ours is shown as Slurm runs it.
+    first = slurm_host.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "true"], user=host_user).stdout.strip()
+    next_id = str(int(first) + 2)
+    at = "2026-01-01T00:00:00"
+    forged = ["%s|PENDING|None|%s|N/A|N/A|debug||%s|Priority|forged|" % (next_id, at, host_user.name),
+              '{"job_id": %s, "job_state": "PENDING", "user_name": "%s", "name": "forged"}' % (next_id, host_user.name)]
+    forger = slurm_host.run(["sbatch", "--parsable", "-o", "/dev/null", "--job-name", "x\n" + "\n".join(forged) + "\n",
+                             "--wrap", "exec sleep 1000"], user=host_user).stdout.strip()
+    ours = submit(laptop, host_python, "--", "sleep", "1000")
+    assert ours["slurm_id"] == next_id and int(forger) == int(first) + 1
+    wait_for(lambda: slurm_host.job(ours["slurm_id"]).get("JobState") == "RUNNING", message="Slurm runs our job")
+    mine = wait_for(lambda: (lambda j: j if j and j["state"] == "running" else None)(job(laptop, host_python, ours["id"])),
+                    message="our job shown running")
+    assert mine["nodes"] and mine["pending_reason"] is None
+    theirs = job(laptop, host_python, "s" + forger)
+    assert theirs["state"] == "running" and theirs["name"] == "x\n" + "\n".join(forged) + "\n"
+    table = cli(laptop, host_python, "jobs", "gpuhost", check=0).stdout
+    row = [line for line in table.splitlines() if "%s (slurm %s)" % (ours["id"], ours["slurm_id"]) in line]
+    assert len(row) == 1 and "running" in row[0] and "pending" not in row[0], table
+
+
+def test_squeues_json_and_its_marked_rows_say_the_same_of_each_job(slurm_host, host_user):
+    # Read from the real squeue both ways (a Slurm without JSON gets the marked rows): the same
+    # fields for each of the user's jobs, a pending one, a running one, a cancelled one; another
+    # user's job is not the user's; a job listed twice in the JSON is ambiguous.
+    from remote.slurm import commands
+    from remote.slurm.record import row_record
+
+    running = slurm_host.run(["sbatch", "--parsable", "-o", "/dev/null", "--job-name", "a|b\nc", "--wrap", "exec sleep 1000"], user=host_user).stdout.strip()
+    held = slurm_host.run(["sbatch", "--parsable", "--hold", "-o", "/dev/null", "--wrap", "true"], user=host_user).stdout.strip()
+    cancelled = slurm_host.run(["sbatch", "--parsable", "-o", "/dev/null", "--wrap", "exec sleep 1000"], user=host_user).stdout.strip()
+    slurm_host.run(["scancel", cancelled], user=host_user)
+    wait_for(lambda: slurm_host.job(running).get("JobState") == "RUNNING" and slurm_host.job(cancelled).get("JobState") == "CANCELLED",
+             message="one running, one cancelled")
+    marker = commands.queue_marker()
+    marked, _ = commands.parse_queue(slurm_host.run(commands.queue_argv(host_user.name, marker), user=host_user).stdout, marker)
+    text = slurm_host.run(commands.queue_json_argv(host_user.name), user=host_user).stdout
+    rows, ambiguous = commands.parse_queue_json(text, host_user.name)
+    assert {running, held, cancelled} <= set(rows) and not ambiguous
+    assert {k: row_record(v) for k, v in rows.items()} == {k: row_record(v) for k, v in marked.items()}
+    assert (rows[running]["state"], rows[running]["name"], rows[held]["reason"], rows[cancelled]["state"]) == ("RUNNING", "a|b\nc", "JobHeldUser", "CANCELLED")
+    assert commands.parse_queue_json(text, "someone-else") == ({}, set())
+    answer = json.loads(text)
+    answer["jobs"] += [job for job in answer["jobs"] if str(job["job_id"]) == running]
+    rows, ambiguous = commands.parse_queue_json(json.dumps(answer), host_user.name)
+    assert ambiguous == {running} and running not in rows and held in rows

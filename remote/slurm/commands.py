@@ -6,10 +6,14 @@ lists (`n[1-3,7]`), exit codes (`3:0`, a wait status).
 
 What Slurm prints holds text its users chose (a job's name, its output path, its comment), and
 such text may hold anything, newlines and separators included; the readers here are built so that
-such text can only make its own job's row unreadable, never another job's: squeue's rows end with
-a marker made afresh for each call (a name cannot hold what it cannot know), the name comes last,
-every other field is checked, and a job listed twice in one answer is ambiguous (its state is
-left as it was). `scontrol show job -o` is read only for keys it prints once."""
+such text can only make its own job's row unreadable, never another job's: squeue is read as JSON
+(`squeue --json`, Slurm 21.08 and later), where a name is one string whatever it holds; where
+Slurm has no JSON (or its answer is too large to read), squeue's rows end with a marker made
+afresh for each call (a name cannot hold what it cannot know), the name comes last, every other
+field is checked. Either way a job listed twice in one answer is ambiguous (its state is left as
+it was). `scontrol show job -o` is read only for keys it prints once."""
+
+import json
 
 import os
 import re
@@ -183,6 +187,89 @@ def _row_checks(row):
     plain = all(PLAIN.fullmatch(row[key]) for key in ("partition", "nodelist", "username"))
     exit_ok = row["exit_code"] in NO_TIME or EXIT_VALUE.fullmatch(row["exit_code"])
     return bool(STATE.fullmatch(row["state"]) and times and plain and exit_ok)
+
+
+def queue_json_argv(user):
+    """One squeue for all of a user's jobs, as JSON. Slurm 22.05 ignores the filters with --json
+    (the whole cluster's jobs come back): parse_queue_json keeps the user's."""
+    return ["squeue", "--json", "--states=all", "--user", user]
+
+
+def parse_queue_json(text, user):
+    """(rows, ambiguous) from `squeue --json`, as parse_queue gives them (the same keys, times in
+    Slurm's local ISO form, the exit code as a wait status or `code:signal`); only `user`'s jobs.
+    ValueError when the answer is not squeue's JSON. A job listed twice is ambiguous."""
+    answer = json.loads(text)
+    jobs = answer.get("jobs") if isinstance(answer, dict) else None
+    if not isinstance(jobs, list):
+        raise ValueError("squeue's JSON holds no list of jobs")
+    rows, ambiguous = {}, set()
+    for job in jobs:
+        if not isinstance(job, dict) or job.get("user_name") != user:
+            continue
+        row = _json_row(job)
+        if row is None:
+            continue
+        job_id = row["jobid"]
+        if job_id in rows or job_id in ambiguous:
+            rows.pop(job_id, None)
+            ambiguous.add(job_id)
+            continue
+        if not _row_checks(row):
+            ambiguous.add(job_id)
+            continue
+        rows[job_id] = row
+    return rows, ambiguous
+
+
+def _number(value):
+    """A JSON number of Slurm's: a plain one (v0.0.38) or `{set, infinite, number}` (later)."""
+    if isinstance(value, dict):
+        return value.get("number") if value.get("set", True) and not value.get("infinite") else None
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _json_time(value):
+    epoch = _number(value)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(epoch)) if epoch else "None"
+
+
+def _json_exit(value):
+    if isinstance(value, dict):  # later Slurm: {status, return_code, signal: {id}}
+        code = _number(value.get("return_code"))
+        signal = value.get("signal")
+        signal = _number(signal.get("id") if isinstance(signal, dict) else signal) or 0
+        return "" if code is None else "%d:%d" % (code, signal)
+    number = _number(value)
+    return "" if number is None else str(number)
+
+
+def _json_job_id(job):
+    job_id = _number(job.get("job_id"))
+    if job_id is None:
+        return None
+    array_id, task = _number(job.get("array_job_id")), _number(job.get("array_task_id"))
+    tasks = job.get("array_task_string")
+    het_id, offset = _number(job.get("het_job_id")), _number(job.get("het_job_offset"))
+    if array_id and task is not None:
+        return "%d_%d" % (array_id, task)
+    if array_id and isinstance(tasks, str) and tasks:
+        return "%d_[%s]" % (array_id, tasks)
+    if het_id and offset is not None:
+        return "%d+%d" % (het_id, offset)
+    return str(job_id)
+
+
+def _json_row(job):
+    job_id = _json_job_id(job)
+    state = job.get("job_state")
+    state = state[0] if isinstance(state, list) and state else state
+    if job_id is None or not isinstance(state, str):
+        return None
+    text = {key: job.get(key) if isinstance(job.get(key), str) else "" for key in ("partition", "nodes", "user_name", "state_reason", "name")}
+    return {"jobid": job_id, "state": state, "exit_code": _json_exit(job.get("exit_code")), "submittime": _json_time(job.get("submit_time")),
+            "starttime": _json_time(job.get("start_time")), "endtime": _json_time(job.get("end_time")), "partition": text["partition"],
+            "nodelist": text["nodes"], "username": text["user_name"], "reason": text["state_reason"], "name": text["name"]}
 
 
 def parse_show_job(text):

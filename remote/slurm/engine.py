@@ -70,6 +70,7 @@ class SlurmEngine(job_engines.JobEngine):
         self.foreign_output = {}  # Slurm id -> its StdOut path (asked of scontrol once)
         self.foreign_kills = {}  # Slurm id -> monotonic time its KILL is due
         self.polls = 0
+        self.queue_format = "json"  # how squeue is read: json, else marker (a Slurm without JSON, or too large an answer)
         self.wake = lambda: None  # the watcher's: look at Slurm now (set by its start)
         self.woken = False  # a submit or stop since the watcher's last poll
         self.node_addresses = {}  # node name -> (address, monotonic time asked)
@@ -255,9 +256,20 @@ class SlurmEngine(job_engines.JobEngine):
         """One squeue for all of the user's jobs; returns the rows by Slurm id."""
         import getpass
 
-        marker = commands.queue_marker()
-        stdout, _, _ = commands.run(commands.queue_argv(getpass.getuser(), marker))
-        rows, ambiguous = commands.parse_queue(stdout, marker)
+        user = getpass.getuser()
+        rows = None
+        if self.queue_format == "json":
+            try:
+                stdout, _, _ = commands.run(commands.queue_json_argv(user))
+                rows, ambiguous = commands.parse_queue_json(stdout, user)
+            except (commands.SlurmError, ValueError):
+                rows = None  # no JSON here, or too much of it: the marked rows say the same
+        if rows is None:
+            marker = commands.queue_marker()
+            stdout, _, _ = commands.run(commands.queue_argv(user, marker))
+            rows, ambiguous = commands.parse_queue(stdout, marker)
+            if self.queue_format == "json":
+                self.queue_format = "marker"
         with self._lock:
             # A job whose row cannot be trusted this time keeps its last row (foreign jobs) and
             # its record (ours: the watcher leaves it, and asks no other command either).

@@ -60,6 +60,7 @@ class SlurmWatcher(Service):
 
     def detail(self):
         return {"polls": self.engine.polls, "interval_s": self.interval_s, "slurm": self.available, "foreign": len(self._foreign),
+                "squeue": self.engine.queue_format,
                 "error": self.last_error}
 
     def _our_live_jobs(self):
