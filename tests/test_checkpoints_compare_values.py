@@ -91,3 +91,14 @@ def test_a_cut_short_checkpoint_against_itself_says_same_only_where_its_bytes_ar
     assert rows[spans[-1][1]] == "same shape and dtype"
     assert {rows[name] for _, name in spans[:-1]} == {"same"}
     assert result["values"]["not_compared"] == 1 and result["values"]["same"] == len(spans) - 1
+
+
+def test_a_smaller_draft_vocabulary_never_counts_more_remapped_ids_than_it_has(tmp_path):
+    # A drafter of 256 draft ids compared with one of 128: at most 128 of B's 128 ids moved, and
+    # the line says the vocabulary shrank (before: "256 of 128 draft ids ...").
+    write_drafter(tmp_path / "a", seed=0, draft_vocab=256, target_vocab=512)
+    write_drafter(tmp_path / "b", seed=1, draft_vocab=128, target_vocab=512)
+    found = json.loads(run_cli("compare", tmp_path / "a", tmp_path / "b", "--json").stdout)
+    assert 0 < found["draft_ids_remapped"] <= 128
+    text = run_cli("compare", tmp_path / "a", tmp_path / "b").stdout
+    assert "%d of 128 draft ids now name other tokens (the draft vocabulary went from 256 to 128)" % found["draft_ids_remapped"] in text

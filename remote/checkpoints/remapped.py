@@ -11,7 +11,8 @@ from .problems import count_text
 def remapped(drafter_a, drafter_b):
     """`{draft_ids_remapped, draft_vocab_size, message}` for two drafters with d2t maps: the
     draft ids of B whose target token differs from A's (ids only one side has count too), out of
-    B's draft vocabulary; None when either has no d2t or one cannot be read."""
+    B's draft vocabulary (ids only A has are not B's: the message says the vocabulary shrank);
+    None when either has no d2t or one cannot be read."""
     try:
         a, b = draft_offsets(drafter_a), draft_offsets(drafter_b)
     except (OSError, ValueError):
@@ -21,6 +22,8 @@ def remapped(drafter_a, drafter_b):
     common = min(len(a), len(b))
     # Offsets are relative to the draft id, which both sides share: equal offsets, equal tokens.
     differing = common - sum(map(operator.eq, a[:common], b[:common]))
-    count = differing + abs(len(a) - len(b))
-    return {"draft_ids_remapped": count, "draft_vocab_size": len(b),
-            "message": "%s of %s draft ids now name other tokens" % (count_text(count), count_text(len(b)))}
+    count = differing + max(0, len(b) - len(a))
+    message = "%s of %s draft ids now name other tokens" % (count_text(count), count_text(len(b)))
+    if len(a) != len(b):
+        message += " (the draft vocabulary went from %s to %s)" % (count_text(len(a)), count_text(len(b)))
+    return {"draft_ids_remapped": count, "draft_vocab_size": len(b), "message": message}
