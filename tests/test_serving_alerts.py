@@ -35,7 +35,7 @@ async def test_a_failed_verification_is_announced_as_that_download_with_its_reas
             expected = "download %s: verification failed (1 file differs: mismatch in config.json: " % job_id
             shown = await wait_until(pilot, lambda: [n for n in app._notifications if expected in n.message],
                                      message="the download's alert in a notification")
-            assert shown[0].title == "download failed" and "GPU" not in shown[0].message
+            assert shown[0].title == "verification failed" and "GPU" not in shown[0].message
         alert = wait_for(lambda: [a for a in client.call("telemetry.alerts")["alerts"] if a.get("job_id") == job_id], 10)[0]
         assert alert["kind"] == "job_failed" and alert["source"] == "download %s" % job_id and alert["message"].startswith(expected)
     finally:

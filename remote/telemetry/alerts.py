@@ -95,7 +95,10 @@ def alert_source(alert):
 
 
 def alert_title(alert):
-    """A notification's title: the alert's kind (`download failed`, `GPU temperature`)."""
+    """A notification's title: the alert's kind (`download failed`, `verification failed`, `GPU
+    temperature`): a download that came whole but does not match is a verification that failed."""
+    if alert["kind"] == "job_failed" and alert.get("job_kind") == "download" and (alert.get("detail") or "").startswith("verification failed"):
+        return "verification failed"
     if alert["kind"] == "job_failed" and alert.get("job_kind") not in (None, "command"):
         return "%s failed" % JOB_WORDS.get(alert["job_kind"], alert["job_kind"])
     return KIND_TITLES.get(alert["kind"], alert["kind"].replace("_", " "))
