@@ -1,6 +1,11 @@
 """Training from the command line: train (a training or data-generation job), curves (its curves,
 the accept length they predict, ETA, checkpoints) and checkpoints (the list with verdicts)."""
 
+import shlex
+import unicodedata
+
+from remote.report.text import line as one_line  # a host's name on one line, as the report shows it
+
 from .. import display
 from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, report_error
 from ..cli.slurm_options import add_slurm_options, slurm_params
@@ -120,18 +125,18 @@ def cmd_curves(args):
             lines.append("full acc (%s) %s" % (predicted["from"], " ".join("%.3f" % v for v in predicted["full_acc"])))
         judged = reply.get("verdict")
         if reply.get("break_even") is not None:
-            lines.append("break-even %.2f (%s): %s" % (reply["break_even"], reply.get("break_even_source"), (
+            lines.append("break-even %.2f (%s): %s" % (reply["break_even"], one_line(reply.get("break_even_source")), (
                 "%s (%s %.2f)" % (judged["verdict"], judged["judged"], judged["accept_length"]) if judged else "-")))
         for entry in reply.get("validation", []):
             at = "epoch %s" % entry["epoch"] if entry.get("epoch") is not None else "step %s" % entry.get("step")
             lines.append("validation %s: loss %s, predicted accept length %s" % (
                 at, model.loss_text(entry.get("loss")), model.number(entry.get("predicted_accept_length"))))
         for alert in reply.get("alerts", []):
-            lines.append("alert: " + alert)
+            lines.append("alert: " + one_line(alert))
         for notice in reply.get("notices") or []:
-            lines.append("notice: " + notice)
+            lines.append("notice: " + one_line(notice))
         if reply.get("error"):
-            lines.append("error: following the run failed: " + reply["error"])
+            lines.append("error: following the run failed: " + one_line(reply["error"]))
         lines += [_checkpoint_line(c) for c in reply.get("checkpoints", [])]
         return "\n".join(lines)
 
@@ -144,9 +149,10 @@ def cmd_curves(args):
 
 
 def _checkpoint_line(entry):
-    """One checkpoint as the Training pane's row says it (model.py), with its path and format."""
-    shown = model.checkpoint_figures(entry)
-    predicted = shown["predicted"] + (" (%s)" % shown["predicted_from"] if shown["predicted_from"] else "")
+    """One checkpoint as the Training pane's row says it (model.py), with its path and format: one
+    line whatever its directory's name holds (a newline or escape shows as `\\n`, `\\x1b`)."""
+    shown = {key: one_line(value) for key, value in model.checkpoint_figures(entry).items() if value is not None}
+    predicted = shown["predicted"] + (" (%s)" % shown["predicted_from"] if shown.get("predicted_from") else "")
     line = "checkpoint %s  step %s  %s  predicted %s  measured %s  %s" % (
         shown["path"], shown["step"], shown["format"], predicted, shown["measured"], shown["verdict"])
     if entry.get("best"):
@@ -154,12 +160,26 @@ def _checkpoint_line(entry):
     if entry.get("latest"):
         line += "  (latest)"
     if entry.get("exported_from"):
-        line += "  (exported from %s)" % entry["exported_from"]
+        line += "  (exported from %s)" % one_line(entry["exported_from"])
     if entry.get("hint") and not entry.get("export"):
-        line += "  - " + entry["hint"]  # SpecForge's export, speculators' interrupted/ resume
-    if shown["measure_error"]:
+        line += "  - " + one_line(entry["hint"])  # SpecForge's export, speculators' interrupted/ resume
+    if shown.get("measure_error"):
         line += "  (%s)" % shown["measure_error"]
     return line
+
+
+def shell_line(argv):
+    """`argv` as a shell reads it, on one line: shlex's quoting, and a word holding a control
+    character as bash's $'...' with the character's escape (`$'ck\\nrow'`), so a name can neither
+    break the line nor run as a second command when pasted."""
+    words = []
+    for word in argv:
+        if word.isprintable():
+            words.append(shlex.quote(word))
+        else:
+            quoted = word.replace("\\", "\\\\").replace("'", "\\'")
+            words.append("$'%s'" % "".join(c if unicodedata.category(c) == "Zs" else one_line(c) for c in quoted))
+    return " ".join(words)
 
 
 def _export_params(args):
@@ -182,14 +202,15 @@ def cmd_checkpoints(args):
         if args.export:
             started = client.call("training.export", _export_params(args))
             emit(args, started, lambda: "checkpoint %s of %s: export started as job %s, into %s\n%s" % (
-                started["checkpoint"], started["id"], started["job"], started["output_dir"], " ".join(started["argv"])))
+                one_line(started["checkpoint"]), one_line(started["id"]), one_line(started["job"]), one_line(started["output_dir"]),
+                shell_line(started["argv"])))
             return 0
         if args.measure:
             params = {"id": args.job, "checkpoint": args.measure}
             if _measure_options(args):
                 params["measure"] = _measure_options(args)
             queued = client.call("training.measure", params)
-            emit(args, queued, lambda: "checkpoint %s of %s queued for measurement" % (queued["checkpoint"], queued["id"]))
+            emit(args, queued, lambda: "checkpoint %s of %s queued for measurement" % (one_line(queued["checkpoint"]), one_line(queued["id"])))
             return 0
         entries = client.call("training.checkpoints", {"id": args.job})["checkpoints"]
     finally:
