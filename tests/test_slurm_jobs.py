@@ -268,3 +268,26 @@ def test_squeues_json_and_its_marked_rows_say_the_same_of_each_job(slurm_host, h
     answer["jobs"] += [job for job in answer["jobs"] if str(job["job_id"]) == running]
     rows, ambiguous = commands.parse_queue_json(json.dumps(answer), host_user.name)
     assert ambiguous == {running} and running not in rows and held in rows
+
+
+def test_a_host_whose_slurm_has_no_controller_says_so_without_restarting_its_watcher(agent_home, monkeypatch):
+    # Slurm's client installed but no cluster configured (squeue on the PATH, no slurm.conf): the
+    # watcher says Slurm is not available, in Slurm's words, and is never a service that failed
+    # and restarted (a report counted "service slurm-jobs restarted 13 times").
+    from tui.transport.connection import open_client
+
+    monkeypatch.delenv("SLURM_CONF", raising=False)
+    client = open_client("local")
+    try:
+        def watcher():
+            return next(s for s in client.call("daemon.services")["services"] if s["name"] == "slurm-jobs")
+
+        seen = wait_for(lambda: (lambda s: s if s["detail"]["polls"] == 0 and s["detail"]["slurm"] is False and s["detail"]["error"] else None)(watcher()),
+                        message="the watcher saying Slurm does not answer")
+        assert "configuration" in seen["detail"]["error"]
+        wait_for(lambda: watcher()["detail"]["interval_s"] >= 4, message="the watcher asking less often")
+        final = watcher()
+        assert (final["state"], final["failures"], final["restarts"], final["error"]) == ("running", 0, 0, None)
+        assert client.call("slurm.status")["available"] is False
+    finally:
+        client.close()

@@ -97,9 +97,13 @@ class SlurmWatcher(Service):
         young = any(time.time() - (record.get("submitted_at") or 0) < YOUNG_S for _, _, record in live.values())
         try:
             rows = self.engine.poll()
-        except commands.SlurmError as exc:
-            self.last_error = str(exc)
-            raise
+        except (commands.SlurmError, commands.NoSlurm) as exc:
+            # Slurm's commands without a controller that answers (a client installed, no cluster; a
+            # controller down): said in detail() and asked again later, never a failure of the
+            # service (whose restarts a report counts).
+            self.available, self.last_error = False, exc.message
+            self.interval_s = min(max(self.interval_s * 2, MIN_INTERVAL_S), LIVE_MAX_INTERVAL_S if live else NO_SLURM_INTERVAL_S)
+            return
         self.last_error = None
         changed, stopping = False, False
         for job_id, (job_dir, spec, record) in live.items():
