@@ -305,7 +305,7 @@ class SpecdeckApp(HostConnections, DesktopAlerts, PaneHost):
         if self.client is None:
             self.notify("not connected to the host yet", severity="warning")
         elif not isinstance(self.screen, report_screen.AwayScreen):
-            report_screen.show(self, self.client)
+            report_screen.show(self, self.client, getattr(self.current, "away_since", None))  # set on connecting
 
     def action_help(self):
         if isinstance(self.screen, HelpScreen):
