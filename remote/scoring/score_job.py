@@ -223,7 +223,9 @@ def run(spec):
                 if mask is not None and mask.shape[0] != tokens.shape[0]:
                     raise SampleError("its loss mask has %d entries for %d tokens" % (mask.shape[0], tokens.shape[0]))
             except SampleError as exc:
-                skipped.append("%s: %s" % (os.path.basename(path), exc))
+                said = str(exc)
+                named = said if said.startswith(os.path.basename(path) + ":") else "%s: %s" % (os.path.basename(path), said)
+                skipped.append(named)
                 continue
             tokens = tokens.to(device)
             final = final.to(device).to(compute)
@@ -315,7 +317,16 @@ def build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, sc
         "target": spec["target"]["path"], "target_revision": spec["target"].get("revision"),
         "device": device, "device_reason": device_why, "seconds": elapsed,
         "samples_per_s": scored_samples / elapsed if elapsed > 0 else None, "notes": notes, "time": time.time(),
+        "peak_rss_bytes": _peak_rss_bytes(),
     }
+
+
+def _peak_rss_bytes():
+    """This process's peak resident memory (Linux counts ru_maxrss in KiB, macOS in bytes)."""
+    import resource
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024
 
 
 def main(argv):

@@ -19,7 +19,7 @@ from ..display import safe_text
 JSON_KEYS = ("k", "predicted_accept_length", "predicted_accept_length_per_k", "unconditional_shares", "conditional_rates",
              "accept_length_histogram", "chains", "drafters", "samples_scored", "samples_chosen", "samples_found",
              "samples_skipped", "positions", "off_path_tokens", "data", "layout", "split", "held_out", "target",
-             "target_revision", "device", "device_reason", "seconds", "samples_per_s", "notes", "profile")
+             "target_revision", "device", "device_reason", "seconds", "samples_per_s", "peak_rss_bytes", "notes", "profile")
 
 
 def add_commands(commands):
