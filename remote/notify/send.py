@@ -1,5 +1,5 @@
 """One try at delivering to a channel, bounded in time: an HTTP POST (urllib, its sockets carrying
-the try's deadline: deadline_http.py) or a command (subprocess, the alert as JSON on stdin); and a
+the try's deadline: core/deadline_http.py) or a command (subprocess, the alert as JSON on stdin); and a
 heartbeat's GET, bounded the same way. Each runs on its caller's thread and has ended, its socket
 closed, when it returns. The error it returns never holds the channel's URL: it is shown in the
 console and may be logged, and the URL is a secret."""
@@ -13,7 +13,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 
-from .deadline_http import Deadline, opener
+from ..core.deadline_http import Deadline, opener
 from .formats import request_for
 
 TRY_TIMEOUT_S = 5.0  # each socket operation; the whole try at most TRY_DEADLINE_S

@@ -31,6 +31,7 @@ import urllib.request
 import uuid
 
 from ..core import paths
+from ..core.deadline_http import Deadline, opener
 from ..core.feed_source import Budget, SourceError
 from ..jobs.store import write_json
 from . import advice, breakeven, categories, engines, metrics, positions, request_metrics, scrape
@@ -38,6 +39,10 @@ from .request_metrics import BadReply
 
 READY_TIMEOUT_S = 900.0
 SCRAPE_MAX_BYTES = 8 << 20
+# A completion's whole request (connect to the reply's last byte), and the longest one socket
+# operation waits (the first token of a long prompt on a loaded server comes late).
+REQUEST_DEADLINE_S = 900.0
+OPERATION_TIMEOUT_S = 600.0
 WARMUP_REQUESTS = 1
 WARMUP_TOKENS = 16
 BUILTIN_PROMPTS = (
@@ -65,12 +70,24 @@ class Progress:
         write_json(self.path, dict(self.value, final=final))
 
 
-def _post(url, payload, timeout_s=600.0):
+def _post(url, payload, deadline_s=REQUEST_DEADLINE_S):
     """The parsed JSON of a reply to a POST, read up to request_metrics.MAX_REPLY_BYTES: BadReply
-    for one larger (said by its Content-Length, or found while reading) or not JSON."""
+    for one larger (said by its Content-Length, or found while reading) or not JSON. The whole
+    request, its answer read to the end, is bounded by `deadline_s` on its socket (an engine that
+    trickles its answer a byte at a time is a BadReply at the deadline, not a held run)."""
     request = urllib.request.Request(url, data=json.dumps(payload).encode(), headers={"Content-Type": "application/json"})
     most = request_metrics.MAX_REPLY_BYTES
-    with urllib.request.urlopen(request, timeout=timeout_s) as reply:
+    deadline = Deadline(deadline_s, min(deadline_s, OPERATION_TIMEOUT_S))
+    try:
+        return _read(opener(deadline).open(request), most)
+    except OSError:  # a timeout (urllib's URLError around it before the headers)
+        if deadline.passed():
+            raise BadReply("no complete reply within %g s" % deadline_s)
+        raise  # the engine gone, or one operation over its own timeout: the run's end, as before
+
+
+def _read(reply, most):
+    with reply:
         length = reply.headers.get("Content-Length") or ""
         if length.isdigit() and int(length) > most:
             raise BadReply("the reply is %s bytes, over the %d MiB a completion's can be: not read" % (length, most >> 20))
@@ -88,7 +105,7 @@ def _post(url, payload, timeout_s=600.0):
         raise BadReply("the reply is not JSON (%s)" % str(exc)[:80])
 
 
-def run_requests(url, model, prompts, max_tokens, on_done=None, records=None, kinds=None):
+def run_requests(url, model, prompts, max_tokens, on_done=None, records=None, kinds=None, deadline_s=REQUEST_DEADLINE_S):
     """(completion tokens, seconds, each request's tokens/s) of the prompts sent one at a time to
     /v1/completions; with `records` (a list), each reply's record (categories.request_record,
     under its category in `kinds`) appended to it. A reply the benchmark cannot use (too large,
@@ -100,7 +117,7 @@ def run_requests(url, model, prompts, max_tokens, on_done=None, records=None, ki
         began = time.monotonic()
         try:
             reply, refused = _post(url + "/v1/completions", {"model": model, "prompt": prompt, "max_tokens": max_tokens,
-                                                              "temperature": 0.0, "ignore_eos": True}), None
+                                                              "temperature": 0.0, "ignore_eos": True}, deadline_s), None
         except BadReply as exc:
             reply, refused = None, str(exc)
         record = categories.request_record(kind, prompt, reply, time.monotonic() - began, refused)

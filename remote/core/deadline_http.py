@@ -1,9 +1,10 @@
-"""An urllib opener whose sockets carry the try's deadline: each connect, send and receive
-waits at most the per-operation timeout and never past the deadline, so a receiver that answers
-and then trickles a byte at a time ends the try at its deadline, on the caller's own thread, with
-its socket closed. No thread waits beside it (a waiter that gave up would leave the try running,
-its thread and socket with it). Name resolution is the system resolver's, bounded by its own
-timeouts; redirects are not followed (a webhook that redirects would get the alert's body elsewhere)."""
+"""An urllib opener whose sockets carry one request's deadline (a notify or heartbeat try, a
+benchmark's completion): each connect, send and receive waits at most the per-operation timeout
+and never past the deadline, so a server that answers and then trickles a byte at a time ends
+the request at its deadline, on the caller's own thread, with its socket closed. No thread waits
+beside it (a waiter that gave up would leave the request running, its thread and socket with it).
+Name resolution is the system resolver's, bounded by its own timeouts; redirects are not
+followed (a webhook that redirects would get the alert's body elsewhere)."""
 
 import functools
 import http.client
@@ -14,11 +15,11 @@ import urllib.request
 
 
 class DeadlinePassed(socket.timeout):
-    """The try's whole deadline passed (not only one operation's timeout)."""
+    """The request's whole deadline passed (not only one operation's timeout)."""
 
 
 class Deadline:
-    """The end of one try (monotonic) and the longest any one socket operation may wait."""
+    """The end of one request (monotonic) and the longest any one socket operation may wait."""
 
     def __init__(self, total_s, each_s):
         self.total_s = total_s
