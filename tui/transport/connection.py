@@ -15,23 +15,6 @@ from remote.core.paths import package_argv
 
 from .client import AgentClient, ConnectError
 
-# The SSH side (tui/transport/ssh_transport.py, and paramiko under it) is loaded when first used: a
-# command whose link comes from the keeper never needs it. Its errors and HostKey are part of
-# this module's face all the same.
-_FROM_SSH_TRANSPORT = frozenset((
-    "CONNECT_TIMEOUT_S", "AuthenticationRefused", "HostKey", "HostKeyChanged", "HostKeyRevoked", "HostKeyUnknown",
-    "close_transport", "open_transport",
-))
-
-
-def __getattr__(name):
-    if name in _FROM_SSH_TRANSPORT:
-        from . import ssh_transport
-
-        return getattr(ssh_transport, name)
-    raise AttributeError("module %r has no attribute %r" % (__name__, name))
-
-
 # While reconnecting, a TCP connect that hangs (packets dropped, not refused) is given up
 # quickly and tried again, so that a SYN goes out at least every second: the link is used
 # within a second of its return instead of after the kernel's next SYN retransmission.

@@ -30,7 +30,7 @@ import threading
 import time
 
 from .client import ConnectError
-from .warm_links import Cold, HostLink, splice
+from .warm_links import Cold, KeptLink, splice
 
 log = logging.getLogger("tui.keeper")
 
@@ -305,7 +305,7 @@ class Keeper:
             if link is None:
                 if header.get("warm_only"):
                     raise Cold()
-                link = self.links[key] = HostLink(key, dest)
+                link = self.links[key] = KeptLink(key, dest)
             link.sessions += 1  # held: not closed as idle meanwhile
         try:
             with link.lock:

@@ -43,7 +43,7 @@ class Spare:
             pass
 
 
-class HostLink:
+class KeptLink:
     """One host's transport, its spares (up to SPARES per interpreter) and who is using it."""
 
     def __init__(self, key, dest):
