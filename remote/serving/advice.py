@@ -127,12 +127,18 @@ def _estimate(per_position, k):
     return 1.0 + sum(shares[:k]), words
 
 
-def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
+NO_SWEEP = "no K sweep of this target and drafter"
+SWEEP_KS = (1, 2, 3, 4, 5)  # the Ks a sweep is advised over when none was run
+
+
+def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2, target=None, drafter=None):
     """The advice for a server running at `k_current` with live `per_position` shares (either
-    may be None: advising from a sweep alone) and a sweep result (or None). Reply of
-    `serving.advise`: `{k_current, per_k: [{k, accept_length, cycle_ms, tokens_per_s, speedup,
-    break_even_accept_length, measured, source, estimate_from?}], best_k, reason, sweep,
-    cost_model, baseline_tps}`. `measured` says whether the accept length was measured at that
+    may be None: advising from a sweep alone) and a sweep result (or None); `target` and
+    `drafter` are the server's, where known. Reply of `serving.advise`: `{k_current, per_k:
+    [{k, accept_length, cycle_ms, tokens_per_s, speedup, break_even_accept_length, measured,
+    source, estimate_from?}], best_k, reason, sweep, cost_model, baseline_tps, sweep_to_run}`
+    (`sweep_to_run`: `{target, drafter, ks}`, the sweep that would let K be chosen, each path
+    null where not known; null when a sweep is not what is missing). `measured` says whether the accept length was measured at that
     K (source live: this server's counts; sweep: the sweep's prompts) or estimated (source
     estimate, K' beyond the server's K with no sweep row). Tokens/s for live rows are the
     accept length over the cost model's cycle time; for sweep rows with no live figure they are
@@ -171,8 +177,11 @@ def advise(k_current, per_position, sweep, sweep_id=None, extra_ks=2):
             row["break_even_accept_length"] = row["cycle_ms"] / 1000.0 * baseline_tps
         rows.append(row)
     best_k, reason = _choose(rows, k_current, sweep, sweep_id)
+    to_run = None
+    if reason.startswith(NO_SWEEP):
+        to_run = {"target": target, "drafter": drafter, "ks": list(SWEEP_KS)}
     return {"k_current": k_current, "per_k": rows, "best_k": best_k, "reason": reason, "sweep": sweep_id,
-            "cost_model": model, "baseline_tps": baseline_tps}
+            "cost_model": model, "baseline_tps": baseline_tps, "sweep_to_run": to_run}
 
 
 def _choose(rows, k_current, sweep, sweep_id):
@@ -184,9 +193,8 @@ def _choose(rows, k_current, sweep, sweep_id):
                       "trained for this target and shares its tokenizer, or serve without it")
     if not sweep:
         lengths = ", ".join("K=%d %.2f" % (row["k"], row["accept_length"]) for row in rows if row["measured"])
-        return None, ("no K sweep of this target and drafter: accept length alone cannot choose K, since each K "
-                      "costs a longer cycle (%s); run a sweep: specdeck bench HOST TARGET --drafter DRAFTER --k 1,2,3,4,5"
-                      % (lengths or "no accept length yet"))
+        return None, ("%s: accept length alone cannot choose K, since each K costs a longer cycle (%s); "
+                      "run a sweep of K %s" % (NO_SWEEP, lengths or "no accept length yet", ",".join(map(str, SWEEP_KS))))
     candidates = [row for row in rows if row["measured"] and row["tokens_per_s"]]
     if not candidates:
         return None, "no accept length measured yet: send the server requests"

@@ -70,7 +70,9 @@ def serving_advise(call):
     the newest finished sweep of the server's target and drafter), `window_s` (the live figures'
     window; absent: all the sampler has). Reply: `{k_current, per_k: [{k, accept_length,
     cycle_ms, tokens_per_s, speedup, break_even_accept_length, break_even_source, measured, source,
-    estimate_from?, cycle_measured?}], best_k, reason, sweep, cost_model, baseline_tps, break_even}`
+    estimate_from?, cycle_measured?}], best_k, reason, sweep, cost_model, baseline_tps, break_even,
+    sweep_to_run}` (`sweep_to_run`: the server's target and drafter and the Ks of the sweep to run,
+    when no sweep of them was found; the laptop names the host)
     (`break_even`: the server's line, as `serving.stats` gives it; a row's `break_even_source`
     says which line it is judged against: `sweep jN` (that K's cycle time x the baseline), or
     for the running K without a sweep row the server's line's source)
@@ -102,7 +104,8 @@ def serving_advise(call):
             raise BadRequest("benchmark %s is not a finished K sweep" % sweep_id)
     else:
         sweep_id, sweep = advice.find_sweep(jobs, meta.get("target"), meta.get("drafter"))
-    reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id)
+    reply = advice.advise(meta.get("k") or len(per_position) or None, per_position, sweep, sweep_id,
+                          target=meta.get("target"), drafter=meta.get("drafter"))
     line = sampler(call).break_even(job_id)
     advice.judge_against(reply, line, sweep_id)
     reply.update(window_s=figures.get("window_s"), num_drafts=figures.get("num_drafts"), break_even=line, window=figures,

@@ -5,6 +5,7 @@ or a running server's output, as a job under the host's ML interpreter), and the
 --k 1,2,3` prints for a sweep."""
 
 import os
+import shlex
 import sys
 
 from remote.core.protocol import RemoteError
@@ -32,6 +33,8 @@ def wait_for_result(client, job, quiet, status):
                 sys.stderr.write(line + "\n")
 
     return follow_job(client, job, on_change=show)
+
+
 ADVICE_KEYS = ("k_current", "per_k", "best_k", "reason", "break_even")
 ADVICE_ROW_KEYS = ("k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured")
 
@@ -132,10 +135,23 @@ def break_even_words(advice):
     return None
 
 
-def advice_lines(advice):
+def sweep_command(advice, host=None):
+    """`specdeck bench gpu1 /models/target --drafter /models/eagle3 --k 1,2,3,4,5`: the sweep the
+    advice asks for, with the host and the server's target and drafter filled in where known
+    (a placeholder only for what neither side knows); None when it asks for none."""
+    to_run = advice.get("sweep_to_run")
+    if not to_run:
+        return None
+    words = ["specdeck", "bench", host or "HOST", to_run.get("target") or "TARGET", "--drafter", to_run.get("drafter") or "DRAFTER",
+             "--k", ",".join(str(k) for k in to_run.get("ks") or ())]
+    return safe_text(" ".join(shlex.quote(str(word)) for word in words))
+
+
+def advice_lines(advice, host=None):
     """The advice as lines (the same in `specdeck advise` and the Speculation pane): a row per K
     with its accept length, the cycle time and break-even it needs, whether it pays off and where
-    the accept length came from; then the advice."""
+    the accept length came from; then the advice, and the sweep to run when one is missing
+    (`host`: the name the laptop knows the host by)."""
     lines = ["   K  accept  cycle ms  tok/s    speedup  break-even  pays  from"]
     for row in advice["per_k"]:
         source = row.get("source") or "-"
@@ -157,6 +173,9 @@ def advice_lines(advice):
     if advice.get("per_position") or advice.get("per_position_note"):
         lines += position_text.lines(advice, 14)
     lines.append(("advice: use " if advice.get("best_k") and not advice["reason"].startswith("no K") else "advice: ") + advice["reason"])
+    command = sweep_command(advice, host)
+    if command:
+        lines.append("run it:  " + command)
     return lines
 
 
@@ -169,7 +188,8 @@ def cmd_advise(args):
     result = dict((key, advice.get(key)) for key in ADVICE_KEYS)
     result.update(position_text.json_part(advice))
     result["per_k"] = [dict((key, row.get(key)) for key in ADVICE_ROW_KEYS) for row in advice["per_k"]]
-    emit(args, result, lambda: "\n".join(advice_lines(advice)))
+    result["sweep_command"] = sweep_command(advice, args.host)
+    emit(args, result, lambda: "\n".join(advice_lines(advice, args.host)))
     return 0
 
 
