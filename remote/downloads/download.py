@@ -131,6 +131,7 @@ def _stopped(progress, stop, message, **extra):
     what is left. Exit 2, as before: the job did not do what it was started for."""
     sig = getattr(stop, "signum", None)
     log("stopped by %s: %s" % (signal.Signals(sig).name if sig else "a signal", message))
+    progress.stop_files()
     progress.set(state=STOPPED, error=None, verdict=dict(shaped_verdict(STOPPED, message), **extra))
     return 2
 

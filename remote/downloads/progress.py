@@ -18,6 +18,7 @@ import threading
 import time
 
 from ..core.records import replace_file
+from ..core.words import STOPPED  # a job stopped when asked (SIGTERM, SIGINT): no failure, its bytes kept
 from .output import log, scrub
 
 PROGRESS_INTERVAL = 0.25
@@ -33,7 +34,6 @@ FAILED_FILES_MAX = 5
 SUMMARY_PATH_CHARS = 256
 
 VERDICT_STATES = ("verified", "mismatch", "corrupt", "failed")  # how a job that ran its course ended
-STOPPED = "stopped"  # a job stopped when asked (SIGTERM, SIGINT): no failure, its bytes kept
 FINAL_STATES = VERDICT_STATES + (STOPPED,)  # the job's own word on how it ended
 # A file's states, by what the summary counts them as.
 WORKING_FILE_STATES = ("checking", "downloading", "retrying", "verifying")
@@ -116,6 +116,15 @@ class Progress:
                 self.files_due = 0.0  # each file's state as the job's turned: out with it
         if "state" in kw or "verdict" in kw or "error" in kw:
             self.write()
+
+    def stop_files(self):
+        """The job was stopped: each file at work or yet to start says stopped (its bytes kept),
+        since nothing works on it any more."""
+        with self.lock:
+            for f in self._files:
+                if f.state in WORKING_FILE_STATES or f.state == "queued":
+                    f.state = STOPPED
+            self.dirty = True
 
     def file_state(self, path):
         """The FileState of `path`, or None when the job does not follow it."""

@@ -5,8 +5,9 @@ from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.widgets import Label, ProgressBar
 
-from ..display import STATE_STYLES, format_bytes, safe_text
+from remote.core.words import STOPPED
 
+from ..display import STATE_STYLES, format_bytes, safe_text
 
 
 class FileProgress(Horizontal):
@@ -36,7 +37,9 @@ class FileProgress(Horizontal):
         label = Text(safe_text(self.path))  # a hub's file name: its controls as escapes
         if entry.get("state"):
             label.append("  " + safe_text(entry["state"]), style=STATE_STYLES.get(entry["state"], ""))
-        label.append("  %s of %s" % (format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
+        # A stopped download's file: what stays on disk for the next run, not bytes on their way.
+        kept = "kept " if entry.get("state") == STOPPED and entry.get("bytes_done") else ""
+        label.append("  %s%s of %s" % (kept, format_bytes(entry.get("bytes_done") or 0), format_bytes(entry.get("bytes_total"))), style="dim")
         return label
 
     def show(self, entry):
