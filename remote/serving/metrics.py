@@ -14,7 +14,7 @@ writes `<counter>_created` samples (creation times, ~1.8e9) in the same family: 
 
 import re
 
-from . import sglang
+from . import identity, sglang
 from .positions import conditional as conditional_rates
 
 VLLM_COUNTERS = {
@@ -156,7 +156,8 @@ def parse(text, time_s):
         notes.append("%d label sets beyond %d per metric left out" % (dropped["label_sets"], MAX_LABEL_SETS))
     if dropped["gauges"]:
         notes.append("%d NaN or infinite gauges left out" % dropped["gauges"])
-    return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges, "notes": notes}
+    return {"time": time_s, "engine": engine, "counters": counters, "per_position": per_position, "gauges": gauges, "notes": notes,
+            "positions_dropped": dropped["positions"]}
 
 
 def per_k(per_position):
@@ -182,12 +183,13 @@ def _delta(old, new):
 def window(old, new):
     """The figures of the window between two snapshots of one server (old may be None: only
     gauges then). Keys are those of `spec HOST JOB --json`, plus running, waiting,
-    kv_cache_usage and `reset` (a counter went down inside the window)."""
+    kv_cache_usage, `reset` (a counter went down inside the window) and `identity` (identity.py:
+    whether accept length is 1 + the sum of the per-position shares; None when not checkable)."""
     result = {
         "accept_length": None, "per_position": [], "per_position_conditional": [], "draft_acceptance_rate": None, "num_drafts": None,
         "accepted_tps": None, "drafted_tps": None, "generation_tps": None, "window_s": None,
         "running": new["gauges"].get("running"), "waiting": new["gauges"].get("waiting"),
-        "kv_cache_usage": new["gauges"].get("kv_cache_usage"), "reset": False,
+        "kv_cache_usage": new["gauges"].get("kv_cache_usage"), "reset": False, "identity": None,
     }
     if new["engine"] == "sglang" or ("accept_length" in new["gauges"] and not new["counters"]):
         # Its gauges are already averages over the engine's own interval.
@@ -217,6 +219,8 @@ def window(old, new):
         ]
         result["per_k"] = per_k(result["per_position"])
         result["per_position_conditional"] = conditional_rates(result["per_position"])
+        if not new.get("positions_dropped"):  # positions left out would make any sum short
+            result["identity"] = identity.check(result["accept_length"], result["per_position"])
     if deltas.get("draft_tokens"):
         result["draft_acceptance_rate"] = deltas.get("accepted_tokens", 0.0) / deltas["draft_tokens"]
     if span_s > 0:
@@ -253,6 +257,7 @@ def parse_log_line(line):
             "per_position": per_position, "per_k": per_k(per_position),
             "per_position_conditional": conditional_rates(per_position),
             "draft_acceptance_rate": float(match.group("rate")) / 100.0,
+            "identity": identity.check(float(match.group("accept_length")), per_position, identity.log_tolerance(len(per_position))),
         }
     decode = sglang.parse_decode_line(line)  # linear in the line, and only lines of bounded length
     if decode is not None and decode.get("accept_length") is not None:

@@ -17,7 +17,9 @@ Attached servers (started some other way, known by URL and optionally a log file
 attached.json in the agent's state directory, so a restarted daemon samples them again.
 
 Each record carries the server's break-even line, `break_even: {accept_length, source, how}`,
-by the one rule (`ServingFeed.break_even`) the notify rules and the fleet summary use too.
+by the one rule (`ServingFeed.break_even`) the notify rules and the fleet summary use too, and
+what the served drafter's speculation profile predicts, `predicted` (served_profile.py; None for
+a drafter without one), which the notify rule under_predicted compares with the live figures.
 """
 
 import logging
@@ -30,7 +32,7 @@ from ..core.feed_source import BadSample, FeedSource, SourceError
 from ..core.feeds import Feed
 from ..core.protocol import RemoteError
 from ..core.records import write_json
-from . import baselines, location, metrics, root_cause, scrape, sglang
+from . import baselines, location, metrics, root_cause, scrape, served_profile, sglang
 from .snapshot_ring import SnapshotRing
 from .location import attached_entries, attached_path
 from .break_even_store import BreakEvenStore, clean_entry, target_key, valid_length
@@ -48,6 +50,7 @@ RECENT_S = 10.0
 # What goes to the history store, one series each.
 RECORDED = ("accept_length", "draft_acceptance_rate", "accepted_tps", "drafted_tps", "generation_tps", "running",
             "waiting", "kv_cache_usage")
+PROFILE_CHECK_S = 30.0  # a profile whose file did not change is read again this often (the drafter's weights may have)
 LINE_CACHE_S = 30.0  # a server's break-even is looked up again this often (a benchmark that ended; the job list is read), at once when one is set
 
 
@@ -66,8 +69,9 @@ class ServerSource(FeedSource):
     max_series = len(RECORDED) + metrics.MAX_POSITIONS
     backoff_s = (1.0, 2.0, 4.0, 5.0)  # a server that is starting answers within seconds of its first try
 
-    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None, line=None, baseline=None):
+    def __init__(self, key, url, log_path=None, meta=None, locate=None, started_at=None, line=None, baseline=None, predicted=None):
         super().__init__(key)
+        self.predicted = predicted  # () -> what the served drafter's profile predicts (served_profile.read), in each record
         self.baseline = baseline  # () -> the saved baseline of the server's pair (baselines.py), in each record
         self.line = line  # () -> the server's break-even line (the feed's rule), carried in each record
         self.url = url.rstrip("/") if url else None
@@ -92,6 +96,7 @@ class ServerSource(FeedSource):
         record = self._read(budget)
         record["break_even"] = self.line() if self.line is not None else None
         record["baseline"] = self.baseline() if self.baseline is not None else None
+        record["predicted"] = self.predicted() if self.predicted is not None else None
         return record
 
     def _read(self, budget):
@@ -174,6 +179,8 @@ class ServingFeed(Feed):
         self.lines = BreakEvenStore()
         self._lines_lock = threading.Lock()
         self._line_cache = {}  # server id -> (looked up at: monotonic, store version, line)
+        self._profiles = {}  # server id -> (read at: monotonic, the profile file's signature, prediction)
+        self._profiles_lock = threading.Lock()
 
     # -- which servers
 
@@ -237,7 +244,8 @@ class ServingFeed(Feed):
         url, log_path, node, port, started_at = spec
         locate = None if url else (lambda: location.node_url(self.daemon, node, port))
         return ServerSource(key, url, log_path, locate=locate, started_at=started_at, line=lambda: self.break_even(key),
-                            baseline=lambda: baselines.view(baselines.STORE.of_server(self.daemon, key)))
+                            baseline=lambda: baselines.view(baselines.STORE.of_server(self.daemon, key)),
+                            predicted=lambda: self.predicted(key))
 
     def detail_extra(self):
         workers = self.workers()
@@ -282,6 +290,37 @@ class ServingFeed(Feed):
         with self._lines_lock:
             self._line_cache[server_id] = (now, version, line)
         return line
+
+    def predicted(self, server_id):
+        """What the speculation profile beside a server job's drafter predicts at the server's K
+        (served_profile.read: with its age, conditions, notes, or `error` when refused), or None
+        (no drafter, no profile, an attached server). Read again when the file changes, and
+        every PROFILE_CHECK_S (the drafter's weights may change under it)."""
+        if server_id.startswith("u"):
+            return None
+        now = time.monotonic()
+        with self._profiles_lock:
+            cached = self._profiles.get(server_id)
+        if cached is not None and now - cached[0] < PROFILE_CHECK_S and (cached[3] is None or served_profile.signature(cached[3]) == cached[1]):
+            return cached[2]
+        try:
+            meta = self.daemon.jobs.describe(server_id).get("meta") or {}
+        except Exception:  # forgotten meanwhile
+            return None
+        path = served_profile.path_of(meta.get("drafter"))
+        if path is None:  # no drafter, or one named by hub id: nothing beside it here
+            with self._profiles_lock:
+                self._profiles[server_id] = (now, None, None, None)
+            return None
+        signature = served_profile.signature(path)
+        try:
+            view = served_profile.read(meta.get("drafter"), meta.get("k"), meta.get("target"))
+        except Exception as exc:  # whatever a file does, the figures still go out, the profile refused
+            log.warning("could not read the profile of %s's drafter: %s", server_id, exc)
+            view = {"path": path, "error": "%s refused: %s" % (served_profile.FILE_NAME, exc), "accept_length": None, "per_position": []}
+        with self._profiles_lock:
+            self._profiles[server_id] = (now, signature, view, path)
+        return view
 
     def _look_up_break_even(self, server_id):
         if server_id.startswith("u"):
@@ -351,9 +390,10 @@ class ServingFeed(Feed):
             if worker.latest is not None:
                 figures = dict((k, v) for k, v in worker.latest.items() if k != "recent")
                 figures["break_even"] = self.break_even(server_id)
+                figures["predicted"] = self.predicted(server_id)
                 return self.aged(worker, figures)
             return {"server": server_id, "source": None, "error": worker.error or server.metrics_error, "age_s": None, "stale": True,
-                    "break_even": self.break_even(server_id)}
+                    "break_even": self.break_even(server_id), "predicted": self.predicted(server_id)}
         figures = snapshots.figures(window_s, origin=_origin(server, snapshots, window_s))
         figures["server"] = server_id
         newest = snapshots[-1]
@@ -361,7 +401,8 @@ class ServingFeed(Feed):
         age = max(0.0, now - newest["time"])
         if newest["engine"] == "sglang" and server.sglang is not None:
             figures = server.sglang.figures(figures, newest, window_s)
-        figures.update(age_s=round(age, 3), stale=age > server.stale_after_s, break_even=self.break_even(server_id))
+        figures.update(age_s=round(age, 3), stale=age > server.stale_after_s, break_even=self.break_even(server_id),
+                       predicted=self.predicted(server_id))
         if worker.error:
             figures["error"] = worker.error
         return figures

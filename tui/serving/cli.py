@@ -27,7 +27,8 @@ from ..freshness import stale_text
 from . import advisor, baseline_cli, bench_categories, position_text
 from .advisor import line_text
 from .baseline_text import against_text, positions_against
-from .model import SERVER_DIED, SERVER_READY, SERVER_STARTING, SGLANG_KEYS, SPEC_KEYS, engine_lines, figure, line_of, parse_break_even, per_k
+from .model import (SERVER_DIED, SERVER_READY, SERVER_STARTING, SGLANG_KEYS, SPEC_KEYS, engine_lines, figure, identity_line, line_of,
+                    parse_break_even, per_k, predicted_lines)
 
 STATUS_POLL_S = 1.0
 ENGINE_HELP = """The engine runs under --python, else the interpreter `specdeck config HOST --ml-python PATH`
@@ -193,7 +194,9 @@ def format_figures(figures):
     lines = [
         "accept length     %s%s   (source: %s)" % (figure(figures, "accept_length"), stale, safe_text(str(figures.get("source")))),
         *engine_lines(figures),
+        *[line for line in [identity_line(figures)] if line],
         *position_text.lines(figures),
+        *predicted_lines(figures),
         *[" " * 18 + said.strip() for said in [positions_against(figures.get("baseline"))] if said],
         "per K             %s   (K' beyond the server's K: not measured)" % per_k(figures),
         "draft acceptance  %s" % figure(figures, "draft_acceptance_rate"),

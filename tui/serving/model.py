@@ -3,6 +3,8 @@ each figure with its precision said once (accept length to two places, acceptanc
 tokens/s to one), the keys `spec --json` answers with, whether a server still runs, and how one
 ended. A server started by specdeck is a job: its states are the jobs' (tui/jobs/model.py)."""
 
+import time
+
 from .. import display
 from ..jobs import model as jobs
 
@@ -13,8 +15,10 @@ RECENT_S = 10  # the host's `recent` window: its figures of "now" (remote/servin
 
 # What `specdeck spec --json` answers with: the host's figures over the window, their age, and the
 # server's break-even line as the host keeps it ({accept_length, source, how}).
+# `predicted`: what the served drafter's speculation profile predicts (remote/serving/served_profile.py),
+# `identity`: whether accept length is 1 + the sum of the per-position shares (remote/serving/identity.py).
 SPEC_KEYS = ("accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps", "drafted_tps",
-             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even")
+             "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even", "predicted", "identity")
 
 # How each figure is written, wherever it is shown.
 FORMATS = {
@@ -129,4 +133,73 @@ def engine_lines(figures):
                      % ("?" if not isinstance(age, (int, float)) else "%.0f s" % age))
     elif figures.get("reading") == "window":
         lines.append("figures: over %s decode lines of its log" % figures.get("lines"))
+    return lines
+
+
+def _number(value):
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def identity_line(figures):
+    """`the engine's figures disagree: 1 + Σ shares = 3.42, accept length = 3.90` when the host
+    found the engine's accept length is not 1 + the sum of its per-position shares; else None."""
+    identity = figures.get("identity")
+    if not isinstance(identity, dict) or identity.get("holds") is not False:
+        return None
+    if not (_number(identity.get("one_plus_shares")) and _number(identity.get("accept_length"))):
+        return None
+    return "the engine's figures disagree: 1 + \u03a3 shares = %.2f, accept length = %.2f" % (identity["one_plus_shares"], identity["accept_length"])
+
+
+def predicted_of(figures):
+    """The served drafter's profile as the host read it ({accept_length, per_position, ...,
+    error}), or None when the server's drafter has none."""
+    predicted = figures.get("predicted")
+    return predicted if isinstance(predicted, dict) else None
+
+
+def predicted_figure(predicted, live):
+    """`3.65 at K=3 (live 3.90: +7%)`: the profile's accept length at the served K beside the live one."""
+    if not _number(predicted.get("accept_length")):
+        return "none at the served K"
+    k = predicted.get("served_k") or predicted.get("k")
+    said = "%.2f at K=%s" % (predicted["accept_length"], k)
+    if _number(live):
+        said += " (live %.2f: %+.0f%%)" % (live, 100.0 * (live / predicted["accept_length"] - 1.0))
+    return said
+
+
+def conditions_text(predicted, now_s=None):
+    """`scored on DATA (val, held out), 8 samples, temperature 0; profile written 2h ago`."""
+    conditions = predicted.get("conditions") if isinstance(predicted.get("conditions"), dict) else {}
+    how = [str(conditions["split"])] if isinstance(conditions.get("split"), str) else []
+    if conditions.get("held_out") is True:
+        how.append("held out")
+    elif conditions.get("held_out") is False:
+        how.append("the drafter's own training data")
+    said = "scored on %s%s" % (conditions.get("dataset") or "data not named", " (%s)" % ", ".join(how) if how else "")
+    if _number(conditions.get("num_samples")):
+        said += ", %d samples" % conditions["num_samples"]
+    if _number(conditions.get("temperature")):
+        said += ", temperature %g" % conditions["temperature"]
+    if _number(predicted.get("written_at")):
+        said += "; profile written %s ago" % display.format_age((now_s or time.time()) - predicted["written_at"])
+    return display.safe_text(said)
+
+
+def predicted_lines(figures, label_width=18):
+    """The profile's lines under the live figures: its accept length beside the live one, its
+    per-position shares, its conditions and age, its notes; or why it was refused."""
+    predicted = predicted_of(figures)
+    if predicted is None:
+        return []
+    label, pad = "predicted".ljust(label_width), " " * label_width
+    if predicted.get("error"):
+        return [display.safe_text("%snone: %s" % (label, predicted["error"]))]
+    lines = ["%s%s" % (label, predicted_figure(predicted, figures.get("accept_length")))]
+    shares = [v for v in predicted.get("per_position") or [] if _number(v)]
+    if shares:
+        lines.append("%s%s  unconditional, the profile's" % (pad, " ".join("%.2f" % v for v in shares)))
+    lines.append(pad + conditions_text(predicted))
+    lines.extend(display.safe_text(pad + note) for note in predicted.get("notes") or [] if isinstance(note, str))
     return lines
