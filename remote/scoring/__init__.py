@@ -3,4 +3,4 @@ draft chain over hidden states the target already produced (a trainer's data) an
 accept length serving would see, per position; its result is kept as a speculation profile."""
 
 # What another area may import from here (tests/test_core_layers.py holds every area to it).
-PUBLIC = ("profile",)
+PUBLIC = ("profile", "methods")  # methods.submit: a training run scores its checkpoints

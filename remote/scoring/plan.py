@@ -13,17 +13,18 @@ from .drafter import Refused
 MAX_K = 16
 
 
-def check(drafter_path, target_path, data, k, vs_path=None):
-    """{target, drafters: [drafter, vs?], data: {layout, samples, final_normed}} for the job's spec."""
+def check(drafter_path, target_path, data, k, others=()):
+    """{target, drafters: [drafter, then one per path of `others`], data: {layout, samples,
+    final_normed}} for the job's spec: several drafters (`--vs`, a run's checkpoints) are scored
+    on the same samples, so they must fuse the same number of aux layers."""
     if not 1 <= k <= MAX_K:
         raise Refused("K must be between 1 and %d" % MAX_K)
     target = target_reading.read(target_path)
-    drafters = [drafter_reading.read(drafter_path, target)]
-    if vs_path:
-        drafters.append(drafter_reading.read(vs_path, target))
-        if drafters[1]["aux_count"] != drafters[0]["aux_count"]:
-            raise Refused("the two drafters fuse %d and %d aux layers: one data set cannot feed both"
-                          % (drafters[0]["aux_count"], drafters[1]["aux_count"]))
+    drafters = [drafter_reading.read(path, target) for path in [drafter_path] + list(others)]
+    for other in drafters[1:]:
+        if other["aux_count"] != drafters[0]["aux_count"]:
+            raise Refused("drafters %s and %s fuse %d and %d aux layers: one data set cannot feed both"
+                          % (drafters[0]["path"], other["path"], drafters[0]["aux_count"], other["aux_count"]))
     found = samples.find(data)
     described = samples.describe(found, drafters[0]["aux_count"], target)
     return {"target": target, "drafters": drafters, "data": os.path.abspath(data), "layout": found["layout"],

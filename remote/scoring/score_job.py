@@ -256,10 +256,7 @@ def run(spec):
         result = build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, scored_samples, positions,
                               off_path, off_path_samples, skipped, device, device_why, elapsed)
         progress.write(state="writing the result")
-        if spec.get("result_path"):
-            os.makedirs(os.path.dirname(spec["result_path"]), mode=0o700, exist_ok=True)
-            write_json(spec["result_path"], result)
-        result["profile"] = profile.write_beside(drafters[0]["path"], profile.build(result, 0), spec.get("profile_fallback"))
+        keep(spec, result)
         progress.write(state="done", result=result)
         print(json.dumps(result))
         return 0
@@ -268,6 +265,34 @@ def run(spec):
         progress.write(state="failed", error=error)
         print("specdeck score failed: %s" % error, file=sys.stderr)
         return 1
+
+
+def keep(spec, result):
+    """Each kept drafter's result where `score.last` finds it (its own figures first) and its
+    speculation profile beside it (`result_paths`, `profile_fallbacks`: one per kept drafter, in
+    the spec's order; a spec of one drafter may name `result_path`, `profile_fallback`)."""
+    paths = spec.get("result_paths") or ([spec["result_path"]] if spec.get("result_path") else [])
+    fallbacks = spec.get("profile_fallbacks") or [spec.get("profile_fallback")]
+    kept = max(len(paths), 1)
+    for index in range(min(kept, len(result["drafters"]))):
+        figures = result["drafters"][index]
+        fallback = fallbacks[index] if index < len(fallbacks) else None
+        figures["profile"] = profile.write_beside(figures["drafter"], profile.build(result, index), fallback)
+        if index < len(paths):
+            os.makedirs(os.path.dirname(paths[index]), mode=0o700, exist_ok=True)
+            write_json(paths[index], own_result(result, index))
+    result["profile"] = result["drafters"][0].get("profile")
+
+
+def own_result(result, index):
+    """The result as drafter `index`'s own score: its figures at the top, it first among the drafters."""
+    figures = result["drafters"][index]
+    own = dict(result, drafters=[figures] + [d for n, d in enumerate(result["drafters"]) if n != index],
+               profile=figures.get("profile"))
+    for key in ("predicted_accept_length", "unconditional_shares", "conditional_rates", "predicted_accept_length_per_k",
+                "accept_length_histogram", "chains"):
+        own[key] = figures[key]
+    return own
 
 
 def build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, scored_samples, positions, off_path,
