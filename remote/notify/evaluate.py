@@ -16,6 +16,8 @@ no console is connected:
   then has not for DOWN_S;
 - acceptance regressions (regressions.py): accept length under its pair's saved baseline by more
   than the baseline's margin for its duration, and one follow-up when it recovers;
+- acceptance under its prediction (under_predicted.py): live accept length under what the served
+  drafter's speculation profile predicts by more than its margin for its duration;
 - stalls (stalls.py): a running job or server whose progress stopped, from the same topics,
   noticed by a check of absence on a clock of its own at each poll;
 - slowdowns (slowdowns.py): a training run or data generation whose pace stayed under half of
@@ -96,10 +98,12 @@ class Evaluator:
         from .regressions import Regressions
         from .slowdowns import Slowdowns
         from .stalls import Stalls
+        from .under_predicted import UnderPredicted
 
         self.stalls = Stalls(self)
         self.slowdowns = Slowdowns(self)
         self.regressions = Regressions(self)
+        self.under_predicted = UnderPredicted(self)
         self.disks = Disks(self)
         self.datagen_disks = DatagenDisks(self)
 
@@ -207,6 +211,7 @@ class Evaluator:
         state.update(fresh_seen=True, stale_since=None, down_fired=False)
         self.stalls.serving_record(record)
         self.regressions.serving_record(record, now)
+        self.under_predicted.serving_record(record, now)
         accept_length = record.get("accept_length")
         if accept_length is None:
             return  # an idle second says nothing about the drafter

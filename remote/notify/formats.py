@@ -5,13 +5,14 @@ The alert object (the JSON webhook's `alerts` items, a command's stdin):
 time_text, log_tail: [line]}`. `id` is the alert's key: the same alert always has the same id,
 so a receiver drops a repeat (a try that reached it but whose answer was lost is sent again).
 `kind`: job_failed, job_lost, job_finished, server_died, verify_failed, gpu_idle, memory_full,
-temperature, throttle, below_break_even, acceptance_regression, acceptance_recovered,
+temperature, throttle, below_break_even, acceptance_regression, acceptance_recovered, under_predicted,
 training_nan, training_flat, test. `time` is when it happened (s since the epoch), `time_text`
 the host's local clock. A below_break_even alert adds `server` and `break_even`
 (`{accept_length, source, how}`: the line it fell under); an acceptance_regression adds
 `server`, `accept_length` (the live figure) and `baseline` (`{accept_length, margin, for_s,
 saved_at}`), its acceptance_recovered follow-up (id: the regression's + `:resumed`) `server`
-and `accept_length`.
+and `accept_length`; an under_predicted `server`, `accept_length` (the live figure) and `predicted`
+(`{accept_length, path, k, margin, for_s}`: what the served drafter's profile predicts).
 
 Per format:
 - ntfy: POST the text to the topic URL; headers `Title`, `Priority` (urgent: high, else default),

@@ -203,3 +203,18 @@ def predicted_lines(figures, label_width=18):
     lines.append(pad + conditions_text(predicted))
     lines.extend(display.safe_text(pad + note) for note in predicted.get("notes") or [] if isinstance(note, str))
     return lines
+
+
+def predicted_summary(predicted, live):
+    """The Speculation pane's line of the profile: `predicted 3.65 at K=3 (live 3.90: +7%)   scored
+    on ...`, or `predicted: none: speculation_profile.json refused: ...`."""
+    if predicted.get("error"):
+        return display.safe_text("predicted: none: %s" % predicted["error"])
+    notes = "".join("; " + note for note in predicted.get("notes") or [] if isinstance(note, str))
+    return display.safe_text("predicted %s   %s%s" % (predicted_figure(predicted, live), conditions_text(predicted), notes))
+
+
+def predicted_shares(predicted):
+    """`0.95 0.90 0.80`: the profile's unconditional share per position, or None."""
+    shares = [v for v in (predicted or {}).get("per_position") or [] if _number(v)]
+    return " ".join("%.2f" % v for v in shares) if shares and not predicted.get("error") else None

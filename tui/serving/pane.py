@@ -44,7 +44,8 @@ from .advisor import line_text
 from .baseline_text import against_text, under
 from .k_rows import k_text
 from .position_text import CONDITIONAL_NAME, rates
-from .model import RECENT_S, engine_lines, figure, how_it_ended, is_dead, parse_break_even, per_k
+from .model import (RECENT_S, engine_lines, figure, how_it_ended, identity_line, is_dead, parse_break_even, per_k, predicted_of,
+                    predicted_shares, predicted_summary)
 
 WINDOWS_S = (60, 300, 900, 3600, 6 * 3600)
 WINDOW_REFRESH_S = 5.0  # the chosen window's figures are asked again this often
@@ -288,6 +289,12 @@ class SpeculationPane(Pane):
             summary.append("   source: %s" % safe_text(source))
         for said in engine_lines(latest or window):  # an SGLang server: its settings, and whether its figures are a window
             summary.append("\n" + said)
+        predicted = predicted_of(latest) or predicted_of(window)  # the served drafter's profile, as the host read it
+        if predicted is not None:
+            summary.append("\n" + predicted_summary(predicted, latest.get("accept_length")))
+        disagree = identity_line(latest) or identity_line(window)  # shown as the engine gave it, never averaged away
+        if disagree:
+            summary.append("\n" + disagree, style="bold red")
         self.shown = {"server": server_id, "time": latest.get("time"), "accept_length": latest.get("accept_length"),
                       "generation_tps": latest.get("generation_tps")}
         self.query_one("#spec-summary", Static).update(summary)
@@ -295,7 +302,9 @@ class SpeculationPane(Pane):
         chart.thresholds = [(line["accept_length"] if line else None, "break-even")] + ([(float(k + 1), "K+1")] if k else [])
         chart.show({"accept length": self._points(server_id, "accept_length", records)}, self.window_s)
         self.query_one("#spec-throughput-chart", TimeChart).show({"generated tok/s": self._points(server_id, "generation_tps", records)}, self.window_s)
-        self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest)))
+        shares = predicted_shares(predicted)
+        self.query_one("#spec-bars", Static).update(Text(self._bars_text(window, latest) + (
+            "%sthe profile's share (predicted): %s" % (" " if self.compact else "\n", shares) if shares else "")))
         k_rows = self.query_one("#spec-k", Static)
         k_rows.display = True  # hidden until a server is shown: no empty line in the layout
         if self.compact:  # the charts first: the table and the advice need a taller terminal
