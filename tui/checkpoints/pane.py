@@ -83,7 +83,8 @@ class TensorsPane(Pane):
         yield Input(placeholder="filter: part of a name or a role (Enter keeps it, Esc clears)", id="tensors-filter")
         yield Static(id="tensors-role")  # the highlighted tensor's role in full: the column is cut at 80 columns
         yield Static(id="tensors-totals")
-        yield self.status_line("o open  / filter  s sort  c compare  g patterns", id="tensors-status")
+        # The keys are on the console's key bar; this line says what they cannot (the order, errors).
+        yield self.status_line(id="tensors-status")
 
     # -- public
 
@@ -130,7 +131,7 @@ class TensorsPane(Pane):
             self.request("checkpoint.coverage_last", {"drafter": report.get("path") or path}, failed=lambda message: None,
                          done=functools.partial(self._coverage_came, path, report), notify=False)
         self._fill_table()
-        self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+        self.set_status(self._sorted_line())
 
     def _coverage_came(self, path, report, reply):
         if path == self.path and report is self.report:
@@ -152,7 +153,7 @@ class TensorsPane(Pane):
             self._fill_table()
 
     def _compared(self, result):
-        self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % self.sort_key)
+        self.set_status(self._sorted_line())
         self.app.push_screen(CompareScreen(result, result.get("a"), result.get("b")))
 
     def _failed(self, path, message):
@@ -162,6 +163,10 @@ class TensorsPane(Pane):
             self.path = self.report.get("path") or self.path
             self.query_one("#tensors-path", Static).update(Text(safe_text(self.path), style="bold"))
         self.set_status("%s: %s" % (path, message), error=True)
+
+    def _sorted_line(self):
+        """What the status line says of an open checkpoint: the order `s` changes."""
+        return "sorted by %s" % self.sort_key
 
     # -- the table
 
@@ -224,7 +229,7 @@ class TensorsPane(Pane):
         else:
             self._fill_table()
         if self.report is not None:
-            self.set_status("o open  / filter  s sort (%s)  c compare  g patterns" % value)
+            self.set_status(self._sorted_line())
 
     @on(DataTable.RowHighlighted, "#tensors-table")
     def _row_highlighted(self, event):
