@@ -192,7 +192,14 @@ def serving_stats(call):
     `notes`: series the server exports beyond the caps (positions from 32, over 64 label
     sets), left out; `break_even`: the server's line, `{accept_length, source, how}` (source
     `set`: by hand, `serving.set_break_even`; `server meta`: its job's meta; `benchmark jN`: the
-    newest A/B benchmark of its target and drafter), null when none is known. `per_k`: `[{k, accept_length}]` for every K' up to the server's K, from the
+    newest A/B benchmark of its target and drafter), null when none is known. `predicted`: what the
+    served drafter's speculation_profile.json (beside it, from `specdeck score`) predicts at the
+    server's K, `{path, written_at, method, k, served_k, accept_length, per_position,
+    per_position_conditional, mean_accept_length, conditions, notes, error}` (null for a drafter
+    without one; `error` with every figure null when the profile was refused: not a regular file,
+    over 1 MiB, wrong types, weights newer than it). `identity`: `{holds, one_plus_shares,
+    accept_length, message}`, whether accept length is 1 + the sum of the per-position shares
+    (null when the engine gives no per-position figures); a violation is carried, not averaged. `per_k`: `[{k, accept_length}]` for every K' up to the server's K, from the
     per-position counts (the share of drafts reaching position i is its accepted count over
     the drafts, so K' drafts yield 1 + the sum of the first K' shares); a K' beyond the running
     K was not measured and is not given. A server job that is not running is NotFound, saying how it ended and
