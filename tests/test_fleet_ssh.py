@@ -8,6 +8,7 @@ from textual.widgets import DataTable
 
 from tests.helpers.waits import wait_until
 from tui.app import SpecdeckApp
+from tui.fleet import model
 from tui.fleet.pane import FleetPane
 from tui.screens.host_key import HostKeyScreen
 
@@ -15,8 +16,9 @@ SIZE = (200, 40)
 
 
 def fleet_rows(app):
+    """{host: its row's cells, in model.COLUMNS' order after the ▶ column}."""
     table = app.query_one(FleetPane).query_one(DataTable)
-    return {str(row[1]): [str(cell) for cell in row] for row in (table.get_row_at(i) for i in range(table.row_count))}
+    return {str(row_key.value): [str(table.get_cell(row_key, key)) for key in ("shown",) + model.COLUMNS] for row_key in table.rows}
 
 
 async def test_a_fleet_of_ssh_hosts_where_some_are_down_slow_or_unknown(fleet, monkeypatch):

@@ -8,8 +8,10 @@ speak. The figures and their words are tui/fleet/model.py's, the same as `specde
 Enter on a host asks the app to make it the one the other panes show (ShowHost; r on the
 shown host whose link failed, Reconnect). A host without figures has its reason
 where the GPUs go, cut to the room the other columns leave; a host without GPUs has a word
-there; the selected host's whole reasons are under the table. When columns are past the right
-edge, the key bar says so (`←/→ more columns`).
+there; the selected host's whole reasons are under the table. The main columns come first, so
+that an 80-column terminal shows them whole (the host, its state, GPUs, jobs and alerts), then
+its servers and training runs, then the GPU details and the round trip; when columns are past
+the right edge, the key bar says so (`←/→ more columns`).
 """
 
 import time
@@ -27,7 +29,12 @@ from . import model
 
 REFRESH_S = 1.0
 REASON_COLUMN = "GPUS BUSY"  # where a host without figures has its reason
-REASON_MIN = 30  # cells a reason gets at least, even when that pushes columns past the edge
+# Cells a reason gets at least, even when that pushes columns past the edge: no more, so that the
+# main columns after it stay on an 80-column screen (the whole reason is under the table).
+REASON_MIN = 20
+# The table's columns, model.COLUMNS in the order a narrow terminal needs: the main ones first.
+MAIN_COLUMNS = ("HOST", "STATE", "GPUS BUSY", "JOBS", "ALERTS")
+PANE_COLUMNS = MAIN_COLUMNS + ("SERVERS AL/BREAK-EVEN", "TRAINING STEP ETA AL", "RTT", "MEM GiB", "HOTTEST", "THROTTLING")
 
 
 class FleetTable(DataTable):
@@ -111,7 +118,7 @@ class FleetPane(Pane):
         yield self.status_line()
         table = FleetTable(id="fleet-table", cursor_type="row", zebra_stripes=True, fixed_columns=2)  # ▶ and HOST stay
         table.add_column(" ", key="shown", width=1)
-        for label in model.COLUMNS:
+        for label in PANE_COLUMNS:
             table.add_column(label, key=label)
         yield table
         yield Static("", id="fleet-detail", markup=False)
@@ -151,7 +158,7 @@ class FleetPane(Pane):
             cells["shown"] = "▶" if link is current else ""
             known = self._cells.get(link.name)
             if known is None:
-                table.add_row(*[cells["shown"]] + [cells[label] for label in model.COLUMNS], key=link.name)
+                table.add_row(*[cells["shown"]] + [cells[label] for label in PANE_COLUMNS], key=link.name)
             else:
                 for key, text in cells.items():
                     if known.get(key) != text:
