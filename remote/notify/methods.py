@@ -206,6 +206,7 @@ def notify_follow(call):
     kind, categories, urgent, watched, host, job_id, job_name, title, message, time, time_text,
     log_tail}` (remote/notify/formats.py); a `below_break_even` alert adds `server` (its id, a
     job's or an attached server's) and `break_even` (the line it fell under, `{accept_length,
-    source, how}`); an `acceptance_regression` adds `server`, `accept_length` and `baseline`
-    (remote/notify/formats.py). Reply: `{stream, seq, snapshot}`."""
+    source, how}`); an `acceptance_regression` adds `server`, `accept_length` and `baseline`;
+    an `under_predicted` `server`, `accept_length` and `predicted` (what the served drafter's
+    profile predicts) (remote/notify/formats.py). Reply: `{stream, seq, snapshot}`."""
     return streams.follow(call, TopicSource(call.service(NotifyService.name).topic))
