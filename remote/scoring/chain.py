@@ -15,13 +15,12 @@ and the recorded tokens follow the target's choices (x[a+k] == T[a+k-1]): beyond
 would have put the target's token where the data has another, and the target's next choice is not
 in the data (counted as a cut chain: the figure is then a lower bound).
 
+Several samples run as one pack (packs.Pack): a row attends only to its own sample's rows.
 Runs under the ML interpreter: the caller passes the torch module in.
 """
 
 import math
 
-QUERY_CHUNK = 256  # context positions attended at once (an [heads, 256, context] score block)
-ANCHOR_CHUNK = 256  # chains run together through their K steps
 
 
 def rms_norm(torch, x, weight, eps):
@@ -87,16 +86,18 @@ class Drafter(object):
         v = (x @ self.w[names["self_attn.v_proj.weight"]].T).view(n, self.kv_heads, self.head_dim)
         return self._rope(q, positions), self._rope(k, positions), v
 
-    def _attend(self, q, context_k, context_v, limit, own_k=None, own_v=None):
-        """Attention of queries q [B, heads, d] over the context keys 0..limit[b] and, for each
-        query, its own chain's keys own_k [B, s, kv_heads, d]."""
+    def _attend(self, q, context_k, context_v, key_start, limit, lo, own_k=None, own_v=None):
+        """Attention of queries q [B, heads, d] over the context keys key_start + 0.. (a slice of
+        the pack's keys) of which query b sees lo[b]..limit[b] (its own sample, up to its own
+        row) and, for each query, its own chain's keys own_k [B, s, kv_heads, d]."""
         torch = self.torch
         group = self.heads // self.kv_heads
         scale = 1.0 / math.sqrt(self.head_dim)
         ck = context_k.repeat_interleave(group, dim=1) if group > 1 else context_k
         cv = context_v.repeat_interleave(group, dim=1) if group > 1 else context_v
         scores = torch.einsum("bhd,phd->bhp", q.float(), ck.float()) * scale
-        beyond = torch.arange(ck.shape[0], device=q.device)[None, :] > limit[:, None]
+        keys = torch.arange(key_start, key_start + ck.shape[0], device=q.device)[None, :]
+        beyond = (keys > limit[:, None]) | (keys < lo[:, None])
         scores = scores.masked_fill(beyond[:, None, :], float("-inf"))
         if own_k is not None:
             ok = own_k.repeat_interleave(group, dim=2) if group > 1 else own_k
@@ -147,30 +148,29 @@ class Drafter(object):
         return self.to_target[draft], (normed if self.spec["norm_output"] else prenorm)
 
     # ------------------------------------------------------------------ passes
-    def context(self, tokens, fused):
-        """The drafter's pass over a sample's context: position i takes (tokens[i+1], fused[i]).
-        Returns (first draft of each anchor [P] as target ids, next hidden [P, H], the K/V of
-        every layer at every position)."""
+    def context(self, pack, tokens, fused):
+        """The drafter's pass over a pack's context rows (packs.Pack): row i of a sample takes
+        (tokens[i+1], fused[i]). Returns (first draft of each row as target ids, next hidden
+        [rows, H], the K/V of every layer at every row)."""
         torch = self.torch
-        count = fused.shape[0] - 1
-        positions = torch.arange(count, device=self.device)
-        embeds = self.embed[tokens[1:]]
-        hidden, residual = fused[:count], None
+        embeds = self.embed[tokens[pack.rows + 1]]
+        hidden, residual = fused[pack.rows], None
         cache = []
         for layer in range(self.spec["layers"]):
             x, residual = self._layer_input(layer, embeds, hidden, residual)
-            q, k, v = self._qkv(layer, x, positions)
+            q, k, v = self._qkv(layer, x, pack.row_positions)
             cache.append((k, v))
-            attn = torch.cat([self._attend(q[s:s + QUERY_CHUNK], k, v, positions[s:s + QUERY_CHUNK])
-                              for s in range(0, count, QUERY_CHUNK)], dim=0)
+            attn = torch.cat([self._attend(q[s:e], k[ks:ke], v[ks:ke], ks, pack.row_self[s:e], pack.row_lo[s:e])
+                              for s, e, ks, ke in pack.context_chunks], dim=0)
             hidden, residual = self._after_attention(layer, attn, residual)
         drafts, out = self._head(hidden, residual)
         return drafts, out, cache
 
-    def step(self, tokens, hidden, positions, anchors, cache, own):
-        """One draft step of several chains: tokens [B] (target ids), hidden [B, H], positions [B],
-        anchors [B] (context visible up to each), own: per layer [(K, V)] of the chains' earlier
-        steps ([B, s, kv, d] each, s >= 0). Returns (drafts, next hidden, own with this step's added)."""
+    def step(self, tokens, hidden, positions, rows, lo, keys, cache, own):
+        """One draft step of several chains: tokens [B] (target ids), hidden [B, H], positions [B]
+        (RoPE), rows [B] and lo [B] (context visible from lo up to row), keys (start, end) of the
+        context keys they need, own: per layer [(K, V)] of the chains' earlier steps ([B, s, kv, d]
+        each, s >= 0). Returns (drafts, next hidden, own with this step's added)."""
         torch = self.torch
         embeds = self.embed[tokens]
         residual = None
@@ -183,47 +183,44 @@ class Drafter(object):
             own_v = v[:, None] if own_v is None else torch.cat([own_v, v[:, None]], dim=1)
             grown.append((own_k, own_v))
             context_k, context_v = cache[layer]
-            attn = self._attend(q, context_k, context_v, anchors, own_k, own_v)
+            attn = self._attend(q, context_k[keys[0]:keys[1]], context_v[keys[0]:keys[1]], keys[0], rows, lo, own_k, own_v)
             hidden, residual = self._after_attention(layer, attn, residual)
         drafts, out = self._head(hidden, residual)
         return drafts, out, grown
 
 
-def score_sample(torch, drafter, tokens, fused, choices, scored, k):
-    """Accepted drafts of every chain of one sample: (histogram [K+1], chains cut where the data
-    leaves the target's path). tokens [L], fused [L, H] (fc over the aux states), choices [L] (the
-    target's greedy choice after each token), scored [L] bool (anchor a is scored when
-    scored[a+1]: the token it starts from is one the loss mask counts)."""
-    length = tokens.shape[0]
-    histogram = [0] * (k + 1)
-    if length - 1 - k < 0:
-        return histogram, 0
+def accepted(torch, drafter, pack, tokens, fused, choices, k):
+    """(accepted drafts of the chain from each of the pack's anchors [A], chains cut where the
+    data leaves the target's path: a device scalar). tokens [N], fused [N, H] (fc over the aux
+    states), choices [N] (the target's greedy choice after each token), all on the device.
+    Every chain runs its K steps as one batch with the others; a rejected or cut chain is masked
+    out, not removed, so nothing waits on the device (on the CPU, where a look costs nothing, the
+    steps stop once every chain of a chunk has ended)."""
     with torch.no_grad():
-        drafts, hidden, cache = drafter.context(tokens, fused)
-        anchors = torch.arange(0, length - k, device=tokens.device)  # a + K <= L - 1: every step's choice is in the data
-        anchors = anchors[scored[anchors + 1]]
-        cut = 0
-        for start in range(0, anchors.shape[0], ANCHOR_CHUNK):
-            a = anchors[start:start + ANCHOR_CHUNK]
-            accepted = torch.zeros_like(a)
-            live = torch.arange(a.shape[0], device=a.device)  # the chains still going, as indexes into a
-            draft, state, own = drafts[a], hidden[a], None
-            for j in range(1, k + 1):
-                if j > 1:
-                    # Serving put draft j-1 (the target's own token) next; the data must have it too.
-                    on_path = tokens[a[live] + j] == choices[a[live] + j - 1]
-                    cut += int((~on_path).sum())
-                    live, draft, state = live[on_path], draft[on_path], state[on_path]
-                    own = [(ok[on_path], ov[on_path]) for ok, ov in own] if own else None
-                    if live.shape[0] == 0:
-                        break
-                    draft, state, own = drafter.step(draft, state, a[live] + j - 1, a[live], cache, own)
-                hit = draft == choices[a[live] + j]
-                accepted[live[hit]] += 1
-                live, draft, state = live[hit], draft[hit], state[hit]
-                own = [(ok[hit], ov[hit]) for ok, ov in own] if own else None
-                if live.shape[0] == 0:
+        first, hidden, cache = drafter.context(pack, tokens, fused)
+        cut = torch.zeros((), dtype=torch.long, device=tokens.device)
+        out = []
+        for s, e, ks, ke in pack.anchor_chunks:
+            a, rows, lo, positions = pack.anchors[s:e], pack.anchor_rows[s:e], pack.anchor_lo[s:e], pack.anchor_positions[s:e]
+            draft, state, own = first[rows], hidden[rows], None
+            alive = draft == choices[a + 1]
+            count = alive.long()
+            for j in range(2, k + 1):
+                if pack.device == "cpu" and not bool(alive.any()):
                     break
-            counts = torch.bincount(accepted, minlength=k + 1).tolist()
-            histogram = [h + c for h, c in zip(histogram, counts)]
-    return histogram, cut
+                # Serving put draft j-1 (the target's own token) next; the data must have it too.
+                on_path = tokens[a + j] == choices[a + j - 1]
+                cut += (alive & ~on_path).sum()
+                alive = alive & on_path
+                draft, state, own = drafter.step(draft, state, positions + j - 1, rows, lo, (ks, ke), cache, own)
+                alive = alive & (draft == choices[a + j])
+                count += alive
+            out.append(count)
+        counted = torch.cat(out) if out else torch.zeros(0, dtype=torch.long, device=tokens.device)
+        return counted, cut
+
+
+def score_pack(torch, drafter, pack, tokens, fused, choices, k):
+    """(histogram [K+1] of accepted drafts per chain, chains cut): device tensors, added up by the caller."""
+    counted, cut = accepted(torch, drafter, pack, tokens, fused, choices, k)
+    return torch.bincount(counted, minlength=k + 1), cut

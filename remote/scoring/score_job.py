@@ -16,7 +16,7 @@ import time
 
 from ..core.records import write_json
 from ..core.regular_files import open_regular, reason
-from . import chain, counts, profile, samples, tensors
+from . import chain, counts, packs, profile, samples, tensors
 
 PROGRESS_EVERY_S = 1.0
 TORCH_DTYPES = {"F32": "float32", "BF16": "bfloat16", "F16": "float16", "F64": "float64", "I64": "int64", "I32": "int32",
@@ -82,7 +82,8 @@ def load_sample(torch, layout, path, aux_count):
             raise SampleError(str(exc))
         if states.dim() != 3 or states.shape[0] != tokens.shape[0] or states.shape[1] != aux_count + 1:
             raise SampleError("hidden_states %s does not fit %d tokens and %d layers" % (list(states.shape), tokens.shape[0], aux_count + 1))
-        return tokens, states[:, :-1].reshape(states.shape[0], -1), states[:, -1], None
+        # Copies of both parts: the file's buffer is freed, a sample costs its own size once.
+        return tokens, states[:, :-1].reshape(states.shape[0], -1), states[:, -1].clone(), None
     try:
         with open_regular(path) as f:
             data = torch.load(f, map_location="cpu", weights_only=True)
@@ -203,9 +204,37 @@ def run(spec):
         if found["layout"] == samples.SPECULATORS and rows is None and split != "all":
             split = "all"  # no row count, no split: said below
         chosen = select(found["files"], split, spec.get("train_ratio", 0.9), rows, spec.get("samples"))
-        histograms = [counts.empty(k) for _ in runners]
-        cuts = [0 for _ in runners]
-        scored_samples, positions, off_path, off_path_samples, skipped = 0, 0, 0, 0, []
+        # Tallies stay on the device until the end: nothing waits on it sample by sample.
+        histograms = [torch.zeros(k + 1, dtype=torch.long, device=device) for _ in runners]
+        cuts = [torch.zeros((), dtype=torch.long, device=device) for _ in runners]
+        paths = torch.zeros(3, dtype=torch.long, device=device)  # positions, off-path tokens, samples with some
+        scored_samples, skipped, skipped_count = 0, [], 0
+        pending, pending_bytes = [], 0
+
+        def flush():
+            """Scores the pending samples as one pack (packs.Pack) and adds to the tallies."""
+            lengths = [t.shape[0] for t, _a, _f, _m in pending]
+            scored_cpu = torch.cat([m if m is not None else torch.ones(t.shape[0], dtype=torch.bool) for t, _a, _f, m in pending])
+            pack = packs.Pack(torch, lengths, scored_cpu, k, device)
+            tokens = torch.cat([t for t, _a, _f, _m in pending]).to(device)
+            final = torch.cat([f for _t, _a, f, _m in pending]).to(device).to(compute)
+            if not spec.get("final_normed"):
+                final = chain.rms_norm(torch, final, norm, target["rms_norm_eps"])
+            choices = torch.cat([(final[s:s + 1024] @ head.T).argmax(dim=-1) for s in range(0, final.shape[0], 1024)])
+            del final
+            aux = torch.cat([a for _t, a, _f, _m in pending]).to(device).to(compute)
+            del pending[:]
+            for number, runner in enumerate(runners):
+                fused = runner.fuse(aux)
+                histogram, cut = chain.score_pack(torch, runner, pack, tokens, fused, choices, k)
+                histograms[number] += histogram
+                cuts[number] += cut
+                del fused
+            del aux
+            differ = (tokens[1:] != choices[:-1]) & pack.pairs
+            per_sample = torch.zeros(pack.samples, dtype=torch.long, device=device).index_add_(0, pack.pair_sample, differ.long())
+            paths.add_(torch.stack([pack.pairs.sum(), differ.sum(), (per_sample > 0).sum()]))
+
         began = time.monotonic()
         progress.write(state="scoring", total=len(chosen), done=0, device=device)
         for done, (index, path) in enumerate(chosen, 1):
@@ -225,36 +254,31 @@ def run(spec):
             except SampleError as exc:
                 said = str(exc)
                 named = said if said.startswith(os.path.basename(path) + ":") else "%s: %s" % (os.path.basename(path), said)
-                skipped.append(named)
+                skipped_count += 1
+                if len(skipped) < NOTED_SKIPS:  # the rest counted: nothing grows with the data
+                    skipped.append(named)
                 continue
-            tokens = tokens.to(device)
-            final = final.to(device).to(compute)
-            if not spec.get("final_normed"):
-                final = chain.rms_norm(torch, final, norm, target["rms_norm_eps"])
-            choices = torch.cat([(final[s:s + 1024] @ head.T).argmax(dim=-1) for s in range(0, final.shape[0], 1024)])
-            del final
-            scored = (mask.to(device) if mask is not None else torch.ones_like(tokens, dtype=torch.bool))
-            aux = aux.to(device).to(compute)
-            for number, runner in enumerate(runners):
-                fused = runner.fuse(aux)
-                histogram, cut = chain.score_sample(torch, runner, tokens, fused, choices, scored, k)
-                histograms[number] = counts.add(histograms[number], histogram)
-                cuts[number] += cut
-                del fused
-            del aux
-            region = scored[1:]
-            differ = (tokens[1:] != choices[:-1]) & region
-            positions += int(region.sum())
-            off_path += int(differ.sum())
-            off_path_samples += int(bool(differ.any()))
+            size = aux.numel() * aux.element_size() + final.numel() * final.element_size()
+            if pending and (pending_bytes + size > packs.PACK_BYTES or len(pending) >= packs.PACK_SAMPLES):
+                flush()
+                pending_bytes = 0
+            pending.append((tokens, aux, final, mask))
+            pending_bytes += size
+            del tokens, aux, final, mask
             scored_samples += 1
             elapsed = time.monotonic() - began
             rate = done / elapsed if elapsed > 0 else None
-            progress.write(force=done == len(chosen), done=done, samples_scored=scored_samples, samples_per_s=rate,
+            progress.write(force=False, done=done, samples_scored=scored_samples, samples_per_s=rate,
                            eta_s=(len(chosen) - done) / rate if rate else None)
+        if pending:
+            flush()
+        histograms = [h.tolist() for h in histograms]
+        cuts = [int(c) for c in cuts]
+        positions, off_path, off_path_samples = paths.tolist()
+        progress.write(done=len(chosen), samples_scored=scored_samples)
         elapsed = time.monotonic() - began
         result = build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, scored_samples, positions,
-                              off_path, off_path_samples, skipped, device, device_why, elapsed)
+                              off_path, off_path_samples, skipped, device, device_why, elapsed, skipped_count=skipped_count)
         progress.write(state="writing the result")
         keep(spec, result)
         progress.write(state="done", result=result)
@@ -296,8 +320,10 @@ def own_result(result, index):
 
 
 def build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, scored_samples, positions, off_path,
-                 off_path_samples, skipped, device, device_why, elapsed):
+                 off_path_samples, skipped, device, device_why, elapsed, skipped_count=None):
+    """`skipped`: the first skipped samples' names; `skipped_count`: how many there were (len(skipped) when None)."""
     k = spec["k"]
+    skipped_count = len(skipped) if skipped_count is None else skipped_count
     drafters = []
     for d, histogram, cut in zip(spec["drafters"], histograms, cuts):
         figures = counts.figures(histogram)
@@ -325,9 +351,9 @@ def build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, sc
                      "where the data leaves the target's path (%s), so the accept length is a lower bound"
                      % (off_path, positions, off_path_samples, scored_samples,
                         ", ".join("%d chains cut" % c for c in cuts)))
-    if skipped:
-        notes.append("%d samples skipped: %s%s" % (len(skipped), "; ".join(skipped[:NOTED_SKIPS]),
-                                                   " (and %d more)" % (len(skipped) - NOTED_SKIPS) if len(skipped) > NOTED_SKIPS else ""))
+    if skipped_count:
+        notes.append("%d samples skipped: %s%s" % (skipped_count, "; ".join(skipped[:NOTED_SKIPS]),
+                                                   " (and %d more)" % (skipped_count - NOTED_SKIPS) if skipped_count > NOTED_SKIPS else ""))
     if found["layout"] == samples.SPECULATORS and dataset is not None and dataset.table is None and rows is None:
         notes.append("no loss mask was read: every position was scored")
     first = drafters[0]
@@ -337,7 +363,7 @@ def build_result(spec, found, split, rows, dataset, chosen, histograms, cuts, sc
         "predicted_accept_length_per_k": first["predicted_accept_length_per_k"],
         "accept_length_histogram": first["accept_length_histogram"], "chains": first["chains"],
         "samples_scored": scored_samples, "samples_chosen": len(chosen), "samples_found": len(found["files"]),
-        "samples_skipped": len(skipped), "positions": positions, "off_path_tokens": off_path,
+        "samples_skipped": skipped_count, "positions": positions, "off_path_tokens": off_path,
         "data": spec["data"], "layout": found["layout"], "split": split, "held_out": held_out, "rows": rows,
         "target": spec["target"]["path"], "target_revision": spec["target"].get("revision"),
         "device": device, "device_reason": device_why, "seconds": elapsed,
