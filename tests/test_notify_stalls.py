@@ -28,9 +28,22 @@ TRAINER = """\
     print("loading shard 3 of 8", flush=True)
     while not os.path.exists(sys.argv[1]):  # hung, its process alive, until the test lets it go
         time.sleep(0.05)
-    for n in range(15, 20):
+    n = 15
+    while not os.path.exists(sys.argv[2]):  # stepping again, until the test ends it
         step(n)
+        n += 1
 """ % STEP_LINE
+# Hung, then its last steps in one burst as it exits (a block-buffered trainer's output).
+ENDS_WHILE_STALLED = """\
+    import os, sys, time
+    for n in range(15):
+        print(%r %% (1.0 / (n + 1), n), flush=True)
+        time.sleep(0.2)
+    while not os.path.exists(sys.argv[1]):
+        time.sleep(0.05)
+    for n in range(15, 20):
+        print(%r %% (1.0 / (n + 1), n))
+""" % (STEP_LINE, STEP_LINE)
 
 
 def stall_channel(client, receiver):
@@ -56,10 +69,10 @@ def test_a_hung_training_run_is_told_once_with_its_last_lines_and_once_when_it_s
     run_cli("config", "local", "--stall-after", "3s", check=0)  # the host's default: `run` sends it
     quiet = run_cli("run", "local", "--stall-after", "off", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
     told = run_cli("run", "local", "--", "sh", "-c", "echo waiting for input; sleep 600", check=0).stdout.strip()
-    script, go = tmp_path / "trainer.py", tmp_path / "go"
+    script, go, end = tmp_path / "trainer.py", tmp_path / "go", tmp_path / "end"
     script.write_text(textwrap.dedent(TRAINER))
     job_id = run_cli("train", "local", "--name", "eagle3 hang", "--stall-after", "3s", "--",
-                     sys.executable, "-u", str(script), str(go), check=0).stdout.strip()
+                     sys.executable, "-u", str(script), str(go), str(end), check=0).stdout.strip()
     try:
         assert [client.call("jobs.get", {"id": j})["meta"]["stall_after_s"] for j in (quiet, told, job_id)] == [0.0, 3.0, 3.0]
 
@@ -75,6 +88,7 @@ def test_a_hung_training_run_is_told_once_with_its_last_lines_and_once_when_it_s
         _, resumed = wait_alerts(receiver, job_id, 2)
         assert resumed["kind"] == "resumed" and not resumed["urgent"]
         assert re.match(r"%s resumed after \d+ s \(step 15" % job_id, resumed["message"]), resumed["message"]
+        end.write_text("")
         wait_for(lambda: client.call("jobs.get", {"id": job_id})["state"] == "succeeded", message="the run's end")
         assert raised_for(client, job_id) == ["resumed", "training_stalled"]  # newest first: each once
         assert len(alerts_of(receiver, job_id)) == 2
@@ -137,3 +151,24 @@ def test_a_server_with_requests_waiting_and_no_token_generated_is_told(client, r
     finally:
         metrics.close()
     assert [a["kind"] for a in client.call("notify.list")["recent"]] == ["resumed", "server_stalled"]
+
+
+def test_a_run_that_ends_while_stalled_is_told_once_finished_after_standing_still(client, receiver, tmp_path):
+    client.call("notify.add", {"url": receiver.url + "/hook", "format": "json"})  # every alert
+    script, go = tmp_path / "trainer.py", tmp_path / "go"
+    script.write_text(textwrap.dedent(ENDS_WHILE_STALLED))
+    # Asked to be told when it ends (--notify): without the stall, its end is told on its own.
+    job_id = run_cli("run", "local", "--kind", "training", "--notify", "--name", "eagle3 burst", "--stall-after", "3s", "--",
+                     sys.executable, str(script), str(go), check=0).stdout.strip()
+    stalled, = wait_alerts(receiver, job_id, 1)
+    assert stalled["kind"] == "training_stalled"
+    go.write_text("")
+    wait_for(lambda: client.call("jobs.get", {"id": job_id})["state"] == "succeeded", message="the run's end")
+    _, ended = wait_alerts(receiver, job_id, 2)
+    assert re.match(r"%s \(eagle3 burst\) finished after standing still \d+ s \(ran \d+ s in all\)$" % job_id, ended["message"]), \
+        ended["message"]
+    assert ended["title"].startswith("%s finished on " % job_id) and ended["id"] == stalled["id"] + ":resumed"
+    assert "finished" in ended["categories"] and "stalled" in ended["categories"]
+    # Once: the host raised nothing else about the run, and the receiver got the two.
+    assert raised_for(client, job_id) == ["resumed", "training_stalled"]
+    assert [a["message"] for a in alerts_of(receiver, job_id)] == [stalled["message"], ended["message"]]

@@ -139,6 +139,8 @@ class Evaluator:
 
     def job_ended(self, job):
         watched = bool((job.get("meta") or {}).get("notify")) or self.is_watched(job["id"])
+        if self.stalls.end_told(job, watched):
+            return  # a run that ended while it stood still: told once, by its stall's follow-up
         alert = job_end_alert(job, self.host, watched, self.log_tail)
         if alert is not None:
             self.raise_alert(alert)

@@ -12,6 +12,10 @@ again. Read from what the evaluator already follows (no sampler of its own):
 - a server (the `serving` topic): requests waiting and no token generated for SERVER_STALL_S
   (`server_stalled`).
 
+A run (training, data generation) that moves again is told so RESUME_HOLD_S later, not at once:
+a run that ends meanwhile (a trainer whose last steps come in one burst as it exits) is told once,
+by its end: `finished after standing still 8 min`, the stall's follow-up (`end_told`).
+
 `stood_still` reads the same rule over a run's recorded step times (the report's "stood still").
 
 A job's own limit is its meta `stall_after_s` (`train`, `run`, `serve --stall-after`; 0: never);
@@ -35,6 +39,8 @@ MEDIAN_TIMES = 10.0
 DOWNLOAD_STALL_S = 300.0
 SERVER_STALL_S = 120.0
 INTERVALS_KEPT = 50
+RESUME_HOLD_S = 5.0  # a run that steps again and ends within this is told once, by its end
+RUN_KINDS = ("training", "datagen")
 WATCHED_MAX = 2000
 
 
@@ -87,7 +93,7 @@ def stood_still(times, own_limit_s=None, until=None):
 class Watch:
     """One job (or server) followed for stalls."""
 
-    __slots__ = ("id", "kind", "job", "limit", "value", "moved_at", "intervals", "before", "rate", "stalled")
+    __slots__ = ("id", "kind", "job", "limit", "value", "moved_at", "intervals", "before", "rate", "stalled", "resuming")
 
     def __init__(self, job_id, kind, job, limit):
         self.id, self.kind, self.job, self.limit = job_id, kind, job, limit
@@ -97,6 +103,7 @@ class Watch:
         self.before = None  # what it was doing, in words, when it last moved
         self.rate = None
         self.stalled = None  # {key, since, kind} while an alert of its stall is open
+        self.resuming = None  # {at, detail, held_at}: a run that moved again, told after RESUME_HOLD_S
 
     def moved(self, value, when, before=None):
         if self.moved_at is not None and when > self.moved_at:
@@ -125,6 +132,31 @@ class Stalls:
         self.checked_at = 0.0
 
     # -- what moves
+
+    def end_told(self, job, watched):
+        """A job that ended: True when its end was told here, once, as its stall's follow-up (a
+        run that ended well while stalled, or while its steps again were held), so its own
+        `finished` would be the same news a second time; else a held follow-up goes out now."""
+        watch = self.watches.get(job.get("id"))
+        if watch is None or not watch.stalled:
+            return False
+        if job.get("process_state") != "succeeded" or watch.kind not in RUN_KINDS:
+            if watch.resuming:
+                self._resumed(watch, watch.resuming["at"], watch.resuming["detail"])
+            return False
+        self.watches.pop(job["id"], None)
+        stalled = watch.stalled
+        ended_at = job.get("ended_at") or time.time()
+        still_until = watch.resuming["at"] if watch.resuming else ended_at
+        started = job.get("started_at") or job.get("submitted_at") or ended_at
+        categories = ["stalled", KIND_CATEGORY[watch.kind], "finished"] if watch.kind in KIND_CATEGORY else ["stalled", "finished"]
+        alert = make_alert(stalled["key"] + ":resumed", "resumed", categories, self.host, "%s finished on %s" % (job["id"], self.host),
+                           "%s finished after standing still %s (ran %s in all)" % (
+                               label(job), minutes(still_until - stalled["since"]), minutes(ended_at - started)),
+                           ended_at, job=job, watched=watched)
+        alert.update(stalled_since=stalled["since"], stalled_s=round(still_until - stalled["since"], 1))
+        self.evaluator.raise_alert(alert)
+        return True
 
     def job_record(self, record):
         job = record.get("job")
@@ -243,6 +275,8 @@ class Stalls:
         for watch in list(self.watches.values()):
             if watch.kind == "server" or watch.job is None:
                 continue
+            if watch.resuming and time.time() - watch.resuming["held_at"] >= RESUME_HOLD_S:
+                self._resumed(watch, watch.resuming["at"], watch.resuming["detail"])
             if watch.kind not in ("training", "datagen", "download"):
                 self._look_at_log(watch, now)
             if watch.stalled or watch.moved_at is None or (watch.job or {}).get("state") == "stopping":
@@ -266,7 +300,10 @@ class Stalls:
 
     def _moved(self, watch, value, when, before):
         watch.moved(value, when, before)
-        if watch.stalled:
+        if watch.stalled and watch.kind in RUN_KINDS:
+            if not watch.resuming:  # held: if the run ends meanwhile, its end tells both
+                watch.resuming = {"at": when, "detail": " (%s)" % before if before else "", "held_at": time.time()}
+        elif watch.stalled:
             self._resumed(watch, when, " (%s)" % before if before else "")
 
     def _stalled(self, watch, now):
@@ -297,7 +334,7 @@ class Stalls:
         self.evaluator.raise_alert(alert)
 
     def _resumed(self, watch, now, detail):
-        stalled, watch.stalled = watch.stalled, None
+        stalled, watch.stalled, watch.resuming = watch.stalled, None, None
         job = watch.job if watch.kind != "server" else (None if watch.id.startswith("u") else self.evaluator._job(watch.id))
         categories = ["stalled"] + ([KIND_CATEGORY[watch.kind]] if watch.kind in KIND_CATEGORY else [])
         alert = make_alert(stalled["key"] + ":resumed", "resumed", categories, self.host, "%s resumed on %s" % (watch.id, self.host),
