@@ -4,6 +4,7 @@ A duration typed by a person is read by windows.py's `parse_duration`."""
 
 LIVE_STATES = ("running", "starting")  # a job's process states while it still runs
 STOPPED = "stopped"
+STALLED = "stalled"  # a live job whose progress stopped, its stall alert open (remote/notify/stalls.py)
 
 
 def how_it_ended(job):

@@ -7,6 +7,7 @@ from ..core import streams, wire
 from ..core.protocol import BadRequest
 from ..core.streams import Topic, TopicSource
 from ..core.wire import method
+from ..core.words import LIVE_STATES
 from . import engines
 from .input import stall_after, with_stall_after
 from .store import JobStore
@@ -62,11 +63,21 @@ def jobs_submit(call):
     return job
 
 
+def with_stall(daemon, job):
+    """The job with `stalled_since` while its stall alert is open (the notify service's stall
+    rule): the time its progress stopped."""
+    notify = daemon.services.get("notify")
+    since = notify.stalled_since(job["id"]) if notify is not None and job.get("process_state") in LIVE_STATES else None
+    if since is not None:
+        job["stalled_since"] = since
+    return job
+
+
 @method("jobs.list")
 def jobs_list(call):
     """Every job, oldest first. Params: `kind` (only jobs of that kind). Reply: `{jobs: [...]}`,
     each job as `jobs.get`."""
-    return {"jobs": call.daemon.jobs.list(kind=call.param("kind", str), fresh=True)}
+    return {"jobs": [with_stall(call.daemon, job) for job in call.daemon.jobs.list(kind=call.param("kind", str), fresh=True)]}
 
 
 @method("jobs.get")
@@ -81,8 +92,9 @@ def jobs_get(call):
     `engine`: `local`, or the engine that runs it (job_engines.py), which adds its own fields
     (Slurm: `slurm_id`, `nodes`, `pending_reason`, `foreign`, `slurm`; state `pending` while
     the scheduler holds it, process_state `starting` then). Ids other than `j...` are jobs of
-    the user's that an engine knows and we did not start (`foreign`: true)."""
-    return call.daemon.jobs.describe(call.param("id", str, required=True))
+    the user's that an engine knows and we did not start (`foreign`: true). `stalled_since`:
+    while the job's stall alert is open, when its progress stopped."""
+    return with_stall(call.daemon, call.daemon.jobs.describe(call.param("id", str, required=True)))
 
 
 @method("jobs.tail")

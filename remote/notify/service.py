@@ -49,6 +49,10 @@ class NotifyService(Service):
         self.raised = 0
         self.evaluator = Evaluator(daemon, self.raise_alert, self.is_watched)
 
+    def stalled_since(self, job_id):
+        """When the job's open stall began, else None (stalls.py's rule, as its alert says)."""
+        return self.evaluator.stalls.stalled_since(job_id)
+
     def clock(self):
         return time.time() + self.clock_shift_s
 

@@ -131,6 +131,13 @@ class Stalls:
         self.seeded = False
         self.checked_at = 0.0
 
+    def stalled_since(self, job_id):
+        """When the job's open stall began (its alert raised, no move since), else None."""
+        watch = self.watches.get(job_id)
+        if watch is None or not watch.stalled or watch.resuming:
+            return None
+        return watch.stalled["since"]
+
     # -- what moves
 
     def end_told(self, job, watched):

@@ -5,7 +5,7 @@ exit, start time), and how it ended, in one line. Every capability whose work ru
 
 import time
 
-from remote.core.words import LIVE_STATES, STOPPED, how_it_ended  # the host's words, spelled once
+from remote.core.words import LIVE_STATES, STALLED, STOPPED, how_it_ended, minutes  # the host's words, spelled once
 
 from .. import display
 
@@ -50,9 +50,12 @@ def id_text(job):
     return job["id"]
 
 
-def state_text(job):
-    """The state, with the reason Slurm gives for a pending job: `pending: Resources`."""
+def state_text(job, now=None):
+    """The state, with the reason Slurm gives for a pending job: `pending: Resources`, and how
+    long a live job has stood still while its stall alert is open: `training, stalled 8 min`."""
     state = job.get("state") or "?"
+    if job.get("stalled_since") and is_live(job):
+        return "%s, %s %s" % (state, STALLED, minutes((now or time.time()) - job["stalled_since"]))
     if job.get("pending_reason"):
         return "%s: %s" % (state, job["pending_reason"])
     return state
