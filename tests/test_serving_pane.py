@@ -10,7 +10,6 @@ ends is in the rows of K at once."""
 import json
 import re
 import sys
-import threading
 
 import pytest
 from textual.widgets import Static
@@ -18,7 +17,7 @@ from textual.widgets import Static
 from tests.helpers.cli import run_cli
 from tests.helpers.pilot import OnePane, questions_asked, screen_lines, text_of, to_pane
 from tests.helpers.waits import wait_for, wait_until
-from tests.helpers.metrics import AFTER, MetricsServer, scaled
+from tests.helpers.metrics import DRAFTER, TARGET, WRITE_RESULT, GrowingServer, SlowServer
 from tests.helpers.sweeps import known_sweep
 from tests.notify_receiver import Receiver
 from tui.transport.connection import open_client
@@ -26,45 +25,6 @@ from tui.app import SpecdeckApp
 from tui.screens.prompt import PromptScreen
 from tui.serving.pane import SpeculationPane
 from tui.widgets.chart import TimeChart
-
-
-class GrowingServer(MetricsServer):
-    """Every scrape sees AFTER's counts once more: 62 drafts, 180 accepted tokens (accept length
-    1 + 180/62 = 3.90) each second."""
-
-    def __init__(self):
-        self.scrapes = 0
-        self._lock = threading.Lock()
-        super().__init__()
-
-    @property
-    def text(self):
-        with self._lock:
-            self.scrapes += 1
-            return scaled(AFTER, self.scrapes)
-
-    @text.setter
-    def text(self, value):
-        pass
-
-
-class SlowServer(GrowingServer):
-    """As GrowingServer, with twice the drafts for the same accepted tokens: accept length
-    1 + 180/124 = 2.45 each second."""
-
-    @property
-    def text(self):
-        lines = []
-        for line in GrowingServer.text.fget(self).splitlines():
-            if line.startswith("vllm:spec_decode_num_drafts_total"):
-                name, value = line.rsplit(" ", 1)
-                line = "%s %r" % (name, 2.0 * float(value))
-            lines.append(line)
-        return "\n".join(lines) + "\n"
-
-    @text.setter
-    def text(self, value):
-        pass
 
 
 @pytest.fixture
@@ -222,14 +182,6 @@ async def test_the_console_keeps_both_charts_and_one_line_per_position_and_whole
             assert "one host" in text_of(status)
     finally:
         server.close()
-
-
-TARGET, DRAFTER = "/models/tiny-target", "/models/tiny-drafter"
-WRITE_RESULT = """
-import json, os, sys
-with open(os.path.join(os.environ["SPECDECK_JOB_DIR"], "progress.json"), "w") as f:
-    json.dump({"state": "done", "result": json.loads(sys.argv[1])}, f)
-"""
 
 
 async def test_the_rows_of_k_take_a_k_sweep_as_soon_as_it_ends(client, metrics_server):

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from tests.helpers.pilot import screen_lines, text_of, to_pane
 from tests.helpers.sweeps import known_sweep
 from tests.helpers.waits import wait_until
-from tests.test_serving_pane import TARGET, DRAFTER, WRITE_RESULT, SlowServer
+from tests.helpers.metrics import DRAFTER, TARGET, WRITE_RESULT, SlowServer
 from tui.app import SpecdeckApp
 from tui.serving.pane import SpeculationPane
 from tui.widgets.chart import TimeChart

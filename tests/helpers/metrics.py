@@ -56,3 +56,52 @@ def metrics_server():
     server = MetricsServer()
     yield server
     server.close()
+
+
+class GrowingServer(MetricsServer):
+    """Every scrape sees AFTER's counts once more: 62 drafts, 180 accepted tokens (accept length
+    1 + 180/62 = 3.90) each second."""
+
+    def __init__(self):
+        self.scrapes = 0
+        self._lock = threading.Lock()
+        super().__init__()
+
+    @property
+    def text(self):
+        with self._lock:
+            self.scrapes += 1
+            return scaled(AFTER, self.scrapes)
+
+    @text.setter
+    def text(self, value):
+        pass
+
+
+class SlowServer(GrowingServer):
+    """As GrowingServer, with twice the drafts for the same accepted tokens: accept length
+    1 + 180/124 = 2.45 each second."""
+
+    @property
+    def text(self):
+        lines = []
+        for line in GrowingServer.text.fget(self).splitlines():
+            if line.startswith("vllm:spec_decode_num_drafts_total"):
+                name, value = line.rsplit(" ", 1)
+                line = "%s %r" % (name, 2.0 * float(value))
+            lines.append(line)
+        return "\n".join(lines) + "\n"
+
+    @text.setter
+    def text(self, value):
+        pass
+
+
+# A served target and drafter as a server job's meta names them, and a job script that writes
+# the result it is given as a benchmark's (a K sweep's) result.
+TARGET, DRAFTER = "/models/tiny-target", "/models/tiny-drafter"
+WRITE_RESULT = """
+import json, os, sys
+with open(os.path.join(os.environ["SPECDECK_JOB_DIR"], "progress.json"), "w") as f:
+    json.dump({"state": "done", "result": json.loads(sys.argv[1])}, f)
+"""
