@@ -11,7 +11,7 @@ from ..core.protocol import BadRequest, NotFound
 from ..core.records import read_json
 from ..core.wire import method
 from ..notify.pace import with_slowdown
-from . import checkpoints, curves, export, measure, stepstore
+from . import checkpoints, curves, export, measure, scores, stepstore
 from .run import STATE_FILE
 from .sampler import TrainingFeed
 
@@ -47,7 +47,10 @@ def training_start(call):
     when no new step, or sample, comes for that long; 0: none; default ten times its median
     interval between steps, at least 2 min), `slowdown` (`{fraction, for_s, median_s}`, each
     optional: its `slowdown` alert when its pace stays under `fraction` (default 0.5; 0: never) of
-    its median over the last `median_s` (default 1 h) for `for_s` (default 10 min)). Reply: the job, as `jobs.get`."""
+    its median over the last `median_s` (default 1 h) for `for_s` (default 10 min)), `score`
+    (optional: score each servable checkpoint as it lands, the accept length predicted from the
+    target's hidden states, as training.score: `{data, target (default the run's), k (default 5),
+    samples, split, device, python (the ML interpreter)}`). Reply: the job, as `jobs.get`."""
     argv = call.param("argv", list, required=True)
     check_command(argv, call.param("python", str))  # before argv is read for --epochs
     kind = call.param("kind", str, "training")
@@ -64,6 +67,7 @@ def training_start(call):
     }
     meta = with_slowdown(with_stall_after(meta, stall_after(call)), call)
     meta["measure"] = measure.options_from(call.param("measure", dict), meta["target"])
+    meta["score"] = scores.options_from(call.param("score", dict), meta["target"])
     job = call.daemon.jobs.submit(argv, cwd=call.param("cwd", str), env=call.param("env", dict, {}), interpreter=call.param("python", str),
                                   name=call.param("name", str), kind=kind, meta=meta)
     call.daemon.services.wake("job-events")
@@ -84,6 +88,7 @@ def checkpoint_list(job_dir, meta):
     saved = checkpoints.Journal(job_dir).load() if meta.get("save_dir") else []
     listed = []
     break_even = meta.get("break_even") or measure.break_even_of(saved)
+    best_scored = scores.best(saved)
     for entry in saved:
         listed.append({
             "path": entry["path"], "name": entry["name"], "step": entry.get("step"), "epoch": entry.get("epoch"),
@@ -95,7 +100,8 @@ def checkpoint_list(job_dir, meta):
             "measured_accept_length": entry.get("measured_accept_length"), "against_start": entry.get("against_start"),
             "against_target": entry.get("against_target"), "complete_at": entry.get("complete_at"),
             "measure": measure.public(entry.get("measure")), "export": entry.get("export"),
-            "exported_from": entry.get("exported_from"),
+            "exported_from": entry.get("exported_from"), "scored_accept_length": entry.get("scored_accept_length"),
+            "score": entry.get("score"), "best_by_accept_length": entry["name"] == best_scored,
         })
     return listed
 
@@ -121,7 +127,9 @@ def training_curves(call):
     the newest measured checkpoint; predicted: the prediction above), accept_length} or null,
     alerts: [text], notices: [text] (log lines cut,
     checkpoint links refused), error (following the run failed: why, else null), checkpoints:
-    [as training.checkpoints], bucket_steps (1: whole)}`. `plateau_s` (default 1800): the loss
+    [as training.checkpoints], bucket_steps (1: whole), best (the checkpoint the trainer keeps as
+    best, by its loss or metric), best_by_accept_length (the one whose scored accept length is
+    highest; null until one is scored)}`. `plateau_s` (default 1800): the loss
     not falling for this long raises an alert."""
     job = _job(call)
     points = max(10, min(call.param("points", int, 2000), MAX_POINTS))
@@ -157,6 +165,8 @@ def training_curves(call):
         "alerts": alerts(job, steps, call.param("plateau_s", float, 1800.0), nan_step),
         "notices": list((state.get("notices") or {}).values()), "error": feed.run_error(job["id"]) if feed else None,
         "checkpoints": listed, "bucket_steps": width,
+        "best": next((c["name"] for c in listed if c["best"]), None),
+        "best_by_accept_length": next((c["name"] for c in listed if c["best_by_accept_length"]), None),
     }
 
 
@@ -207,7 +217,13 @@ def training_checkpoints(call):
     benchmark job), phase, error, result: {accept_length, baseline_tps, spec_tps, speedup,
     cycle_ms, break_even_accept_length, verdict, k}, options} or null, export: {state (running,
     done, failed), job, to, output_dir, argv, error} or null (training.export), exported_from (the
-    SpecForge checkpoint this directory was exported from, or null)}`. A checkpoint directory
+    SpecForge checkpoint this directory was exported from, or null), scored_accept_length (the
+    accept length the score job predicts from the target's hidden states: training.score),
+    score: {state (queued, running, done, failed), job, phase, error, options, result: {k,
+    predicted_accept_length, predicted_accept_length_per_k, unconditional_shares,
+    conditional_rates, accept_length_histogram, chains, chains_cut, bound, samples_scored,
+    positions, split, held_out, data, notes, device, profile}} or null, best_by_accept_length
+    (the highest scored accept length of the run)}`. A checkpoint directory
     that links out of the save directory is not read (its verdict: unreadable, and why)."""
     job = _job(call)
     return {"checkpoints": checkpoint_list(call.daemon.jobs.job_dir(job["id"]), job["meta"])}
@@ -235,6 +251,46 @@ def training_measure(call):
         raise BadRequest("checkpoint %s is already %s for measurement" % (entry["name"], entry["measure"]["state"]))
     call.service(TrainingFeed.name).request_measure(job["id"], entry["name"], options)
     return {"id": job["id"], "checkpoint": entry["name"], "state": "queued"}
+
+
+@method("training.score")
+def training_score(call):
+    """Score a run's checkpoints by the accept length they will reach (remote/training/scores.py):
+    one score job for the whole set, each checkpoint's drafter in turn on the same samples.
+    Params: `id` (a training job), `data` (the target's hidden states), `target` (default the
+    run's), `k` (default 5), `samples`, `split`, `device`, `python` (the ML interpreter, torch),
+    `checkpoints` (names; default every servable one: SpecForge's training states once
+    exported). Checked before the job starts (BadRequest in one line, as score.start). Reply:
+    `{id, job (the score job), checkpoints: [names]}`; each checkpoint's `score` and
+    `scored_accept_length` follow (training.checkpoints, training.follow)."""
+    job = _job(call)
+    value = {key: call.param(key, kind) for key, kind in scores.OPTIONS.items()}
+    options = scores.options_from(dict((k, v) for k, v in value.items() if v is not None), job["meta"].get("target"))
+    for key in ("data", "target"):
+        if not os.path.exists(options[key]):
+            raise NotFound("no %s %s on the host" % ("data directory" if key == "data" else key, options[key]))
+    job_dir = call.daemon.jobs.job_dir(job["id"])
+    entries = checkpoints.Journal(job_dir).load() if job["meta"].get("save_dir") else []
+    wanted = call.param("checkpoints", list)
+    if wanted is not None:
+        missing = [name for name in wanted if name not in set(e["name"] for e in entries)]
+        if missing:
+            raise NotFound("run %s has no inspected checkpoint %s" % (job["id"], ", ".join(map(str, missing))))
+        entries = [e for e in entries if e["name"] in wanted]
+    chosen = [e for e in entries if scores.scoreable(e)]
+    if not chosen:
+        needs = [e["name"] for e in entries if e.get("verdict") == checkpoints.NEEDS_EXPORT]
+        raise BadRequest("run %s has no checkpoint to score yet%s" % (job["id"], (
+            ": %s %s SpecForge's training state, scored once exported (checkpoints --export NAME)" % (
+                ", ".join(needs[:3]), "is" if len(needs) == 1 else "are")) if needs else ""))
+    try:
+        started = scores.start(call.daemon, job["id"], chosen, options)
+    except scores.scoring.Refused as exc:
+        raise BadRequest(str(exc))
+    feed = call.service(TrainingFeed.name)
+    for entry in chosen:
+        feed.request_score(job["id"], entry["name"], entry["score"])
+    return {"id": job["id"], "job": started["id"], "checkpoints": [e["name"] for e in chosen]}
 
 
 @method("training.export")

@@ -4,13 +4,14 @@ hostile, whose reading fails or hangs delays no other run and never stops the se
 
 A read takes the next stretch of the run's log (records to the step store, the `training` topic
 and the progress.json that job events carry), looks at its save directory for checkpoints
-(checkpoints.py) and moves its checkpoint measurements on (measure.py). Each read spends at most
-`max_bytes` of log and about `deadline_s`; a backlog is caught up over several reads. A read
+(checkpoints.py) and moves its checkpoint measurements (measure.py) and scores (scores.py) on.
+Each read spends at most `max_bytes` of log and about `deadline_s`; a backlog is caught up over
+several reads. A read
 returns the run's progress, so a run's figure is as old as its last good read: one whose reads
 fail shows its error (its progress.json and training.curves say it, a stale marker on the
 topic) and is tried again with its own backoff, its state read again from its job directory.
-A run that ended, whose log was read to its end and whose measurements are done, is no longer a
-source.
+A run that ended, whose log was read to its end and whose measurements and scores are done, is
+no longer a source.
 """
 
 import os
@@ -21,7 +22,7 @@ from ..core.feed_source import FeedSource
 from ..core.feeds import Feed
 from ..core.records import read_json
 from ..core.words import LIVE_STATES as LIVE
-from . import checkpoints, export, measure
+from . import checkpoints, export, measure, scores
 from .logreader import READ_BYTES, STRETCH_BYTES
 from .run import STATE_FILE, Run, progress_of
 
@@ -80,6 +81,8 @@ class RunSource(FeedSource):
             if entry is not None:
                 if what == "export":
                     entry["export"] = value  # its job started by training.export
+                elif what == "score":
+                    entry["score"], entry["scored_accept_length"] = value, None  # its job started by training.score
                 else:
                     measure.queue(entry, value, by_hand=True)
                 run.watcher.save(entry)
@@ -103,10 +106,20 @@ class RunSource(FeedSource):
                 run.checkpoint_done(entry)
                 if run.meta.get("measure") and measure.servable(entry):
                     measure.queue(entry, run.meta["measure"])
+                if run.meta.get("score") and scores.scoreable(entry):
+                    scores.queue(entry, run.meta["score"])
                 run.watcher.save(entry)
                 self._announce(entry)
             if run.update_notices():
                 run.write_progress()
+            scoring = scores.pending(run.watcher.entries)
+            if scoring:
+                before = {e["name"]: dict(e.get("score") or {}) for e in run.watcher.entries}
+                if scores.advance(self.feed.daemon, run.id, run.watcher.entries):
+                    for entry in run.watcher.entries:
+                        if (entry.get("score") or {}) != before.get(entry["name"]):
+                            run.watcher.save(entry)
+                            self._announce(entry)
             if measure.pending(run.watcher.entries):
                 before = {e["name"]: dict(e.get("measure") or {}) for e in run.watcher.entries}
                 if measure.advance(self.feed.daemon, run.watcher.entries):
@@ -117,6 +130,8 @@ class RunSource(FeedSource):
                 return  # followed while a benchmark is queued or runs, even after the run ended
             if export.pending(run.watcher.entries):
                 return  # and while an export runs: its output is listed when it ends
+            if scoring:
+                return  # and while its checkpoints are scored
         if run.ended and run.caught_up() and not (run.watcher is not None and run.watcher.waiting()):
             run.write_progress()
             self.feed.finished(self.key)
@@ -150,7 +165,7 @@ class TrainingFeed(Feed):
         self._jobs_at = 0.0
         self._wanted = {}
         self._finished = set()  # ended jobs whose log was read to the end: no source
-        self._requests = {}  # job id -> [(measure | export, checkpoint name, options | export record)]
+        self._requests = {}  # job id -> [(measure | export | score, checkpoint name, options | job record)]
         self._requests_lock = threading.Lock()
 
     def request_measure(self, job_id, name, options):
@@ -161,6 +176,11 @@ class TrainingFeed(Feed):
         """An export job of one checkpoint started (training.export): its run's next read keeps it
         in the checkpoint's entry and follows it."""
         self._request(job_id, ("export", name, record))
+
+    def request_score(self, job_id, name, record):
+        """A score job over checkpoints started (training.score): its run's next read keeps it in
+        each checkpoint's entry and follows it."""
+        self._request(job_id, ("score", name, record))
 
     def _request(self, job_id, request):
         with self._requests_lock:
@@ -215,7 +235,7 @@ class TrainingFeed(Feed):
             return False
         if job["kind"] == "training":
             entries = checkpoints.Journal(job_dir).load()
-            if measure.pending(entries) or export.pending(entries):
+            if measure.pending(entries) or export.pending(entries) or scores.pending(entries):
                 return False
         self._finished.add(job["id"])
         return True

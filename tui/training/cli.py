@@ -11,6 +11,7 @@ from ..cli.common import EXIT_FAILED, CommandError, connect, emit, env_option, r
 from ..cli.slurm_options import add_slurm_options, slurm_params
 from ..cli.slowdown_options import add_slowdown_option, slowdown_params
 from ..cli.stall_options import add_stall_option, stall_params
+from .. import config
 from . import model
 
 
@@ -26,6 +27,9 @@ def add_commands(commands):
     p.add_argument("--break-even", type=float, metavar="LENGTH", help="the accept length serving must beat")
     p.add_argument("--env", action="append", default=[], metavar="KEY=VALUE", help="environment addition (repeatable)")
     _measure_arguments(p, "measure each servable checkpoint's real accept length (the A/B benchmark) against TARGET")
+    p.add_argument("--score-data", metavar="DIR", help="score each checkpoint as it lands: the accept length it will reach on --target, "
+                   "predicted from the target's hidden states in DIR (a job under the ML interpreter)")
+    p.add_argument("--score-k", type=int, metavar="K", help="drafts per cycle the score counts (default 5)")
     add_stall_option(p)
     add_slowdown_option(p)
     add_slurm_options(p)
@@ -52,6 +56,13 @@ def add_commands(commands):
     p.add_argument("--vocab-mapping", metavar="PT", help="for --export (default: the run's model.vocab_mapping_path=)")
     p.add_argument("--embedding-source", metavar="TARGET", help="for --export --to hf: the target model supplying the embedding")
     p.add_argument("--export-python", metavar="PATH", help="run PATH -m specforge.cli for --export (default: the run's SpecForge)")
+    p.add_argument("--score", action="store_true", help="score every checkpoint (one job): the accept length each will reach on the "
+                   "target, predicted from its hidden states (--data), printed beside the trainer's figures, the best marked ^")
+    p.add_argument("--data", metavar="DIR", help="for --score: the target's hidden states (speculators' data directory or SpecForge's)")
+    p.add_argument("--k", type=int, metavar="K", help="for --score: drafts per cycle (default 5)")
+    p.add_argument("--target", metavar="PATH", help="for --score: the target (default the run's --target)")
+    p.add_argument("--samples", type=int, metavar="N", help="for --score: score at most N samples")
+    p.add_argument("--split", choices=("val", "train", "all"), help="for --score: speculators' rows (default val, held out)")
 
 
 def _measure_arguments(p, target_help):
@@ -88,6 +99,14 @@ def cmd_train(args):
             params[key] = value
     if not params["argv"]:
         raise CommandError("train: give the command after -- (e.g. specdeck train HOST -- speculators train ...)")
+    if args.score_data:
+        if not args.target:
+            raise CommandError("train: --score-data needs --target (the model whose hidden states DIR holds)")
+        params["score"] = {"data": args.score_data, "k": args.score_k or 5,
+                           "python": args.python or config.remembered(args.host, "ml_python")}
+        params["score"] = dict((key, value) for key, value in params["score"].items() if value is not None)
+    elif args.score_k is not None:
+        raise CommandError("train: --score-k goes with --score-data DIR")
     params.update(stall_params(args))
     params.update(slowdown_params(args))
     params.update(slurm_params(args))
@@ -138,6 +157,9 @@ def cmd_curves(args):
         if reply.get("error"):
             lines.append("error: following the run failed: " + one_line(reply["error"]))
         lines += [_checkpoint_line(c) for c in reply.get("checkpoints", [])]
+        best = model.best_line(reply.get("checkpoints", []))
+        if best:
+            lines.append(one_line(best))
         return "\n".join(lines)
 
     emit(args, reply, text)
@@ -153,10 +175,14 @@ def _checkpoint_line(entry):
     line whatever its directory's name holds (a newline or escape shows as `\\n`, `\\x1b`)."""
     shown = {key: one_line(value) for key, value in model.checkpoint_figures(entry).items() if value is not None}
     predicted = shown["predicted"] + (" (%s)" % shown["predicted_from"] if shown.get("predicted_from") else "")
-    line = "checkpoint %s  step %s  %s  predicted %s  measured %s  %s" % (
-        shown["path"], shown["step"], shown["format"], predicted, shown["measured"], shown["verdict"])
+    # Scored (checkpoints --score) beside the trainer's prediction, once there is a score.
+    scored = "  scored %s" % shown["scored"] if entry.get("scored_accept_length") is not None else ""
+    line = "checkpoint %s  step %s  %s  predicted %s%s  measured %s  %s" % (
+        shown["path"], shown["step"], shown["format"], predicted, scored, shown["measured"], shown["verdict"])
     if entry.get("best"):
         line += "  (best)"
+    if entry.get("best_by_accept_length"):
+        line += "  (best by accept length)"
     if entry.get("latest"):
         line += "  (latest)"
     if entry.get("exported_from"):
@@ -192,8 +218,12 @@ def _export_params(args):
 
 
 def cmd_checkpoints(args):
-    if args.export and args.measure:
-        raise CommandError("checkpoints: --export and --measure are one at a time")
+    if sum(bool(x) for x in (args.export, args.measure, args.score)) > 1:
+        raise CommandError("checkpoints: --export, --measure and --score are one at a time")
+    if not args.score and any(v is not None for v in (args.data, args.k, args.target, args.samples, args.split)):
+        raise CommandError("checkpoints: --data, --k, --target, --samples and --split go with --score")
+    if args.score:
+        return _score(args)
     if not args.export and any(v is not None for v in (args.to, args.draft_config, args.vocab_mapping, args.embedding_source,
                                                        args.export_python)):
         raise CommandError("checkpoints: --to, --draft-config, --vocab-mapping, --embedding-source and --export-python go with --export NAME")
@@ -216,4 +246,62 @@ def cmd_checkpoints(args):
     finally:
         client.close()
     emit(args, {"checkpoints": entries}, lambda: "\n".join(_checkpoint_line(e) for e in entries) or "no checkpoint yet")
+    return 0
+
+
+def _score(args):
+    """`checkpoints --score`: one score job over the run's checkpoints, followed to its end (its
+    progress on stderr), then each checkpoint's line with its scored accept length, the best by
+    it marked beside the trainer's best."""
+    from remote.core.protocol import RemoteError
+    from remote.training import scores
+
+    from ..scoring.cli import _status
+
+    if not args.data:
+        raise CommandError("checkpoints --score: give --data DIR (the target's hidden states, final layer included)")
+    params = {"id": args.job, "data": args.data, "k": args.k, "target": args.target, "samples": args.samples, "split": args.split,
+              "python": args.python or config.remembered(args.host, "ml_python")}
+    params = dict((key, value) for key, value in params.items() if value is not None)
+    client = connect(args, args.host, reconnect=True)
+    try:
+        try:
+            started = client.call("training.score", params, timeout=300)
+        except RemoteError as exc:
+            raise CommandError(exc.message, EXIT_FAILED)
+        if not args.json:
+            print("%s  scoring %d checkpoints of %s" % (started["job"], len(started["checkpoints"]), one_line(args.job)), flush=True)
+        from ..serving.advisor import wait_for_result
+
+        job = wait_for_result(client, client.call("jobs.get", {"id": started["job"]}), args.json, _status)
+        entries = client.call("training.checkpoints", {"id": args.job})["checkpoints"]
+    finally:
+        client.close()
+    progress = job.get("progress") or {}
+    result = progress.get("result")
+    if not result:
+        raise CommandError("score %s failed: %s" % (job["id"], progress.get("error") or "the job ended (%s) without a result" % job["state"]),
+                           EXIT_FAILED)
+    # The job's own figures, whether or not the run's journal has taken them yet.
+    by_name = dict(zip(started["checkpoints"], result["drafters"]))
+    for entry in entries:
+        figures = by_name.get(entry["name"])
+        if figures is not None:
+            entry["scored_accept_length"] = figures["predicted_accept_length"]
+            entry["score"] = dict(entry.get("score") or {}, state="done", job=job["id"], error=None)
+    best = scores.best(entries)
+    for entry in entries:
+        entry["best_by_accept_length"] = entry["name"] == best
+    reply = {"checkpoints": entries, "job": job["id"], "k": result["k"], "best": next((e["name"] for e in entries if e.get("best")), None),
+             "best_by_accept_length": best, "samples_scored": result["samples_scored"], "split": result["split"],
+             "held_out": result["held_out"], "notes": result.get("notes") or []}
+
+    def text():
+        lines = [_checkpoint_line(e) for e in entries]
+        lines.append(one_line(model.best_line(entries) or "no checkpoint scored"))
+        lines.append("scored at K=%d on %d samples (%s split)" % (result["k"], result["samples_scored"], one_line(result["split"])))
+        lines += ["note: " + one_line(note) for note in result.get("notes") or ()]
+        return "\n".join(lines)
+
+    emit(args, reply, text)
     return 0

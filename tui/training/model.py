@@ -1,7 +1,7 @@
 """How a training run reads, the same in the Training pane and in `specdeck curves` and
 `checkpoints`: its figures (step, loss, accept length, ETA) with their precision said once, a
-checkpoint's line with its verdict and where its measurement stands, and the run's end when it
-failed. A run is a job: its states are the jobs' (tui/jobs/model.py)."""
+checkpoint's line with its verdict and where its measurement and score stand, the trainer's best
+beside the best by scored accept length, and the run's end when it failed. A run is a job: its states are the jobs' (tui/jobs/model.py)."""
 
 from ..jobs import model as jobs
 
@@ -40,6 +40,20 @@ def export_text(export):
     return "%s (%s)" % (words, export.get("job")) if words else None
 
 
+def score_text(score):
+    """Where a checkpoint's score (remote/training/scores.py) stands: `to score`, `scoring 3/8`,
+    `score failed`; None when none was asked for or it is done (its accept length shows)."""
+    state = (score or {}).get("state")
+    if state == "running":
+        return score.get("phase") or "scoring"
+    return {"queued": "to score", "failed": "score failed"}.get(state)
+
+
+def marks(entry):
+    """` *` on the trainer's best, ` ^` on the best by scored accept length (both may be one)."""
+    return (" *" if entry.get("best") else "") + (" ^" if entry.get("best_by_accept_length") else "")
+
+
 def checkpoint_figures(entry):
     """{key: text} of one checkpoint a run wrote: the pane's row and the command's line."""
     measure = entry.get("measure") or {}
@@ -48,8 +62,11 @@ def checkpoint_figures(entry):
     exporting = export_text(entry.get("export"))
     if exporting:
         verdict = "%s, %s" % (verdict, exporting)
+    scoring = score_text(entry.get("score"))
+    if scoring:
+        verdict = "%s, %s" % (verdict, scoring)
     return {
-        "name": entry["name"] + (" *" if entry.get("best") else ""),
+        "name": entry["name"] + marks(entry),
         "path": entry["path"],
         "step": number(entry.get("step"), "%d"),
         "format": entry.get("format") or "-",
@@ -58,9 +75,25 @@ def checkpoint_figures(entry):
         # What the prediction was made from (`validation`, `training steps`), when there is one.
         "predicted_from": entry.get("predicted_from") if entry.get("predicted_accept_length") is not None else None,
         "measured": number(entry.get("measured_accept_length")),
+        # The accept length the score job predicts from the target's hidden states (`checkpoints --score`).
+        "scored": number(entry.get("scored_accept_length")),
         "verdict": "%s, %s" % (verdict, measuring) if measuring else verdict,
-        "measure_error": measure.get("error") if measuring else (entry.get("export") or {}).get("error"),
+        "measure_error": measure.get("error") if measuring else (entry.get("export") or {}).get("error")
+        or (entry.get("score") or {}).get("error"),
     }
+
+
+def best_line(checkpoints):
+    """`best: 1 * by the trainer; 0 ^ by scored accept length 4.00 (K=3)`, once a checkpoint is
+    scored (the trainer keeps its best by loss or its own metric); None before."""
+    by_score = next((c for c in checkpoints if c.get("best_by_accept_length")), None)
+    if by_score is None:
+        return None
+    by_trainer = next((c for c in checkpoints if c.get("best")), None)
+    k = ((by_score.get("score") or {}).get("result") or {}).get("k")
+    return "best: %s * by the trainer; %s ^ by scored accept length %s%s" % (
+        by_trainer["name"] if by_trainer else "-", by_score["name"], number(by_score.get("scored_accept_length")),
+        " (K=%d)" % k if k else "")
 
 
 def step_figures(latest):

@@ -1,9 +1,10 @@
 """The Training pane: one training (or data-generation) run at a time: its loss or per-position
 accuracy curve against steps, the accept length the accuracies predict (per step and per
 validation epoch) and the one measured per checkpoint, against the break-even line; step and
-epoch progress, step rate, ETA, tokens/s; the checkpoint list with validation metrics, predicted
-and measured accept length and verdict; the run's alerts (a NaN loss, a loss that stopped
-falling, a non-zero exit).
+epoch progress, step rate, ETA, tokens/s; the checkpoint list with validation metrics, predicted,
+scored (`checkpoints --score`, `train --score-data`) and measured accept length and verdict, the
+best by scored accept length (^) beside the trainer's best (*); the run's alerts (a NaN loss, a
+loss that stopped falling, a non-zero exit).
 
 It opens on the newest live training run (else the newest run) and follows the newest live one
 until a run is picked with [ or ]. A run has one predicted accept length, its newest
@@ -31,7 +32,7 @@ from ..pane import Pane
 from ..screens.prompt import PromptScreen
 from ..widgets.chart import TimeChart
 from ..jobs.model import is_live
-from .model import loss_text, number
+from .model import best_line, loss_text, number
 from .series import CHECKPOINT_COLUMNS, LEGEND, accept_series, checkpoint_row, metric_series, run_prediction
 
 METRICS = ("loss", "full acc", "cond acc", "loss per position", "step ms", "tokens/s")
@@ -242,6 +243,9 @@ class TrainingPane(Pane):
                     text.append(" (measured)")
         else:
             text.append("  break-even not known: m measures a checkpoint")
+        best = best_line(checkpoints)
+        if best:  # the trainer keeps its best by loss; the score ranks by the accept length serving will see
+            text.append("\n" + safe_text(best))
         return text
 
     def _draw_charts(self, run):

@@ -8,8 +8,8 @@ from ..display import safe_text
 from . import model
 
 SHORT_FROM = {"validation": "val", "training steps": "train"}  # a checkpoint row's predicted cell
-CHECKPOINT_COLUMNS = ("ckpt (* best)", "step", "val loss", "predicted", "measured", "verdict")
-LEGEND = "* best (checkpoint_best)  predicted: val = epoch's validation, train = steps"  # fits 80 columns
+CHECKPOINT_COLUMNS = ("ckpt (* best)", "step", "val loss", "predicted", "scored", "measured", "verdict")
+LEGEND = "* best (checkpoint_best)  ^ top score  val = epoch's validation, train = steps"  # fits 80 columns
 
 
 def metric_series(steps, metric):
@@ -74,4 +74,5 @@ def checkpoint_row(entry):
     predicted = shown["predicted"]
     if shown["predicted_from"] in SHORT_FROM:
         predicted += " " + SHORT_FROM[shown["predicted_from"]]
-    return safe_text(shown["name"]), shown["step"], shown["validation_loss"], predicted, shown["measured"], shown["verdict"]
+    return (safe_text(shown["name"]), shown["step"], shown["validation_loss"], predicted, shown["scored"], shown["measured"],
+            shown["verdict"])
