@@ -108,6 +108,11 @@ def test_checkpoints_score_ranks_the_agreeing_epoch_best_where_the_trainer_kept_
 
 
 def test_checkpoints_score_refuses_in_one_line_before_any_job(run_parts, agent_home, tmp_path):
+    missing = tmp_path / "no-such-data"
+    refused = run_cli("train", "local", "--save-dir", str(run_parts["save"]), "--target", run_parts["target"], "--score-data",
+                      str(missing), "--json", "--", *run_parts["argv"], home=agent_home)
+    assert refused.returncode != 0 and "no data directory %s on the host" % missing in refused.stderr
+    assert json.loads(run_cli("jobs", "local", "--json", home=agent_home, check=0).stdout) == []  # the run did not start
     started = run_cli("train", "local", "--save-dir", str(run_parts["save"]), "--target", run_parts["target"], "--json", "--",
                       *run_parts["argv"], home=agent_home, check=0)
     job_id = json.loads(started.stdout)["id"]

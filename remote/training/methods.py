@@ -266,9 +266,6 @@ def training_score(call):
     job = _job(call)
     value = {key: call.param(key, kind) for key, kind in scores.OPTIONS.items()}
     options = scores.options_from(dict((k, v) for k, v in value.items() if v is not None), job["meta"].get("target"))
-    for key in ("data", "target"):
-        if not os.path.exists(options[key]):
-            raise NotFound("no %s %s on the host" % ("data directory" if key == "data" else key, options[key]))
     job_dir = call.daemon.jobs.job_dir(job["id"])
     entries = checkpoints.Journal(job_dir).load() if job["meta"].get("save_dir") else []
     wanted = call.param("checkpoints", list)

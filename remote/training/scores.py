@@ -16,7 +16,7 @@ job where it was; the result is kept with the run.
 import os
 import time
 
-from ..core.protocol import BadRequest, RemoteError
+from ..core.protocol import BadRequest, NotFound, RemoteError
 from ..core.words import LIVE_STATES as LIVE
 from ..scoring import methods as scoring
 
@@ -28,7 +28,8 @@ SET_KEYS = ("samples_scored", "positions", "split", "held_out", "data", "notes",
 
 
 def options_from(value, run_target=None):
-    """The score options checked (BadRequest when wrong), with the defaults; None for none."""
+    """The score options checked (BadRequest when wrong, NotFound when the data or target is not
+    on the host), with the defaults; None for none."""
     if value is None:
         return None
     if not isinstance(value, dict):
@@ -50,6 +51,9 @@ def options_from(value, run_target=None):
         raise BadRequest("score needs data: the target's hidden states (speculators' or SpecForge's data directory)")
     if not options.get("target"):
         raise BadRequest("score needs a target (the model whose hidden states the data holds): give the run's --target")
+    for name, what in (("data", "data directory"), ("target", "target")):
+        if not os.path.exists(options[name]):
+            raise NotFound("no %s %s on the host" % (what, options[name]))
     return options
 
 
