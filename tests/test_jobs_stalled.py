@@ -8,7 +8,7 @@ import textwrap
 
 from tests.helpers.cli import run_cli
 from tests.helpers.waits import wait_for
-from tests.test_notify_stalls import STEP_LINE
+from tests.helpers.training import STEP_LINE
 
 TRAINER = """\
     import os, sys, time

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers.cli import run_cli
+from tests.helpers.training import STEP_LINE
 from tests.helpers.tmpfs import small_tmpfs
 from tests.helpers.waits import wait_for
 from tui.transport.connection import open_client
@@ -36,8 +37,6 @@ from tui.transport.connection import open_client
 RECORDING = Path(__file__).resolve().parent / "data" / "nvml-h200.json.gz"
 MIB = 1 << 20
 SAMPLE = 128 * 1000
-STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
-             "lr/AdamW=9.09e-04, global_step=%d                     trainer.py:587")
 TRAINER = """\
     import os, sys, time
     n = 0

@@ -12,12 +12,11 @@ from pathlib import Path
 
 
 from tests.helpers.cli import run_cli
+from tests.helpers.training import STEP_LINE
 from tests.helpers.metrics import MetricsServer
 from tests.helpers.waits import wait_for
 
 METRICS = (Path(__file__).parent / "serving_data" / "vllm_metrics_full.txt").read_text()
-STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
-             "lr/AdamW=9.09e-04, global_step=%d                     trainer.py:587")
 TRAINER = """\
     import os, sys, time
     def step(n):

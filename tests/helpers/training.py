@@ -42,3 +42,9 @@ def curves(home, job_id, *options):
 
     answered = run_cli("curves", "local", job_id, "--json", *options, home=home)
     return json.loads(answered.stdout) if answered.returncode == 0 else None
+
+
+# One step's record as speculators' trainer prints it through rich (loss, then the step): what the
+# stall and slowdown tests' trainers write.
+STEP_LINE = ("[17:21:37] INFO     train/loss_0=0.025, train/full_acc_0=0.00e+00, train/loss=%.3f, epoch=0, "
+             "lr/AdamW=9.09e-04, global_step=%d                     trainer.py:587")
