@@ -132,7 +132,9 @@ def test_agreeing_drafter_gives_exactly_k_plus_one(served, gpuhost):
     reply = json.loads(result.stdout)
     assert set(reply) == {"accept_length", "per_position", "per_k", "draft_acceptance_rate", "num_drafts", "accepted_tps",
                           "drafted_tps", "generation_tps", "window_s", "source", "time", "age_s", "stale", "error", "break_even",
-                          "per_position_conditional", "k_schedule", "k_in_force", "baseline", "engine"}
+                          "per_position_conditional", "k_schedule", "k_in_force", "baseline", "engine", "identity", "predicted"}
+    # The engine's own counters hold to 1 + the sum of the per-position shares = accept length.
+    assert reply["identity"]["holds"] is True and reply["identity"]["one_plus_shares"] == reply["accept_length"]
     assert reply["per_position_conditional"] == [1.0] * K and reply["k_schedule"] == [[1, 1, K], [2, 8, K - 1]]
     assert reply["accept_length"] == 4.0 and reply["num_drafts"] == figures["num_drafts"] and reply["accepted_tps"] > 0
     assert reply["stale"] is False and reply["age_s"] < 3
