@@ -228,7 +228,9 @@ def test_spec_and_advise_commands_say_what_the_wire_says(gpuhost, agreeing, swee
     spec = json.loads(run_cli("spec", "gpuhost", agreeing["id"], "--json", home=home, check=0).stdout)
     assert spec["per_k"] == [{"k": 1, "accept_length": 2.0}, {"k": 2, "accept_length": 3.0}, {"k": 3, "accept_length": 4.0}]
     printed = json.loads(run_cli("advise", "gpuhost", agreeing["id"], "--json", home=home, check=0).stdout)
-    assert set(printed) == {"k_current", "per_k", "best_k", "reason", "break_even", "per_position", "per_position_conditional"}
+    assert set(printed) == {"k_current", "per_k", "best_k", "reason", "break_even", "per_position", "per_position_conditional",
+                            "sweep_command"}
+    assert printed["sweep_command"] is None  # the pair's sweep is there: none to run
     assert [set(row) for row in printed["per_k"]] == [{"k", "accept_length", "cycle_ms", "tokens_per_s", "speedup", "measured"}] * 4
     wire = client.call("serving.advise", {"id": agreeing["id"]})
     assert printed["best_k"] == wire["best_k"] and printed["reason"] == wire["reason"]

@@ -175,7 +175,7 @@ def test_the_h200_job_replayed_predicts_every_checkpoint_and_exports_one(agent_h
     assert "predicted 1.65 (validation)" in lines["tiny-eagle3-step32"] and "needs `specforge export --to hf|sglang`" in lines["tiny-eagle3-step32"]
     assert "needs export, exported to hf (%s)" % started["job"] in lines["tiny-eagle3-step128"]
     assert "predicted 1.76 (validation)  measured -  ok  (exported from tiny-eagle3-step128)" in lines["tiny-eagle3-step128-hf"]
-    assert checkpoint_row(source_entry)[5] == "needs export, exported to hf (%s)" % started["job"]  # the pane's verdict cell
+    assert checkpoint_row(source_entry)[-1] == "needs export, exported to hf (%s)" % started["job"]  # the pane's verdict cell
     with pytest.raises(RemoteError) as refused:
         client.call("training.export", {"id": job_id, "checkpoint": "tiny-eagle3-step128-hf"})
     assert "not a SpecForge training state" in refused.value.message
