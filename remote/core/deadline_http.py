@@ -37,8 +37,9 @@ class Deadline:
         return min(self.each_s, left)
 
 
-class DeadlineSocket(socket.socket):
-    """A TCP socket that sets its timeout from its deadline before each blocking operation."""
+class _Armed(object):
+    """Before each blocking operation, the socket's timeout is set from its deadline (a class of
+    its own beside socket.socket or ssl.SSLSocket)."""
 
     deadline = None
 
@@ -50,34 +51,7 @@ class DeadlineSocket(socket.socket):
         self._arm()
         return super().connect(address)
 
-    def recv(self, *args):
-        self._arm()
-        return super().recv(*args)
-
-    def recv_into(self, *args):
-        self._arm()
-        return super().recv_into(*args)
-
-    def send(self, *args):
-        self._arm()
-        return super().send(*args)
-
-    def sendall(self, *args):
-        self._arm()
-        return super().sendall(*args)
-
-
-class DeadlineSSLSocket(ssl.SSLSocket):
-    """The same over TLS (the handshake is bounded by the timeout the plain socket had then,
-    itself within the deadline; SSLContext.wrap_socket makes this class through sslsocket_class)."""
-
-    deadline = None
-
-    def _arm(self):
-        if self.deadline is not None:
-            self.settimeout(self.deadline.timeout_s())
-
-    def read(self, *args):
+    def read(self, *args):  # ssl.SSLSocket's
         self._arm()
         return super().read(*args)
 
@@ -96,6 +70,15 @@ class DeadlineSSLSocket(ssl.SSLSocket):
     def sendall(self, *args):
         self._arm()
         return super().sendall(*args)
+
+
+class DeadlineSocket(_Armed, socket.socket):
+    """A TCP socket that sets its timeout from its deadline before each blocking operation."""
+
+
+class DeadlineSSLSocket(_Armed, ssl.SSLSocket):
+    """The same over TLS (the handshake is bounded by the timeout the plain socket had then,
+    itself within the deadline; SSLContext.wrap_socket makes this class through sslsocket_class)."""
 
 
 def _create_connection(deadline, address, timeout=None, source_address=None, *_):
