@@ -62,14 +62,15 @@ HTTPServer(("127.0.0.1", port), Handler).serve_forever()
 '''
 
 
-def install(directory):
-    """A `vllm` package in `directory` whose CLI entry point is the hostile server."""
+def install(directory, main=MAIN):
+    """A `vllm` package in `directory` whose CLI entry point is `main` (the hostile server by
+    default; tests/replay_engine.py installs its own the same way)."""
     package = os.path.join(str(directory), "vllm", "entrypoints", "cli")
     os.makedirs(package)
     for level in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
         open(os.path.join(str(directory), level, "__init__.py"), "w").close()
     with open(os.path.join(package, "main.py"), "w") as f:
-        f.write(MAIN)
+        f.write(main)
     return str(directory)
 
 

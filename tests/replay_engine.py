@@ -5,7 +5,7 @@ answering /health and /metrics with the exposition text of the file at $REPLAY_M
 counter multiplied by the number of scrapes so far (the same traffic once more each scrape), the
 drafts counter also by $REPLAY_DRAFTS_FACTOR (2: the same accepted tokens over twice the drafts)."""
 
-import os
+from tests import hostile_engine
 
 MAIN = r'''
 import os, sys, threading
@@ -54,10 +54,4 @@ ThreadingHTTPServer(("127.0.0.1", port), Handler).serve_forever()
 
 def install(directory):
     """A `vllm` package in `directory` whose CLI entry point is the replaying server."""
-    package = os.path.join(str(directory), "vllm", "entrypoints", "cli")
-    os.makedirs(package)
-    for level in ("vllm", "vllm/entrypoints", "vllm/entrypoints/cli"):
-        open(os.path.join(str(directory), level, "__init__.py"), "w").close()
-    with open(os.path.join(package, "main.py"), "w") as f:
-        f.write(MAIN)
-    return str(directory)
+    return hostile_engine.install(directory, MAIN)
